@@ -1,0 +1,143 @@
+"""`cuforge doctor`: what this machine offers cuforge, and the fix for each missing piece."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from glob import glob
+from typing import Any
+
+from cuforge.procenv import is_secret_name
+
+API_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ready_for_gpu_runs(self) -> bool:
+        needed = {"torch", "cuda", "nvrtc"}
+        return all(c.ok for c in self.checks if c.name in needed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checks": [asdict(c) for c in self.checks], "gpus": self.gpus,
+                "ready_for_gpu_runs": self.ready_for_gpu_runs}
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (r.stdout + r.stderr) if r.returncode == 0 else None
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    ok = (3, 10) <= (v.major, v.minor) <= (3, 12)
+    return Check("python", ok, platform.python_version(), "" if ok else "use Python 3.10, 3.11 or 3.12")
+
+
+def check_torch() -> tuple[Check, Check, list[dict[str, Any]]]:
+    try:
+        import torch
+    except ImportError:
+        missing = "pip install torch (a CUDA build for GPU runs)"
+        return Check("torch", False, "not installed", missing), Check("cuda", False, "no torch"), []
+    torch_check = Check("torch", True, f"{torch.__version__} (CUDA build {torch.version.cuda or 'none'})")
+    if not torch.cuda.is_available():
+        fix = ("install a CUDA build of torch" if torch.version.cuda is None
+               else "no NVIDIA GPU or driver visible; GPU runs need an sm_80+ GPU and a CUDA 12.8+ driver")
+        return torch_check, Check("cuda", False, "no GPU visible to torch", fix), []
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        gpus.append({"index": i, "name": p.name, "sm_count": p.multi_processor_count,
+                     "compute_capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1),
+                     "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1)})
+    low = [g for g in gpus if float(g["compute_capability"]) < 8.0]
+    cuda = Check("cuda", not low, f"{len(gpus)} GPU(s), driver API via torch {torch.version.cuda}",
+                 "cuforge's kernels need sm_80 or newer" if low else "")
+    return torch_check, cuda, gpus
+
+
+def check_nvcc() -> Check:
+    out = _run(["nvcc", "--version"])
+    if out is None:
+        return Check("nvcc", False, "not found", "install the CUDA toolkit (needed for cuBLASLt helper and load_inline candidates)")
+    m = re.search(r"release ([\d.]+)", out)
+    return Check("nvcc", True, f"release {m.group(1) if m else '?'} at {shutil.which('nvcc')}")
+
+
+def check_nvrtc() -> Check:
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        if int(err) != 0:
+            raise RuntimeError(str(err))
+        return Check("nvrtc", True, f"{major}.{minor} via cuda.bindings")
+    except Exception as e:  # noqa: BLE001
+        return Check("nvrtc", False, f"unavailable ({type(e).__name__}: {str(e).splitlines()[0][:120]})",
+                     "pip install 'nvidia-cuda-nvrtc==13.0.*' cuda-core cuda-bindings")
+
+
+def find_ncu() -> str | None:
+    found = shutil.which("ncu")
+    if found:
+        return found
+    candidates = sorted(glob("/opt/nvidia/nsight-compute/*/ncu") + glob("/usr/local/cuda*/bin/ncu"))
+    return candidates[-1] if candidates else None
+
+
+def check_ncu() -> Check:
+    path = find_ncu()
+    if not path:
+        return Check("ncu", False, "not found", "install Nsight Compute for detailed profiles (optional)")
+    out = _run([path, "--version"]) or ""
+    m = re.search(r"Version ([\d.]+)", out)
+    return Check("ncu", True, f"{m.group(1) if m else '?'} at {path}")
+
+
+def check_api_keys(env: dict[str, str] | None = None) -> Check:
+    import os
+
+    env = env if env is not None else dict(os.environ)
+    present = [k for k in API_KEY_VARS if env.get(k)]
+    others = sorted(k for k in env if is_secret_name(k) and k not in API_KEY_VARS and "API" in k.upper())
+    detail = ", ".join(present + others) if present or others else "none set"
+    return Check("llm_keys", True, f"{detail} (names only)",
+                 "" if present else "set OPENAI_API_KEY or ANTHROPIC_API_KEY for LLM proposers; the offline template proposer needs none")
+
+
+def check_isolation() -> Check:
+    from cuforge.sandbox.isolation import probe_network_isolation
+
+    ok, detail = probe_network_isolation()
+    return Check("isolation", True, ("network: " + detail) + "; rlimits: cpu, file size, processes, no core dumps; secrets scrubbed",
+                 "" if ok else "workers will run with the host network: " + detail)
+
+
+def run_doctor() -> DoctorReport:
+    report = DoctorReport()
+    report.checks.append(check_python())
+    torch_check, cuda_check, gpus = check_torch()
+    report.checks += [torch_check, cuda_check, check_nvcc(), check_nvrtc(), check_ncu(),
+                      check_api_keys(), check_isolation()]
+    report.gpus = gpus
+    return report

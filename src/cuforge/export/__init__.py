@@ -1,0 +1,1 @@
+"""cuforge.export"""

@@ -1,0 +1,223 @@
+"""Loads problem files through a subprocess inspector, with per-file timeouts and a result cache.
+
+User problem files are never imported in this process: `inspect_worker` imports them in a child
+that reports JSON. A file that hangs or crashes the child is reported as skipped, and the child is
+restarted for the remaining files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from cuforge import __version__
+from cuforge.procenv import scrubbed_env
+from cuforge.problems.problem import (
+    Problem,
+    ProblemError,
+    SkippedProblem,
+    meta_from_inspection,
+    tensor_spec_from_dict,
+)
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CUFORGE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cuforge"
+    )
+    return Path(root)
+
+
+def _cache_key(mode: str, source: bytes) -> str:
+    h = hashlib.sha256()
+    h.update(f"{mode}|{__version__}|{_torch_version()}|".encode())
+    h.update(source)
+    return h.hexdigest()
+
+
+def _torch_version() -> str:
+    # Read from the installed distribution: importing torch here would cost seconds per CLI call.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
+
+
+class Inspector:
+    """A child process that imports problem files one at a time; restarted when a file kills it."""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        src_root = str(Path(__file__).resolve().parents[2])
+        pythonpath = os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p)
+        env = scrubbed_env({"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"})
+        return subprocess.Popen(
+            [sys.executable, "-m", "cuforge.problems.inspect_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=os.path.dirname(src_root),
+        )
+
+    def ask(self, path: str, mode: str) -> dict[str, Any]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps({"path": path, "mode": mode}) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            self.close()
+            return {"path": path, "ok": False, "error": "the inspector process died before reading this file"}
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout=self.timeout_s)
+        sel.close()
+        if not ready:
+            self.close()
+            return {"path": path, "ok": False, "error": f"hangs: no answer within {self.timeout_s:.0f} s", "transient": True}
+        line = proc.stdout.readline()
+        if not line:
+            code = proc.wait()
+            self._proc = None
+            return {"path": path, "ok": False, "error": f"crashed the inspector (exit code {code})", "transient": True}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> Inspector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def inspect_files(
+    paths: Iterable[Path],
+    mode: str = "inspect",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_file: Callable[[Path], None] | None = None,
+    use_cache: bool = True,
+) -> list[tuple[Path, str, dict[str, Any]]]:
+    """Inspect each file; returns (path, source, reply) in order. Cached by content and versions."""
+    results: list[tuple[Path, str, dict[str, Any]]] = []
+    cdir = cache_dir() / "inspect"
+    with Inspector(timeout_s) as inspector:
+        for path in paths:
+            if on_file:
+                on_file(path)
+            try:
+                raw = path.read_bytes()
+            except OSError as e:
+                results.append((path, "", {"ok": False, "error": f"cannot read: {e.strerror}"}))
+                continue
+            source = raw.decode("utf-8", errors="replace")
+            cfile = cdir / f"{_cache_key(mode, raw)}.json"
+            if use_cache and cfile.exists():
+                try:
+                    results.append((path, source, json.loads(cfile.read_text())))
+                    continue
+                except (OSError, json.JSONDecodeError):
+                    pass
+            reply = inspector.ask(str(path.resolve()), mode)
+            if use_cache and not reply.get("transient"):
+                _write_cache(cfile, reply)
+            results.append((path, source, reply))
+    return results
+
+
+def _write_cache(cfile: Path, reply: dict[str, Any]) -> None:
+    try:
+        cfile.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cfile.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(reply))
+        tmp.replace(cfile)
+    except OSError:
+        pass  # a cache we cannot write only costs time
+
+
+def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_id: str, suite: str | None) -> Problem:
+    data = reply["data"]
+    meta = meta_from_inspection(data["declared"], data["derived"])
+    outputs = data.get("outputs")
+    return Problem(
+        id=problem_id,
+        source=source,
+        meta=meta,
+        inputs=tuple(tensor_spec_from_dict(s) for s in data["inputs"]),
+        outputs=tuple(tensor_spec_from_dict(s) for s in outputs) if outputs is not None else None,
+        init_inputs=tuple(data.get("init_inputs") or ()),
+        params=tuple(tensor_spec_from_dict(s) for s in data.get("params") or ()),
+        path=path,
+        suite=suite,
+    )
+
+
+def load_files(
+    paths: list[Path],
+    suite: str | None = None,
+    id_prefix: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_file: Callable[[Path], None] | None = None,
+) -> tuple[list[Problem], list[SkippedProblem]]:
+    problems: list[Problem] = []
+    skipped: list[SkippedProblem] = []
+    for path, source, reply in inspect_files(paths, "inspect", timeout_s, on_file):
+        if not reply.get("ok"):
+            skipped.append(SkippedProblem(str(path), reply.get("error") or "unknown failure"))
+            continue
+        pid = f"{id_prefix}/{path.stem}" if id_prefix else str(path)
+        try:
+            problems.append(problem_from_reply(path, source, reply, pid, suite))
+        except ProblemError as e:
+            skipped.append(SkippedProblem(str(path), str(e)))
+    return problems, skipped
+
+
+def problem_files_in(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise ProblemError(f"{directory}: not a directory")
+    return sorted(p for p in directory.glob("*.py") if not p.name.startswith("_"))
+
+
+
+def validate_files(
+    paths: list[Path], timeout_s: float = DEFAULT_TIMEOUT_S, on_file: Callable[[Path], None] | None = None
+) -> list[tuple[Path, bool, str, dict[str, Any] | None]]:
+    """Per file: (path, ok, one-line verdict, report). Runs each reference once on the CPU."""
+    out: list[tuple[Path, bool, str, dict[str, Any] | None]] = []
+    for path, source, reply in inspect_files(paths, "validate", timeout_s, on_file, use_cache=False):
+        if not reply.get("ok"):
+            out.append((path, False, reply.get("error") or "unknown failure", None))
+            continue
+        try:
+            problem = problem_from_reply(path, source, reply, str(path), None)
+        except ProblemError as e:
+            out.append((path, False, str(e), reply["data"]))
+            continue
+        verdict = f"{problem.shapes_summary()}; reference {reply['data'].get('reference_run', 'not run')}"
+        if problem.meta.unknown:
+            verdict += f"; unknown: {', '.join(problem.meta.unknown)}"
+        out.append((path, True, verdict, reply["data"]))
+    return out

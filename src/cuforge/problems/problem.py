@@ -1,0 +1,203 @@
+"""The Problem vocabulary: what a KernelBench-format file declares and what cuforge derives from it.
+
+Everything here is plain data (JSON-friendly), because problem files are user code that is only
+ever imported in a subprocess; the parent process sees the results through these dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FAMILIES = ("gemm", "conv", "elementwise", "reduction", "norm", "softmax", "scan", "fused")
+POLICIES = ("custom", "any")
+BASELINES = ("torch", "torch.compile", "cublas", "cublaslt")
+
+# Per-dtype correctness defaults: allclose (atol, rtol) plus a bound on the relative Frobenius
+# error ||out - ref|| / ||ref|| against a float64 reference. The norm bounds sit a few times above
+# what correct code with full-precision accumulation reaches (fp32 ~1e-7, fp16 output rounding
+# ~3e-4, bf16 ~1e-3) and below what reduced-precision arithmetic gives (TF32 ~5e-4, fp16
+# accumulation >= 1.5e-3 for K >= 64), so both allclose and the norm check must pass.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float, float]] = {
+    "float64": (1e-8, 1e-8, 1e-10),
+    "float32": (1e-4, 1e-4, 1e-5),
+    "float16": (1e-2, 1e-2, 1e-3),
+    "bfloat16": (1e-2, 1e-2, 8e-3),
+}
+
+KNOWN_META_KEYS = {
+    "dtype", "atol", "rtol", "rel_norm", "flops", "bytes", "families", "baselines", "policy",
+    "small", "description",
+}
+
+
+class ProblemError(ValueError):
+    """A problem file or metadata that cannot be used; the message is one line naming the cause."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    rel_norm: float
+
+    @staticmethod
+    def for_dtype(dtype: str | None) -> Tolerance:
+        atol, rtol, rel = DEFAULT_TOLERANCES.get(dtype or "float32", DEFAULT_TOLERANCES["float32"])
+        return Tolerance(atol, rtol, rel)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtype_size(self.dtype)
+
+    def describe(self) -> str:
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+def dtype_size(dtype: str) -> int:
+    sizes = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+             "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+    if dtype not in sizes:
+        raise ProblemError(f"unsupported dtype {dtype!r}")
+    return sizes[dtype]
+
+
+@dataclass(frozen=True)
+class ProblemMeta:
+    """cuforge metadata: declared in the file's CUFORGE dict, or derived, or unknown (listed)."""
+
+    dtype: str | None
+    tolerance: Tolerance
+    flops: float | None
+    bytes: float | None
+    families: tuple[str, ...]
+    baselines: tuple[str, ...]
+    policy: str
+    small: dict[str, int] = field(default_factory=dict)
+    description: str = ""
+    # Which fields were derived rather than declared, and which could not be known at all.
+    derived: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def arithmetic_intensity(self) -> float | None:
+        if self.flops is None or not self.bytes:
+            return None
+        return self.flops / self.bytes
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One operator to make faster: its source (KernelBench format) and what cuforge knows of it."""
+
+    id: str
+    source: str
+    meta: ProblemMeta
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...] | None
+    init_inputs: tuple[Any, ...] = ()
+    params: tuple[TensorSpec, ...] = ()
+    path: Path | None = None
+    suite: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.id.rsplit("/", 1)[-1]
+
+    def shapes_summary(self) -> str:
+        ins = ", ".join(t.describe() for t in self.inputs)
+        outs = ", ".join(t.describe() for t in self.outputs) if self.outputs else "?"
+        return f"({ins}) -> {outs}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"] = str(self.path) if self.path else None
+        d["meta"]["arithmetic_intensity"] = self.meta.arithmetic_intensity
+        return d
+
+
+@dataclass(frozen=True)
+class SkippedProblem:
+    """A problem file that could not be loaded, with a one-line cause."""
+
+    path: str
+    reason: str
+
+
+def tensor_spec_from_dict(d: dict[str, Any]) -> TensorSpec:
+    return TensorSpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+
+
+def meta_from_inspection(declared: dict[str, Any], derived: dict[str, Any]) -> ProblemMeta:
+    """Merge a file's declared CUFORGE dict with what inspection derived; declared values win."""
+    unknown_keys = set(declared) - KNOWN_META_KEYS
+    if unknown_keys:
+        raise ProblemError(f"CUFORGE has unknown keys: {', '.join(sorted(unknown_keys))}")
+    derived_fields: list[str] = []
+    unknown: list[str] = []
+
+    def pick(key: str) -> Any:
+        if declared.get(key) is not None:
+            return declared[key]
+        if derived.get(key) is not None:
+            derived_fields.append(key)
+            return derived[key]
+        unknown.append(key)
+        return None
+
+    dtype = pick("dtype")
+    flops = pick("flops")
+    nbytes = pick("bytes")
+    families = declared.get("families") or derived.get("families") or []
+    if not declared.get("families"):
+        (derived_fields if families else unknown).append("families")
+    bad = [f for f in families if f not in FAMILIES]
+    if bad:
+        raise ProblemError(f"CUFORGE families {bad} not among {', '.join(FAMILIES)}")
+    policy = declared.get("policy", "custom")
+    if policy not in POLICIES:
+        raise ProblemError(f"CUFORGE policy {policy!r} must be one of {', '.join(POLICIES)}")
+    baselines = declared.get("baselines") or default_baselines(families)
+    bad = [b for b in baselines if b not in BASELINES]
+    if bad:
+        raise ProblemError(f"CUFORGE baselines {bad} not among {', '.join(BASELINES)}")
+    tol = Tolerance.for_dtype(dtype)
+    tol = Tolerance(
+        float(declared.get("atol", tol.atol)),
+        float(declared.get("rtol", tol.rtol)),
+        float(declared.get("rel_norm", tol.rel_norm)),
+    )
+    return ProblemMeta(
+        dtype=dtype,
+        tolerance=tol,
+        flops=float(flops) if flops is not None else None,
+        bytes=float(nbytes) if nbytes is not None else None,
+        families=tuple(families),
+        baselines=tuple(baselines),
+        policy=policy,
+        small={str(k): int(v) for k, v in (declared.get("small") or {}).items()},
+        description=str(declared.get("description", "")),
+        derived=tuple(derived_fields),
+        unknown=tuple(unknown),
+    )
+
+
+def default_baselines(families: list[str] | tuple[str, ...]) -> list[str]:
+    base = ["torch", "torch.compile"]
+    if list(families) == ["gemm"]:
+        base += ["cublas", "cublaslt"]
+    return base

@@ -1,0 +1,1 @@
+"""cuforge.sandbox: compile, verify, time and profile candidates in isolated worker processes."""

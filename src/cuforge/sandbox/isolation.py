@@ -1,0 +1,105 @@
+"""OS-level isolation for worker processes: a private network namespace where allowed, rlimits.
+
+Used in children before they import torch, so nothing here may touch CUDA or import heavy modules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import resource
+import subprocess
+import sys
+from dataclasses import dataclass
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_seconds: int = 6 * 3600  # whole worker lifetime; a runaway host loop ends here at worst
+    file_size_bytes: int = 4 * 2**30
+    max_processes: int = 4096  # per user; blocks fork bombs without breaking thread pools
+    core_dumps: bool = False
+
+
+def _unshare(flags: int) -> bool:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    return libc.unshare(flags) == 0
+
+
+def enter_private_network() -> bool:
+    """Move this process into a new, empty network namespace (loopback down, no routes)."""
+    if _unshare(CLONE_NEWNET):
+        return True
+    # Unprivileged: a user namespace first grants the right to make a network namespace.
+    uid, gid = os.getuid(), os.getgid()
+    if not _unshare(CLONE_NEWUSER | CLONE_NEWNET):
+        return False
+    try:
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+    except OSError:
+        pass
+    return True
+
+
+def apply_limits(limits: Limits) -> None:
+    def setl(which: int, value: int) -> None:
+        try:
+            soft, hard = resource.getrlimit(which)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (cap, hard))
+        except (ValueError, OSError):
+            pass
+
+    setl(resource.RLIMIT_CPU, limits.cpu_seconds)
+    setl(resource.RLIMIT_FSIZE, limits.file_size_bytes)
+    setl(resource.RLIMIT_NPROC, limits.max_processes)
+    if not limits.core_dumps:
+        setl(resource.RLIMIT_CORE, 0)
+
+
+def child_setup(limits: Limits):  # noqa: ANN201
+    """A preexec_fn: a new session (so one kill takes the whole group) and the limits.
+
+    The private network namespace is entered by the worker itself at start, before it imports
+    anything, so that it can report whether it got one.
+    """
+
+    def setup() -> None:
+        os.setsid()
+        apply_limits(limits)
+
+    return setup
+
+
+def probe_network_isolation() -> tuple[bool, str]:
+    """Can a child of this process get a private network namespace? (doctor and worker start)."""
+    code = (
+        "import sys, socket\n"
+        "from cuforge.sandbox.isolation import enter_private_network\n"
+        "ok = enter_private_network()\n"
+        "if not ok: sys.exit(3)\n"
+        "s = socket.socket(); s.settimeout(1)\n"
+        "try:\n"
+        "    s.connect(('1.1.1.1', 53)); sys.exit(4)\n"
+        "except OSError: sys.exit(0)\n"
+    )
+    src_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=src_root)
+    try:
+        r = subprocess.run([sys.executable, "-c", code], env=env, timeout=20, capture_output=True)
+    except subprocess.TimeoutExpired:
+        return False, "probe timed out"
+    if r.returncode == 0:
+        return True, "private network namespace (no interfaces but a down loopback)"
+    if r.returncode == 3:
+        return False, "unshare(CLONE_NEWNET) refused: run as root, or enable unprivileged user namespaces"
+    return False, f"probe failed (exit {r.returncode})"

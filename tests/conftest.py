@@ -1,0 +1,43 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):  # noqa: ANN001
+    # Tests never read or write the user's cache.
+    monkeypatch.setenv("CUFORGE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300):
+    import subprocess
+
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "cuforge.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=ROOT)
