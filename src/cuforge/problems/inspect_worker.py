@@ -19,32 +19,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from cuforge.aten_ops import families_of_ops
+
 # Full-size reference runs on the CPU are skipped above this much input data.
 CPU_FULL_SIZE_LIMIT_BYTES = 256 * 2**20
-
-_FAMILY_OF_OP = {
-    "mm": "gemm", "bmm": "gemm", "addmm": "gemm", "baddbmm": "gemm", "addbmm": "gemm",
-    "mv": "gemm", "addmv": "gemm", "dot": "gemm", "matmul": "gemm", "_scaled_mm": "gemm",
-    "convolution": "conv", "_convolution": "conv", "cudnn_convolution": "conv",
-    "_softmax": "softmax", "_log_softmax": "softmax", "softmax": "softmax", "log_softmax": "softmax",
-    "native_layer_norm": "norm", "native_batch_norm": "norm", "native_group_norm": "norm",
-    "_fused_rms_norm": "norm", "rms_norm": "norm", "_native_batch_norm_legit_no_training": "norm",
-    "sum": "reduction", "mean": "reduction", "amax": "reduction", "amin": "reduction",
-    "max": "reduction", "min": "reduction", "argmax": "reduction", "argmin": "reduction",
-    "prod": "reduction", "var": "reduction", "std": "reduction", "var_mean": "reduction",
-    "norm": "reduction", "linalg_vector_norm": "reduction", "logsumexp": "reduction",
-    "cumsum": "scan", "cumprod": "scan", "cummax": "scan", "logcumsumexp": "scan",
-}
-_NOT_COMPUTE = {
-    "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
-    "unsqueeze", "slice", "select", "detach", "alias", "as_strided", "empty", "empty_like",
-    "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "fill", "fill_",
-    "zero_", "clone", "copy_", "_to_copy", "lift_fresh", "split", "chunk", "unbind", "contiguous",
-    "new_empty", "new_zeros", "new_ones", "new_full", "sym_size", "sym_stride", "sym_numel",
-    "_reshape_alias", "unflatten", "flatten", "lift_fresh_copy", "randn", "rand", "normal_",
-    "uniform_", "random_", "arange",
-}
-
 
 class _OpRecorder(TorchDispatchMode):
     def __init__(self) -> None:
@@ -54,20 +32,6 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         self.ops.append(func.overloadpacket.__name__)
         return func(*args, **(kwargs or {}))
-
-
-def families_of_ops(ops: list[str]) -> list[str]:
-    fams: list[str] = []
-    for op in ops:
-        name = op.rstrip("_")
-        if op in _NOT_COMPUTE or name in _NOT_COMPUTE:
-            continue
-        fam = _FAMILY_OF_OP.get(op) or _FAMILY_OF_OP.get(name) or "elementwise"
-        if fam not in fams:
-            fams.append(fam)
-    if len(fams) > 1:
-        fams.append("fused")
-    return fams
 
 
 def _spec(t: torch.Tensor) -> dict[str, Any]:

@@ -1,0 +1,448 @@
+"""The fast runtime: CUDA C++ -> cubin with NVRTC (through cuda.core), cached, launched on torch tensors.
+
+    from cuforge.runtime import compile_cuda
+    mod = compile_cuda(SOURCE)                 # NVRTC, exact arch of the current GPU (sm_90a on Hopper)
+    k = mod.kernel("my_kernel")                # extern "C" name, or a C++ name expression
+    k((grid_x, grid_y), (256,), A, B, C, M, N, K, shared_mem=0)   # on torch's current stream
+
+Compilation needs no GPU (give `arch`); loading and launching do. Cubins are cached by
+(source, options, arch, NVRTC version) in memory and on disk. Compile errors raise CompileError
+carrying structured diagnostics. Scalars are converted to the C type the kernel's signature names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cuforge.sandbox.evaluation import Diagnostic
+
+_LOCK = threading.Lock()
+_MEMORY_CACHE: dict[str, bytes] = {}
+_LOADED: dict[str, Any] = {}  # cache key -> cuda.core ObjectCode
+_STREAMS: dict[int, Any] = {}
+# Every kernel launched through this runtime in this process, for profiles: name -> KernelRecord.
+LAUNCHED: dict[str, KernelRecord] = {}
+
+
+class CompileError(RuntimeError):
+    def __init__(self, message: str, diagnostics: list[Diagnostic], log: str) -> None:
+        super().__init__(message)
+        self.diagnostics = diagnostics
+        self.log = log
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@dataclass
+class KernelRecord:
+    name: str
+    registers: int | None = None
+    shared_static_bytes: int | None = None
+    local_bytes: int | None = None
+    max_threads_per_block: int | None = None
+    launches: int = 0
+    last_dynamic_shared: int = 0
+    last_block: tuple[int, ...] = ()
+    last_grid: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    seconds: float
+    cache: str  # "memory", "disk" or "miss"
+
+
+# ---------------------------------------------------------------------------------- compile
+
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    _err, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"
+
+
+def current_arch() -> str:
+    """sm_XY of torch's current device, with the 'a' suffix on Hopper so wgmma/setmaxnreg work."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
+def cuda_include_dirs() -> list[str]:
+    dirs: list[str] = []
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            dirs.append(os.path.join(os.environ[env], "include"))
+    dirs += ["/usr/local/cuda/include"]
+    try:
+        from cuda.pathfinder import find_nvidia_header_directory
+
+        found = find_nvidia_header_directory("cudart")
+        if found:
+            dirs.append(str(found))
+    except Exception:  # noqa: BLE001 - optional discovery
+        pass
+    return [d for d in dict.fromkeys(dirs) if os.path.isfile(os.path.join(d, "cuda_fp16.h"))]
+
+
+def cubin_cache_dir() -> Path:
+    from cuforge.problems.loader import cache_dir
+
+    return cache_dir() / "cubins"
+
+
+def _cache_key(source: str, options: tuple[str, ...], arch: str, name_expressions: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for part in (source, "\0".join(options), arch, "\0".join(name_expressions), nvrtc_version()):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+_DIAG = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)[^:]*: (?P<msg>.*)$")
+
+
+def parse_diagnostics(log: str) -> list[Diagnostic]:
+    """NVRTC's log -> diagnostics; the caret line under the echoed source gives the column."""
+    lines = log.splitlines()
+    out: list[Diagnostic] = []
+    for i, line in enumerate(lines):
+        m = _DIAG.match(line.strip())
+        if not m:
+            continue
+        column = None
+        if i + 2 < len(lines) and lines[i + 2].strip() == "^":
+            column = len(lines[i + 2]) - len(lines[i + 2].lstrip()) + 1 - 2  # NVRTC indents echoed source by 2
+            column = max(column, 1)
+        sev = "error" if "error" in m.group("sev") else "warning"
+        out.append(Diagnostic(int(m.group("line")), column, sev, m.group("msg").strip()))
+    return out
+
+
+def _nvrtc_options(options: tuple[str, ...], arch: str) -> tuple[Any, tuple[str, ...]]:
+    from cuda.core import ProgramOptions
+
+    extra = tuple(options)
+    opts = ProgramOptions(
+        arch=arch,
+        std="c++17",
+        include_path=cuda_include_dirs() or None,
+        use_fast_math=False,
+        device_int128=False,
+    )
+    return opts, extra
+
+
+def compile_to_cubin(
+    source: str,
+    arch: str,
+    options: tuple[str, ...] = (),
+    name_expressions: tuple[str, ...] = (),
+) -> tuple[bytes, dict[str, str], CompileStats]:
+    """Compile once; later calls with the same inputs return the cached cubin."""
+    t0 = time.perf_counter()
+    key = _cache_key(source, options, arch, name_expressions)
+    with _LOCK:
+        if key in _MEMORY_CACHE:
+            return _MEMORY_CACHE[key], _read_mapping(key), CompileStats(time.perf_counter() - t0, "memory")
+    path = cubin_cache_dir() / f"{key}.cubin"
+    if path.exists():
+        data = path.read_bytes()
+        with _LOCK:
+            _MEMORY_CACHE[key] = data
+        return data, _read_mapping(key), CompileStats(time.perf_counter() - t0, "disk")
+    from cuda.core import Program
+
+    opts, extra = _nvrtc_options(options, arch)
+    if extra:
+        opts = _with_extra(opts, extra)
+    try:
+        program = Program(source, code_type="c++", options=opts)
+        obj = program.compile("cubin", name_expressions=name_expressions or ())
+    except Exception as e:  # noqa: BLE001 - NVRTC errors come as several exception types
+        log = str(e)
+        diags = parse_diagnostics(log)
+        first = next((d for d in diags if d.severity == "error"), None)
+        raise CompileError(f"NVRTC: {first}" if first else f"NVRTC: {log.strip().splitlines()[-1] if log.strip() else type(e).__name__}", diags, log) from None
+    data = bytes(obj.code)
+    mapping = {k if isinstance(k, str) else k.decode(): v if isinstance(v, str) else v.decode()
+               for k, v in (getattr(obj, "symbol_mapping", None) or {}).items()}
+    _store(key, path, data, mapping)
+    return data, mapping, CompileStats(time.perf_counter() - t0, "miss")
+
+
+def _with_extra(opts: Any, extra: tuple[str, ...]) -> Any:
+    """Map the few nvcc-style flags candidates commonly pass onto ProgramOptions fields."""
+    for flag in extra:
+        if flag in ("-use_fast_math", "--use_fast_math"):
+            opts.use_fast_math = True
+        elif flag.startswith("-maxrregcount=") or flag.startswith("--maxrregcount="):
+            opts.max_register_count = int(flag.split("=", 1)[1])
+        elif flag.startswith("-D"):
+            name, _, value = flag[2:].partition("=")
+            defs = list(opts.define_macro or []) if isinstance(opts.define_macro, (list, tuple)) else (
+                [opts.define_macro] if opts.define_macro else [])
+            defs.append((name, value) if value else name)
+            opts.define_macro = defs
+        elif flag in ("-lineinfo", "--generate-line-info"):
+            opts.lineinfo = True
+        elif flag.startswith("-O") or flag == "--std=c++17" or flag == "-std=c++17":
+            continue
+        else:
+            raise CompileError(f"unsupported compile option {flag!r}", [], "")
+    return opts
+
+
+def _mapping_path(key: str) -> Path:
+    return cubin_cache_dir() / f"{key}.names"
+
+
+def _read_mapping(key: str) -> dict[str, str]:
+    p = _mapping_path(key)
+    if not p.exists():
+        return {}
+    pairs = [line.split("\t", 1) for line in p.read_text().splitlines() if "\t" in line]
+    return {a: b for a, b in pairs}
+
+
+def _store(key: str, path: Path, data: bytes, mapping: dict[str, str]) -> None:
+    with _LOCK:
+        _MEMORY_CACHE[key] = data
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if mapping:
+            _mapping_path(key).write_text("".join(f"{a}\t{b}\n" for a, b in mapping.items()))
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError:
+        pass  # an unwritable cache costs time, not correctness
+
+
+# ---------------------------------------------------------------------------------- signatures
+
+_SCALAR_TYPES: dict[str, Any] = {
+    "int": np.int32, "int32_t": np.int32, "signed": np.int32, "signed int": np.int32,
+    "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
+    "long long": np.int64, "long long int": np.int64, "int64_t": np.int64, "long": np.int64,
+    "ptrdiff_t": np.int64, "unsigned long long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64,
+    "unsigned long": np.uint64, "float": np.float32, "double": np.float64, "half": np.float16,
+    "__half": np.float16, "bool": np.bool_, "short": np.int16, "int16_t": np.int16,
+    "unsigned short": np.uint16, "uint16_t": np.uint16, "char": np.int8, "int8_t": np.int8,
+    "signed char": np.int8, "unsigned char": np.uint8, "uint8_t": np.uint8,
+}
+_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "__grid_constant__", "struct"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str
+    pointer: bool
+
+
+def _split_params(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def parse_param(text: str) -> Param:
+    text = re.sub(r"=.*$", "", text).strip()
+    pointer = "*" in text or "&" in text
+    tokens = [t for t in re.split(r"[\s*&]+", text) if t and t not in _QUALIFIERS]
+    if len(tokens) < 2:
+        return Param(tokens[0] if tokens else "?", "?", pointer)
+    return Param(tokens[-1], " ".join(tokens[:-1]), pointer)
+
+
+def kernel_signatures(source: str) -> dict[str, list[Param]]:
+    """extern "C" __global__ kernels and their parameters, parsed from source (comments removed)."""
+    clean = re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
+    sigs: dict[str, list[Param]] = {}
+    pattern = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+    for m in pattern.finditer(clean):
+        depth, i = 1, m.end()
+        while i < len(clean) and depth:
+            depth += {"(": 1, ")": -1}.get(clean[i], 0)
+            i += 1
+        body = clean[m.end(): i - 1]
+        sigs[m.group(1)] = [parse_param(p) for p in _split_params(body)] if body.strip() not in ("", "void") else []
+    return sigs
+
+
+def convert_arg(param: Param, value: Any) -> Any:
+    """A Python/torch value -> the ctypes/numpy object cuda.core passes as this parameter."""
+    import torch
+
+    if param.pointer:
+        if isinstance(value, torch.Tensor):
+            if not value.is_cuda:
+                raise LaunchError(f"argument {param.name!r}: tensor is on {value.device}, not on a CUDA device")
+            return ctypes.c_void_p(value.data_ptr())
+        if isinstance(value, int):
+            return ctypes.c_void_p(value)
+        if value is None:
+            return ctypes.c_void_p(0)
+        raise LaunchError(f"argument {param.name!r} is a pointer ({param.ctype}*) but got {type(value).__name__}")
+    if isinstance(value, torch.Tensor):
+        raise LaunchError(f"argument {param.name!r} is a {param.ctype} scalar but got a tensor")
+    np_type = _SCALAR_TYPES.get(param.ctype)
+    if np_type is None:
+        return value  # a struct by value (e.g. a tensor map): the caller passes a ready object
+    if np_type in (np.float16, np.float32, np.float64):
+        return np_type(float(value))
+    if isinstance(value, float) and not float(value).is_integer():
+        raise LaunchError(f"argument {param.name!r} is {param.ctype} but got non-integer {value}")
+    info = np.iinfo(np_type) if np_type is not np.bool_ else None
+    if info is not None and not info.min <= int(value) <= info.max:
+        raise LaunchError(f"argument {param.name!r}: {value} does not fit {param.ctype}")
+    return np_type(int(value))
+
+
+# ---------------------------------------------------------------------------------- load and launch
+
+class _TorchStream:
+    """Adapts a torch stream to the __cuda_stream__ protocol that cuda.core accepts."""
+
+    def __init__(self, handle: int) -> None:
+        self._handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self._handle)
+
+
+def _torch_stream() -> Any:
+    import torch
+
+    handle = torch.cuda.current_stream().cuda_stream
+    stream = _STREAMS.get(handle)
+    if stream is None:
+        stream = _STREAMS[handle] = _TorchStream(handle)
+    return stream
+
+
+def _ensure_context() -> None:
+    import torch
+    from cuda.core import Device
+
+    torch.cuda.init()
+    Device(torch.cuda.current_device()).set_current()
+
+
+class CudaKernel:
+    """A loaded kernel, callable as k(grid, block, *args, shared_mem=0) on torch's current stream."""
+
+    def __init__(self, kernel: Any, name: str, params: list[Param] | None) -> None:
+        self._kernel = kernel
+        self.name = name
+        self.params = params
+        self._max_dynamic_shared = 48 * 1024
+        attrs = kernel.attributes
+        self.record = LAUNCHED.setdefault(name, KernelRecord(name))
+        self.record.registers = attrs.num_regs
+        self.record.shared_static_bytes = attrs.shared_size_bytes
+        self.record.local_bytes = attrs.local_size_bytes
+        self.record.max_threads_per_block = attrs.max_threads_per_block
+
+    def _allow_dynamic_shared(self, nbytes: int) -> None:
+        from cuda.bindings import driver
+
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        handle = self._kernel.handle
+        if type(handle).__name__ == "CUkernel":
+            import torch
+
+            err, dev = driver.cuDeviceGet(torch.cuda.current_device())
+            (err,) = driver.cuKernelSetAttribute(attr, nbytes, handle, dev)
+        else:
+            (err,) = driver.cuFuncSetAttribute(handle, attr, nbytes)
+        if int(err) != 0:
+            raise LaunchError(f"{self.name}: cannot allow {nbytes} bytes of dynamic shared memory ({err})")
+        self._max_dynamic_shared = nbytes
+
+    def __call__(self, grid: Any, block: Any, *args: Any, shared_mem: int = 0, cluster: Any = None) -> None:
+        from cuda.core import LaunchConfig, launch
+
+        if self.params is not None:
+            if len(args) != len(self.params):
+                raise LaunchError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
+            args = tuple(convert_arg(p, a) for p, a in zip(self.params, args))
+        if shared_mem > self._max_dynamic_shared:
+            self._allow_dynamic_shared(shared_mem)
+        grid_t = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
+        block_t = tuple(block) if isinstance(block, (tuple, list)) else (int(block),)
+        config = LaunchConfig(grid=grid_t, block=block_t, shmem_size=int(shared_mem),
+                              **({"cluster": tuple(cluster)} if cluster else {}))
+        launch(_torch_stream(), config, self._kernel, *args)
+        rec = self.record
+        rec.launches += 1
+        rec.last_dynamic_shared, rec.last_block, rec.last_grid = int(shared_mem), block_t, grid_t
+
+
+@dataclass
+class CudaModule:
+    source: str
+    arch: str
+    cubin: bytes
+    symbol_mapping: dict[str, str]
+    stats: CompileStats
+    key: str
+    signatures: dict[str, list[Param]] = field(default_factory=dict)
+
+    def kernel(self, name: str) -> CudaKernel:
+        _ensure_context()
+        from cuda.core import ObjectCode
+
+        obj = _LOADED.get(self.key)
+        if obj is None:
+            obj = ObjectCode.from_cubin(self.cubin, symbol_mapping=self.symbol_mapping or None)
+            _LOADED[self.key] = obj
+        try:
+            k = obj.get_kernel(name)
+        except Exception as e:  # noqa: BLE001
+            known = ", ".join(self.signatures) or "none found"
+            raise LaunchError(f"no kernel {name!r} in module (extern \"C\" kernels: {known}): {e}") from None
+        return CudaKernel(k, name, self.signatures.get(name))
+
+
+def compile_cuda(
+    source: str,
+    options: tuple[str, ...] | list[str] = (),
+    arch: str | None = None,
+    name_expressions: tuple[str, ...] | list[str] = (),
+) -> CudaModule:
+    """Compile CUDA C++ to a cubin for `arch` (default: the current GPU's exact arch)."""
+    arch = arch or current_arch()
+    options, name_expressions = tuple(options), tuple(name_expressions)
+    cubin, mapping, stats = compile_to_cubin(source, arch, options, name_expressions)
+    return CudaModule(source, arch, cubin, mapping, stats, _cache_key(source, options, arch, name_expressions),
+                      kernel_signatures(source))
+
+
+def reset_launch_records() -> None:
+    LAUNCHED.clear()

@@ -1,0 +1,133 @@
+"""Candidates: format A (a Python module defining ModelNew) and format B (raw kernel + launch spec).
+
+Format B is what template proposers emit; it is wrapped into a format-A module that compiles the
+kernel with cuforge's fast runtime and launches it from ModelNew.forward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FORMATS = ("module", "kernel")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to call a raw kernel. Every field is a Python expression evaluated per forward over:
+    in0, in1, ... (inputs), p_<name> (the reference model's parameters and buffers, dots as '_'),
+    the names in `bindings` (evaluated in order), cdiv, min, max."""
+
+    entry: str
+    grid: str
+    block: str
+    args: tuple[str, ...]
+    outputs: tuple[tuple[str, str], ...]  # (shape expression, dtype name)
+    bindings: tuple[tuple[str, str], ...] = ()
+    shared_mem: str = "0"
+    options: tuple[str, ...] = ()
+    name_expressions: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> LaunchSpec:
+        return LaunchSpec(
+            entry=d["entry"], grid=d["grid"], block=d["block"], args=tuple(d["args"]),
+            outputs=tuple((s, t) for s, t in d["outputs"]), bindings=tuple((a, b) for a, b in d.get("bindings", ())),
+            shared_mem=str(d.get("shared_mem", "0")), options=tuple(d.get("options", ())),
+            name_expressions=tuple(d.get("name_expressions", ())),
+        )
+
+
+def normalize_source(source: str) -> str:
+    """Whitespace and comments removed: two sources equal here are the same candidate."""
+    s = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
+    s = re.sub(r"(//|#(?!include|define|pragma|if|endif|else|elif|undef))[^\n]*", "", s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str
+    format: str = "module"
+    launch: LaunchSpec | None = None
+    proposer: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"candidate format must be one of {FORMATS}, not {self.format!r}")
+        if self.format == "kernel" and self.launch is None:
+            raise ValueError("a format-B (kernel) candidate needs a launch spec")
+
+    @property
+    def id(self) -> str:
+        h = hashlib.sha256(normalize_source(self.source).encode())
+        h.update(self.format.encode())
+        if self.launch is not None:
+            h.update(repr(asdict(self.launch)).encode())
+        return h.hexdigest()[:16]
+
+    def module_source(self) -> str:
+        return self.source if self.format == "module" else wrap_kernel(self.source, self.launch)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "format": self.format, "launch": asdict(self.launch) if self.launch else None,
+                "proposer": self.proposer, "meta": self.meta}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Candidate:
+        launch = LaunchSpec.from_dict(d["launch"]) if d.get("launch") else None
+        return Candidate(d["source"], d.get("format", "module"), launch, d.get("proposer", ""), d.get("meta") or {})
+
+
+_WRAPPER = '''"""Format-B candidate wrapped by cuforge: kernel {entry!r} launched from ModelNew.forward."""
+import torch
+from cuforge.runtime import compile_cuda
+
+_KERNEL_SOURCE = {source!r}
+_kernel = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r}).kernel({entry!r})
+_BINDINGS = {bindings}
+_OUTPUTS = {outputs}
+_GRID = compile({grid!r}, "<grid>", "eval")
+_BLOCK = compile({block!r}, "<block>", "eval")
+_SHARED = compile({shared!r}, "<shared_mem>", "eval")
+_ARGS = [compile(a, "<arg>", "eval") for a in {args!r}]
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, *init_inputs):
+        super().__init__()
+        # Owns the parameters; built under the same seed as the reference, so they are equal.
+        self.ref = __cuforge_problem__.Model(*init_inputs)
+
+    def forward(self, *inputs):
+        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch}}
+        ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
+        for name, t in list(self.ref.named_parameters()) + list(self.ref.named_buffers()):
+            ns["p_" + name.replace(".", "_")] = t
+        for name, expr in _BINDINGS:
+            ns[name] = eval(expr, {{"__builtins__": {{}}}}, ns)
+        device = inputs[0].device
+        outs = []
+        for i, (shape, dtype) in enumerate(_OUTPUTS):
+            outs.append(torch.empty(eval(shape, {{"__builtins__": {{}}}}, ns), dtype=getattr(torch, dtype), device=device))
+            ns[f"out{{i}}"] = outs[-1]
+        g = {{"__builtins__": {{}}}}
+        _kernel(eval(_GRID, g, ns), eval(_BLOCK, g, ns), *[eval(a, g, ns) for a in _ARGS],
+                shared_mem=int(eval(_SHARED, g, ns)))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+'''
+
+
+def wrap_kernel(source: str, launch: LaunchSpec) -> str:
+    return _WRAPPER.format(
+        entry=launch.entry, source=source, options=tuple(launch.options), names=tuple(launch.name_expressions),
+        bindings=repr(tuple(launch.bindings)), outputs=repr(tuple(launch.outputs)), grid=launch.grid,
+        block=launch.block, shared=launch.shared_mem, args=tuple(launch.args),
+    )

@@ -1,0 +1,43 @@
+"""The public door of the sandbox: evaluate(problem, candidate, config) -> Evaluation."""
+
+from __future__ import annotations
+
+import atexit
+from pathlib import Path
+
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.supervisor import Supervisor
+
+_SUPERVISORS: dict[tuple[int | None, bool], Supervisor] = {}
+
+
+def supervisor_for(config: EvalConfig, gpu: int | None = 0) -> Supervisor:
+    cpu = config.device == "cpu"
+    key = (None if cpu else gpu, cpu)
+    sup = _SUPERVISORS.get(key)
+    if sup is None:
+        sup = _SUPERVISORS[key] = Supervisor(gpu=gpu, cpu_mode=cpu)
+    return sup
+
+
+def evaluate(problem: Problem, candidate: Candidate, config: EvalConfig | None = None, gpu: int | None = 0) -> Evaluation:
+    """Compile, verify, time and profile one candidate in this GPU's long-lived worker."""
+    config = config or EvalConfig(baselines=applicable_baselines(problem))
+    return supervisor_for(config, gpu).evaluate(problem, candidate, config)
+
+
+def applicable_baselines(problem: Problem) -> tuple[str, ...]:
+    return tuple(problem.meta.baselines)
+
+
+def candidate_from_file(path: Path) -> Candidate:
+    """A format-A candidate: a Python file defining ModelNew."""
+    return Candidate(path.read_text(), "module", proposer="file")
+
+
+@atexit.register
+def _close_all() -> None:
+    for sup in _SUPERVISORS.values():
+        sup.close()

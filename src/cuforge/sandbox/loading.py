@@ -1,0 +1,70 @@
+"""Inside the worker: turn problem and candidate sources into live modules, classifying failures."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import types
+from typing import Any
+
+from cuforge.sandbox.evaluation import Diagnostic
+
+
+class CandidateLoadError(Exception):
+    def __init__(self, status: str, message: str, diagnostics: list[Diagnostic] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.diagnostics = diagnostics or []
+
+
+_PROBLEMS: dict[str, types.ModuleType] = {}
+
+
+def module_from_source(source: str, name: str, extra_globals: dict[str, Any] | None = None) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    if extra_globals:
+        module.__dict__.update(extra_globals)
+    sys.modules[name] = module
+    code = compile(source, f"<{name}>", "exec")
+    exec(code, module.__dict__)  # noqa: S102 - running user code is the worker's job
+    return module
+
+
+def problem_module(source: str) -> types.ModuleType:
+    """Problem modules are cached per source: their reference outputs are reused across candidates."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    mod = _PROBLEMS.get(key)
+    if mod is None:
+        mod = module_from_source(source, f"cuforge_problem_{key}")
+        _PROBLEMS[key] = mod
+    return mod
+
+
+def candidate_class(module_source: str, problem: types.ModuleType, candidate_id: str) -> type:
+    """Import a candidate module and return its ModelNew; failures become compile/runtime errors."""
+    from cuforge.runtime import CompileError
+
+    try:
+        module = module_from_source(module_source, f"cuforge_candidate_{candidate_id}",
+                                    {"__cuforge_problem__": problem})
+    except SyntaxError as e:
+        raise CandidateLoadError("compile_error", f"Python syntax error at line {e.lineno}: {e.msg}",
+                                 [Diagnostic(e.lineno, e.offset, "error", f"Python: {e.msg}")]) from None
+    except CompileError as e:
+        raise CandidateLoadError("compile_error", str(e), e.diagnostics) from None
+    except Exception as e:  # noqa: BLE001
+        text = f"{type(e).__name__}: {e}"
+        # load_inline / cpp_extension failures are compile errors of the candidate's CUDA code.
+        if "Error building extension" in text or "ninja" in text.lower() or "nvcc" in text.lower():
+            raise CandidateLoadError("compile_error", _last_lines(text)) from None
+        raise CandidateLoadError("runtime_error", f"importing the candidate raised {_last_lines(text)}") from None
+    cls = getattr(module, "ModelNew", None)
+    if not isinstance(cls, type):
+        raise CandidateLoadError("runtime_error", "candidate module defines no ModelNew class")
+    return cls
+
+
+def _last_lines(text: str, n: int = 6) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[:1] + lines[-n:]) if len(lines) > n + 1 else " | ".join(lines)

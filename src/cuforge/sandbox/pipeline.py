@@ -1,0 +1,400 @@
+"""One evaluation inside the worker: load, verify over fresh trials, time interleaved with the
+baselines, re-verify what was timed, check for escaped work and impossible speed, profile.
+
+Each step returns early with an Evaluation naming the first failure. Nothing here runs in the
+driver process.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cuforge.problems.problem import Tolerance
+from cuforge.sandbox import baselines as bl
+from cuforge.sandbox import cheats, timing, verify
+from cuforge.sandbox.evaluation import EvalConfig, Evaluation, TimingStats, cheat
+from cuforge.sandbox.loading import CandidateLoadError, candidate_class, problem_module
+from cuforge.sandbox.profile import build_profile, ceilings_for, peak_rates, roofline_floor_ms
+
+# Messages of CUDA errors that leave the context unusable: the worker must be replaced.
+STICKY_CUDA_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
+                      "illegal instruction", "an illegal", "launch timed out", "hardware stack error",
+                      "device-side assert", "uncorrectable ECC", "CUDA error: unknown error")
+
+
+class Stop(Exception):
+    """Ends an evaluation early with a status and message; `restart` asks for a fresh worker."""
+
+    def __init__(self, status: str, message: str, restart: bool = False, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.message, self.restart, self.extra = status, message, restart, extra
+
+
+@dataclass
+class Context:
+    problem: dict[str, Any]
+    candidate: dict[str, Any]
+    config: EvalConfig
+    device: torch.device
+    module: Any
+    tol: Tolerance
+    seed: int
+    correctness: dict[str, Any]
+    timings: dict[str, TimingStats]
+    profile: dict[str, Any] | None = None
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        timing._synchronize(device)
+
+
+def is_sticky(e: BaseException) -> bool:
+    text = str(e)
+    return any(s in text for s in STICKY_CUDA_ERRORS)
+
+
+def run_candidate(fn: Any, device: torch.device, what: str) -> Any:
+    """Call candidate code; any exception is a runtime error (sticky CUDA errors restart the worker)."""
+    try:
+        with torch.no_grad():
+            out = fn()
+        sync(device)
+        return out
+    except Stop:
+        raise
+    except Exception as e:  # noqa: BLE001 - user code
+        sticky = is_sticky(e)
+        if not sticky and device.type == "cuda":
+            try:
+                torch.cuda.synchronize(device)
+            except Exception:  # noqa: BLE001
+                sticky = True
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise Stop("runtime_error", f"{what} raised {type(e).__name__}: {first}"[:2000], restart=sticky) from None
+
+
+def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig,
+                     device_info: dict[str, Any]) -> tuple[Evaluation, bool]:
+    """The worker's entry point: (evaluation, whether the worker must be replaced afterwards)."""
+    t0 = time.perf_counter()
+    from cuforge.sandbox.candidate import Candidate
+
+    cand = Candidate.from_dict(candidate)
+    device = torch.device(config.device)
+    seed = config.seed if config.seed is not None else secrets.randbits(30)
+    base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
+    cheats.set_strict_precision()
+    guard = cheats.Guard.snapshot()
+    meta = problem["meta"]
+    ctx = Context(problem, candidate, config, device, problem_module(problem["source"]),
+                  Tolerance(**meta["tolerance"]), seed, {"seed": seed}, {})
+    restart = False
+    try:
+        try:
+            cls = candidate_class(cand.module_source(), ctx.module, cand.id)
+        except CandidateLoadError as e:
+            ev = Evaluation(status=e.status, message=str(e), diagnostics=e.diagnostics, **base)
+            ev.wall_s = time.perf_counter() - t0
+            return ev, _tainted(guard)
+        _raise_guard(guard)
+        models = build_models(ctx, cls)
+        check_correctness(ctx, models)
+        _raise_guard(guard)
+        time_contenders(ctx, models)
+        _raise_guard(guard)
+        status, message = "ok", ""
+    except Stop as s:
+        status, message, restart = s.status, s.message, s.restart
+        ctx.correctness.update(s.extra)
+    except torch.cuda.OutOfMemoryError as e:
+        status, message, restart = "runtime_error", f"out of GPU memory: {str(e).splitlines()[0]}", True
+    ev = Evaluation(status=status, message=message, correctness=ctx.correctness, timings=ctx.timings,
+                    profile=ctx.profile, **base)
+    ev.wall_s = time.perf_counter() - t0
+    return ev, restart or _tainted(guard)
+
+
+def _raise_guard(guard: cheats.Guard) -> None:
+    found = guard.violations()
+    if found:
+        kind, msg = found[0]
+        raise Stop(cheat(kind), msg, restart=True)
+
+
+def _tainted(guard: cheats.Guard) -> bool:
+    """A candidate that patched anything leaves a worker nobody should trust again."""
+    return bool(guard.violations())
+
+
+@dataclass
+class Models:
+    reference: torch.nn.Module
+    reference64: torch.nn.Module | None
+    candidate: torch.nn.Module
+
+
+def build_models(ctx: Context, cls: type) -> Models:
+    init = list(ctx.module.get_init_inputs())
+    torch.manual_seed(ctx.seed)
+    reference = ctx.module.Model(*init).to(ctx.device).eval()
+    torch.manual_seed(ctx.seed)
+    candidate = run_candidate(lambda: cls(*init), ctx.device, "ModelNew(*get_init_inputs())")
+    if isinstance(candidate, torch.nn.Module):
+        candidate = run_candidate(lambda: candidate.to(ctx.device), ctx.device, "ModelNew.to(device)")
+    return Models(reference, verify.float64_model(reference), candidate)
+
+
+# ---------------------------------------------------------------------------------- correctness
+
+def check_correctness(ctx: Context, models: Models) -> None:
+    policy = ctx.problem["meta"]["policy"]
+    previous: list[torch.Tensor] | None = None
+    previous_ref: list[torch.Tensor] | None = None
+    worst: dict[str, float] = {"max_abs_err": 0.0, "max_rel_err": 0.0, "rel_norm_err": 0.0}
+    for trial in range(ctx.config.trials):
+        inputs = verify.make_inputs(ctx.module, ctx.seed + 1000 * (trial + 1), ctx.device, gaussian=trial % 2 == 1)
+        snapshots = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        verify.poison_free_memory(ctx.device)
+        outs = run_monitored(ctx, models.candidate, inputs, policy, first=trial == 0)
+        outs_snap = [o.clone() for o in outs]  # what the candidate returned, before any reference runs
+        v = cheats.input_mutation_violation(inputs, snapshots)
+        if v:
+            raise Stop(cheat(v[0]), v[1])
+        for i, x in enumerate(snapshots):  # the reference must see the original inputs
+            if isinstance(x, torch.Tensor):
+                inputs[i] = x
+        refs, native, ref_kind = verify.reference_outputs(models.reference64, models.reference, inputs)
+        sync(ctx.device)
+        v = cheats.alias_violation(outs, inputs, native, _reference_aliases_input(native, inputs))
+        if v:
+            raise Stop(cheat(v[0]), v[1])
+        if not all(torch.equal(o, s) for o, s in zip(outs, outs_snap)):
+            raise Stop(cheat("aliasing"), "the candidate's output changed after it returned (it does not own its memory)")
+        if len(outs_snap) != len(refs):
+            raise Stop("wrong_output", f"returned {len(outs_snap)} outputs, expected {len(refs)}")
+        for i, (o, r, n) in enumerate(zip(outs_snap, refs, native)):
+            cmp = verify.compare(o, r, n.dtype, ctx.tol)
+            for k in worst:
+                worst[k] = max(worst[k], getattr(cmp, k))
+            if not cmp.ok:
+                if previous is not None and previous_ref is not None:
+                    v = cheats.caching_violation(o, previous[i], not torch.equal(r, previous_ref[i]))
+                    if v:
+                        raise Stop(cheat(v[0]), f"trial {trial}: {v[1]}")
+                status = cheat("precision_downgrade") if cmp.kind == "precision_downgrade" else "wrong_output"
+                raise Stop(status, f"trial {trial} ({'gaussian' if trial % 2 else 'problem'} inputs), output {i}: {cmp.reason}",
+                           failed_trial=trial, comparison=cmp.to_dict(), reference=ref_kind)
+        previous, previous_ref = outs_snap, refs
+        ctx.correctness.update(trials_passed=trial + 1, reference=ref_kind, **worst)
+        del outs, native, refs
+    ctx.correctness["trials"] = ctx.config.trials
+
+
+def _reference_aliases_input(native: list[torch.Tensor], inputs: list[Any]) -> bool:
+    return any(cheats.overlaps(cheats._span(o), cheats._span(x)) for o in native for x in inputs if isinstance(x, torch.Tensor))
+
+
+def run_monitored(ctx: Context, model: Any, inputs: list[Any], policy: str, first: bool) -> list[torch.Tensor]:
+    """Run the candidate; on the first trial also watch threads, aten ops, kernels and streams."""
+    if not first:
+        outs = verify.as_list(run_candidate(lambda: model(*inputs), ctx.device, "forward"))
+        _check_outputs(ctx, outs)
+        return outs
+    threads_before, children_before = cheats.thread_census(), cheats.child_processes()
+    recorder = cheats.OpRecorder()
+    trace = None
+    timed_stream = -1
+
+    def forward() -> Any:
+        with recorder:
+            return model(*inputs)
+
+    if ctx.device.type == "cuda":
+        out, trace, timed_stream = run_candidate(lambda: cheats.trace_kernels(forward), ctx.device, "forward")
+    else:
+        out = run_candidate(forward, ctx.device, "forward")
+    v = cheats.thread_violation(threads_before, children_before)
+    if v:
+        raise Stop(cheat(v[0]), v[1], restart=True)
+    if trace is not None:
+        v = cheats.stream_violation(trace, timed_stream)
+        if v:
+            raise Stop(cheat(v[0]), v[1])
+        ctx.correctness["kernels"] = sorted(set(trace.names))[:20]
+    if policy == "custom":
+        lib = cheats.library_ops(recorder.ops)
+        if lib:
+            raise Stop(cheat("library_call"), f"library compute under policy 'custom': aten ops {', '.join(lib[:8])}")
+        if trace is not None:
+            v = cheats.library_kernel_violation(trace)
+            if v:
+                raise Stop(cheat(v[0]), v[1])
+    outs = verify.as_list(out)
+    _check_outputs(ctx, outs)
+    return outs
+
+
+def _check_outputs(ctx: Context, outs: list[Any]) -> None:
+    v = cheats.output_violation(outs, ctx.device)
+    if v:
+        raise Stop(cheat(v[0]), v[1])
+
+
+# ---------------------------------------------------------------------------------- timing
+
+def timing_sets(ctx: Context, count: int) -> list[list[Any]]:
+    return [verify.make_inputs(ctx.module, ctx.seed + 7 + 31 * k, ctx.device, gaussian=False) for k in range(count)]
+
+
+def time_contenders(ctx: Context, models: Models) -> None:
+    cfg = ctx.config
+    tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
+                               target_rse=cfg.target_rse, max_seconds=cfg.max_timing_s)
+    if ctx.device.type != "cuda":
+        sets = timing_sets(ctx, 2)
+        timers = {"candidate": timing.WallTimer(_call(models.candidate, sets), 2)}
+        timers.update({name: timing.WallTimer(fn, 2) for name, fn in baseline_callables(ctx, models, sets, None).items()})
+        ctx.timings = timing.measure_interleaved(timers, tcfg)
+        _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+        return
+    flush = timing.L2Flusher(ctx.device)
+    sets = timing_sets(ctx, 3)
+    cand_fn = _call(models.candidate, sets)
+    estimate = timing.estimate_ms(cand_fn, len(sets), flush)
+    escape = timing.escape_check(cand_fn, len(sets), estimate)
+    msg = timing.escaped_work(escape)
+    if msg:
+        raise Stop(cheat("escaped_work"), msg)
+    ctx.correctness["escape_check"] = vars(escape)
+    if estimate < timing.GRAPH_THRESHOLD_MS:
+        timers = graph_timers(ctx, models, flush)
+    else:
+        timers = {"candidate": timing.EventTimer(cand_fn, len(sets), flush)}
+        for name, fn in baseline_callables(ctx, models, sets, flush).items():
+            timers[name] = timing.EventTimer(fn, len(sets), flush)
+        # Poison between batches: no contender may find another's freed results.
+        ctx.timings = timing.measure_interleaved(timers, tcfg, lambda: verify.poison_free_memory(ctx.device, 2**20))
+        _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+    _check_roofline(ctx)
+    if cfg.profile:
+        ceilings = ceilings_for(ctx.device)
+        meta = ctx.problem["meta"]
+        ctx.profile = build_profile(ctx.timings["candidate"].median_ms, meta.get("flops"), meta.get("bytes"),
+                                    meta.get("dtype"), ceilings)
+
+
+def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[str, Any]:
+    """Short kernels: every contender replayed in a graph over enough rotating input sets."""
+    l2 = flush.nbytes // 2
+    per_set = sum(x.nbytes for x in timing_sets(ctx, 1)[0] if isinstance(x, torch.Tensor))
+    per_set += sum(t["nbytes"] for t in _output_specs(ctx))
+    sets = timing_sets(ctx, timing.sets_for_graph(per_set, l2))
+    cfg = ctx.config
+    tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
+                               target_rse=cfg.target_rse, max_seconds=cfg.max_timing_s)
+    try:
+        timers: dict[str, Any] = {"candidate": timing.GraphTimer(_call(models.candidate, sets), len(sets))}
+        for name, fn in baseline_callables(ctx, models, sets, flush).items():
+            timers[name] = timing.GraphTimer(fn, len(sets))
+    except Stop:
+        raise
+    except Exception as e:  # noqa: BLE001 - not capturable: time everyone with events instead
+        ctx.correctness["graph_fallback"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        sync(ctx.device)
+        sets = sets[:3]
+        timers = {"candidate": timing.EventTimer(_call(models.candidate, sets), len(sets), flush)}
+        for name, fn in baseline_callables(ctx, models, sets, flush).items():
+            timers[name] = timing.EventTimer(fn, len(sets), flush)
+        ctx.timings = timing.measure_interleaved(timers, tcfg, lambda: verify.poison_free_memory(ctx.device, 2**20))
+        _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+        return timers
+    ctx.timings = timing.measure_interleaved(timers, tcfg)
+    _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+    return timers
+
+
+def _output_specs(ctx: Context) -> list[dict[str, Any]]:
+    from cuforge.problems.problem import dtype_size
+
+    outs = ctx.problem.get("outputs") or []
+    return [{"nbytes": _numel(o["shape"]) * dtype_size(o["dtype"])} for o in outs]
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _call(model: Any, sets: list[list[Any]]) -> Any:
+    def call(k: int) -> Any:
+        with torch.no_grad():
+            return model(*sets[k])
+
+    return call
+
+
+def baseline_callables(ctx: Context, models: Models, sets: list[list[Any]], flush: timing.L2Flusher | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    for name in ctx.config.baselines:
+        try:
+            if name == "torch":
+                out[name] = bl.eager(models.reference, sets)
+            elif name == "torch.compile":
+                out[name] = bl.compiled(models.reference, sets, ctx.config.compile_mode)
+            elif name == "cublas":
+                out[name] = bl.cublas(sets)
+            elif name == "cublaslt":
+                if flush is None:
+                    raise bl.BaselineUnavailable("cuBLASLt needs a GPU")
+                fn, info = bl.cublaslt(sets, ctx.device, lambda f: _quick_time(f, len(sets), flush))
+                ctx.correctness["cublaslt"] = info
+                out[name] = fn
+            else:
+                raise bl.BaselineUnavailable(f"unknown baseline {name!r}")
+        except bl.BaselineUnavailable as e:
+            skipped[name] = str(e)
+    if skipped:
+        ctx.correctness["baselines_skipped"] = skipped
+    return out
+
+
+def _quick_time(fn: Any, n_sets: int, flush: timing.L2Flusher) -> float:
+    t = timing.EventTimer(fn, n_sets, flush)
+    t.samples(3)
+    import statistics
+
+    return statistics.median(t.samples(15))
+
+
+def _verify_timed_outputs(ctx: Context, models: Models, sets: list[list[Any]], outputs: dict[int, Any]) -> None:
+    """Outputs produced while being timed must still match the reference for their own inputs."""
+    for k in sorted(outputs)[:2]:
+        refs, native, _ = verify.reference_outputs(models.reference64, models.reference, sets[k])
+        for i, (o, r, n) in enumerate(zip(verify.as_list(outputs[k]), refs, native)):
+            cmp = verify.compare(o, r, n.dtype, ctx.tol)
+            if not cmp.ok:
+                raise Stop(cheat("result_caching"),
+                           f"output {i} of a timed call on input set {k} is wrong ({cmp.reason}): results during timing "
+                           "do not follow the inputs")
+
+
+def _check_roofline(ctx: Context) -> None:
+    meta = ctx.problem["meta"]
+    rates = peak_rates(torch.cuda.get_device_name(ctx.device), None)
+    floor = roofline_floor_ms(meta.get("flops"), meta.get("bytes"), meta.get("dtype"), rates)
+    cand = ctx.timings["candidate"].median_ms
+    if floor is not None:
+        ctx.correctness["roofline_floor_ms"] = floor
+        if cand < floor:
+            raise Stop(cheat("impossible_speedup"),
+                       f"{cand:.4g} ms is below the roofline floor {floor:.4g} ms ({meta.get('flops') or 0:.3g} FLOP, "
+                       f"{meta.get('bytes') or 0:.3g} B at datasheet peaks): not physically possible")

@@ -1,0 +1,150 @@
+"""Profiles: per-kernel resources from the loaded cubins, achieved rates against ceilings measured
+once per GPU, the roofline floor used by the impossible-speedup check, and a text summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+# Vendor datasheet peaks (dense, no sparsity) for the impossible-speedup check: no honest kernel
+# beats these. Keyed by a substring of the device name; checked in order.
+DATASHEET_PEAKS: list[tuple[str, dict[str, float]]] = [
+    ("H200", {"float16": 989.4e12, "bfloat16": 989.4e12, "float32": 494.7e12, "bytes_per_s": 4.8e12}),
+    ("H100 PCIe", {"float16": 756.0e12, "bfloat16": 756.0e12, "float32": 378.0e12, "bytes_per_s": 2.0e12}),
+    ("H100 NVL", {"float16": 835.0e12, "bfloat16": 835.0e12, "float32": 417.5e12, "bytes_per_s": 3.9e12}),
+    ("H100", {"float16": 989.4e12, "bfloat16": 989.4e12, "float32": 494.7e12, "bytes_per_s": 3.35e12}),
+    ("A100", {"float16": 312.0e12, "bfloat16": 312.0e12, "float32": 156.0e12, "bytes_per_s": 2.039e12}),
+]
+
+
+@dataclass
+class Ceilings:
+    """Measured on this GPU: copy bandwidth (read + write) and matmul rates."""
+
+    device: str
+    bytes_per_s: float
+    flops_per_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def measure_ceilings(device: torch.device) -> Ceilings:
+    from cuforge.sandbox.timing import _Event, _synchronize
+
+    def best_ms(fn: Any, reps: int = 5) -> float:
+        fn()
+        _synchronize()
+        times = []
+        for _ in range(reps):
+            s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            _synchronize()
+            times.append(s.elapsed_time(e))
+        return min(times)
+
+    n = 2**28  # 1 GiB of fp32
+    src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    bw = 2 * src.nbytes / (best_ms(lambda: dst.copy_(src)) / 1e3)
+    del src, dst
+    rates = {}
+    for dtype, size in ((torch.float16, 8192), (torch.bfloat16, 8192), (torch.float32, 4096)):
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b = torch.randn(size, size, device=device, dtype=dtype)
+        rates[str(dtype).replace("torch.", "")] = 2 * size**3 / (best_ms(lambda: torch.matmul(a, b)) / 1e3)
+        del a, b
+    torch.cuda.empty_cache()
+    return Ceilings(torch.cuda.get_device_name(device), bw, rates)
+
+
+def ceilings_for(device: torch.device) -> Ceilings:
+    """Measured once per (GPU model, torch version) and cached on disk."""
+    from cuforge.problems.loader import cache_dir
+
+    name = torch.cuda.get_device_name(device)
+    path = cache_dir() / "ceilings" / f"{name.replace(' ', '_')}-{torch.__version__}.json"
+    if path.exists():
+        try:
+            return Ceilings(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+    c = measure_ceilings(device)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(c.to_dict()))
+    except OSError:
+        pass
+    return c
+
+
+def peak_rates(device_name: str, measured: Ceilings | None) -> dict[str, float]:
+    """Upper bounds no kernel can beat: datasheet peaks, else 1.5x the measured ceilings."""
+    for key, peaks in DATASHEET_PEAKS:
+        if key in device_name:
+            return peaks
+    if measured is None:
+        return {}
+    out = {k: 1.5 * v for k, v in measured.flops_per_s.items()}
+    out["bytes_per_s"] = 1.5 * measured.bytes_per_s
+    return out
+
+
+def roofline_floor_ms(flops: float | None, nbytes: float | None, dtype: str | None, rates: dict[str, float]) -> float | None:
+    """The least time the problem can take at the given rates: max(compute time, memory time)."""
+    terms = []
+    if flops and dtype in rates:
+        terms.append(flops / rates[dtype])
+    if nbytes and rates.get("bytes_per_s"):
+        terms.append(nbytes / rates["bytes_per_s"])
+    return max(terms) * 1e3 if terms else None
+
+
+def kernel_resources() -> list[dict[str, Any]]:
+    from cuforge.runtime import LAUNCHED
+
+    return [asdict(r) for r in LAUNCHED.values() if r.launches > 0]
+
+
+def build_profile(median_ms: float, flops: float | None, nbytes: float | None, dtype: str | None,
+                  ceilings: Ceilings | None) -> dict[str, Any]:
+    prof: dict[str, Any] = {"kernels": kernel_resources()}
+    secs = median_ms / 1e3
+    if flops:
+        prof["achieved_tflops"] = flops / secs / 1e12
+    if nbytes:
+        prof["achieved_gbps"] = nbytes / secs / 1e9
+    if ceilings is not None:
+        rates = dict(ceilings.flops_per_s, bytes_per_s=ceilings.bytes_per_s)
+        floor = roofline_floor_ms(flops, nbytes, dtype, rates)
+        if floor:
+            prof["roofline_fraction"] = floor / median_ms
+            prof["bound"] = "compute" if flops and dtype in rates and flops / rates[dtype] * 1e3 >= floor * 0.999 else "memory"
+        prof["ceilings"] = ceilings.to_dict()
+    prof["summary"] = summarize(prof)
+    return prof
+
+
+def summarize(prof: dict[str, Any]) -> str:
+    """A few lines a prompt can use."""
+    parts = []
+    if "achieved_tflops" in prof:
+        parts.append(f"{prof['achieved_tflops']:.1f} TFLOP/s")
+    if "achieved_gbps" in prof:
+        parts.append(f"{prof['achieved_gbps']:.0f} GB/s")
+    if "roofline_fraction" in prof:
+        parts.append(f"{100 * prof['roofline_fraction']:.0f}% of the measured {prof.get('bound', '')} roofline")
+    lines = ["; ".join(parts)] if parts else []
+    for k in prof.get("kernels", []):
+        spill = f", {k['local_bytes']} B local (spills)" if k.get("local_bytes") else ""
+        lines.append(f"kernel {k['name']}: {k['registers']} regs/thread, {k['shared_static_bytes']} B static smem, "
+                     f"{k['last_dynamic_shared']} B dynamic smem, block {tuple(k['last_block'])}, grid {tuple(k['last_grid'])}{spill}")
+    ncu = prof.get("ncu")
+    if ncu:
+        lines.append("ncu: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in ncu.items()))
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""The supervisor: owns one worker process per GPU, gives each evaluation a hard wall-clock limit,
+and kills and respawns the worker on timeout, crash, sticky CUDA error or runaway host memory.
+
+The driver process never runs candidate code: it only sends JSON and reads JSON back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from cuforge.procenv import scrubbed_env
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.isolation import Limits, child_setup
+
+START_TIMEOUT_S = 180.0
+POLL_S = 0.25
+
+
+class WorkerStartError(RuntimeError):
+    pass
+
+
+def problem_payload(problem: Problem) -> dict[str, Any]:
+    m = problem.meta
+    return {
+        "id": problem.id,
+        "source": problem.source,
+        "meta": {"tolerance": {"atol": m.tolerance.atol, "rtol": m.tolerance.rtol, "rel_norm": m.tolerance.rel_norm},
+                 "flops": m.flops, "bytes": m.bytes, "dtype": m.dtype, "policy": m.policy},
+        "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in problem.outputs or ()],
+    }
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                stack += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Supervisor:
+    """One worker, pinned to one GPU (or the CPU test mode), respawned as needed."""
+
+    def __init__(self, gpu: int | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
+                 limits: Limits | None = None, extra_env: dict[str, str] | None = None) -> None:
+        self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode, isolate_network
+        self.limits = limits or Limits()
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.info: dict[str, Any] = {}
+        self.workdir: Path | None = None
+        self.log_path: Path | None = None
+        self.spawns = 0
+
+    # -------------------------------------------------------------- lifecycle
+
+    def start(self) -> dict[str, Any]:
+        self.close()
+        self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
+        self.log_path = self.workdir / "worker.log"
+        src_root = str(Path(__file__).resolve().parents[2])
+        env = scrubbed_env({
+            "CUDA_VISIBLE_DEVICES": "" if self.cpu_mode else str(self.gpu if self.gpu is not None else 0),
+            "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(self.workdir),
+            "HOME": str(self.workdir),
+            **self.extra_env,
+        })
+        # The caches (cubins, baselines helper, ceilings) are shared with the user's cache dir.
+        env.setdefault("CUFORGE_CACHE_DIR", str(_cache_dir()))
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir() / "inductor"))
+        env.setdefault("TRITON_CACHE_DIR", str(_cache_dir() / "triton"))
+        args = [sys.executable, "-m", "cuforge.sandbox.worker"]
+        if self.isolate_network:
+            args.append("--isolate-network")
+        if self.cpu_mode:
+            args.append("--cpu")
+        log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the worker
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                     env=env, cwd=self.workdir, preexec_fn=child_setup(self.limits))
+        log.close()
+        self.spawns += 1
+        reply = self._read(START_TIMEOUT_S)
+        if reply is None or reply.get("op") != "hello" or "info" not in reply:
+            why = reply.get("error") if reply else f"no hello within {START_TIMEOUT_S:.0f} s"
+            tail = self.log_tail()
+            self.close()
+            raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
+        self.info = reply["info"]
+        return self.info
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own process group
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    if f:
+                        f.close()
+                except OSError:
+                    pass
+            self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 6) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        kept = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
+        return " | ".join(kept)[-1500:]
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- I/O
+
+    def _read(self, timeout_s: float, max_rss: int | None = None) -> dict[str, Any] | None:
+        """One reply line, or None on timeout; raises MemoryError when the worker outgrows max_rss."""
+        assert self.proc is not None and self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if sel.select(timeout=min(POLL_S, left)):
+                    line = self.proc.stdout.readline()
+                    if not line:
+                        return {"op": "eof"}
+                    return json.loads(line)
+                if max_rss and _rss_bytes(self.proc.pid) > max_rss:
+                    raise MemoryError(_rss_bytes(self.proc.pid))
+        finally:
+            sel.close()
+
+    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+        base = {"problem_id": problem.id, "candidate_id": candidate.id}
+        t0 = time.monotonic()
+        restarted = False
+        if not self.alive():
+            restarted = self.spawns > 0
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        request = {"op": "evaluate", "problem": problem_payload(problem), "candidate": candidate.to_dict(),
+                   "config": config.to_dict()}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            reply = self._read(config.timeout_s, int(config.max_host_memory_gib * 2**30))
+        except BrokenPipeError:
+            reply = {"op": "eof"}
+        except MemoryError as e:
+            self.close()
+            return Evaluation(status="crash", message=f"worker host memory {int(e.args[0]) / 2**30:.1f} GiB exceeded the "
+                              f"{config.max_host_memory_gib:g} GiB limit; worker killed", wall_s=time.monotonic() - t0,
+                              worker_restarted=True, device=self.info, **base)
+        if reply is None:
+            self.close()
+            return Evaluation(status="timeout", message=f"no result within {config.timeout_s:g} s; worker killed",
+                              wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
+        if reply.get("op") == "eof":
+            code = self.proc.wait() if self.proc else None
+            tail = self.log_tail()
+            self.close()
+            return Evaluation(status="crash", message=f"worker died ({_describe_exit(code)})" + (f": {tail}" if tail else ""),
+                              wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
+        if reply.get("op") == "error":
+            self.close()
+            return Evaluation(status="crash", message=f"harness error in worker: {reply.get('message')}",
+                              wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
+        ev = Evaluation.from_dict(reply["evaluation"])
+        ev.worker_restarted = restarted
+        if reply.get("restart"):
+            self.close()
+        return ev
+
+
+def _cache_dir() -> Path:
+    from cuforge.problems.loader import cache_dir
+
+    return cache_dir()

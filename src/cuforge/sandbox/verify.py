@@ -1,0 +1,163 @@
+"""Correctness: fresh inputs per trial, float64 references, per-dtype comparisons, poisoned memory."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from cuforge.problems.problem import Tolerance
+
+_PRECISION_RANK = {torch.float64: 3, torch.float32: 2, torch.float16: 1, torch.bfloat16: 1}
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    reason: str = ""
+    kind: str = "wrong_output"  # or "precision_downgrade" when the error is that of reduced precision
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    rel_norm_err: float = 0.0
+    mismatches: int = 0
+    sample: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_inputs(problem_module: Any, seed: int, device: torch.device, gaussian: bool) -> list[Any]:
+    """The problem's own inputs for `seed`; with `gaussian`, floating inputs redrawn as N(0, 1)."""
+    torch.manual_seed(seed)
+    with torch.device(device):  # drawn on the device: fast, and the same distribution
+        inputs = list(problem_module.get_inputs())
+    out = []
+    gen = torch.Generator(device=device).manual_seed(seed + 7919)
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if gaussian and x.is_floating_point():
+                x = torch.randn(x.shape, generator=gen, device=device, dtype=torch.float32).to(x.dtype)
+        out.append(x)
+    return out
+
+
+def as_list(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def float64_model(model: torch.nn.Module) -> torch.nn.Module | None:
+    try:
+        return copy.deepcopy(model).double()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def reference_outputs(
+    model64: torch.nn.Module | None, model: torch.nn.Module, inputs: list[Any]
+) -> tuple[list[torch.Tensor], list[torch.Tensor], str]:
+    """(outputs to compare against, the native model's live outputs, reference kind).
+
+    Floating outputs come from the float64 model on float64 inputs where that runs, else from the
+    native model upcast; integer outputs (indices) always from the native model.
+    """
+    with torch.no_grad():
+        native = as_list(model(*inputs))
+        if model64 is not None:
+            try:
+                ins64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                out64 = as_list(model64(*ins64))
+                merged = [o64 if n.is_floating_point() else n for o64, n in zip(out64, native)]
+                return merged, native, "float64"
+            except Exception:  # noqa: BLE001 - some ops have no float64 kernel
+                pass
+    return [n.double() if n.is_floating_point() else n for n in native], native, "native"
+
+
+def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Tolerance) -> Comparison:
+    """Shape, dtype, finiteness, non-degeneracy, allclose and relative Frobenius error."""
+    if not isinstance(out, torch.Tensor):
+        return Comparison(False, f"output is a {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(ref.shape):
+        return Comparison(False, f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
+    if out.dtype != expected_dtype:
+        lower = _PRECISION_RANK.get(out.dtype, 0) < _PRECISION_RANK.get(expected_dtype, 0)
+        return Comparison(False, f"dtype {out.dtype} != expected {expected_dtype}",
+                          kind="precision_downgrade" if lower else "wrong_output")
+    if not expected_dtype.is_floating_point:
+        wrong = int((out != ref).sum())
+        if wrong:
+            idx = torch.nonzero(out != ref)[:5].tolist()
+            return Comparison(False, f"{wrong} of {out.numel()} elements differ", mismatches=wrong,
+                              sample=[{"index": i, "got": out[tuple(i)].item(), "expected": ref[tuple(i)].item()} for i in idx])
+        return Comparison(True)
+    o = out.double()
+    if not bool(torch.isfinite(o).all()):
+        bad = int((~torch.isfinite(o)).sum())
+        ref_bad = int((~torch.isfinite(ref)).sum())
+        if bad != ref_bad or not bool(torch.equal(torch.isfinite(o), torch.isfinite(ref))):
+            return Comparison(False, f"{bad} NaN/Inf elements (reference has {ref_bad})", mismatches=bad)
+    finite = torch.isfinite(ref)
+    o, r = torch.where(finite, o, 0.0), torch.where(finite, ref, 0.0)
+    diff = (o - r).abs()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / r.abs().clamp_min(1e-12)).max()) if diff.numel() else 0.0
+    ref_norm = float(torch.linalg.vector_norm(r))
+    rel_norm = float(torch.linalg.vector_norm(o - r)) / ref_norm if ref_norm > 0 else float(torch.linalg.vector_norm(o))
+    base = dict(max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
+    if o.numel() > 1 and float(r.std()) > 0 and float(o.std()) == 0:
+        return Comparison(False, "output is constant while the reference is not", **base)
+    close = torch.isclose(o, r, rtol=tol.rtol, atol=tol.atol)
+    mismatches = int((~close).sum())
+    if mismatches:
+        idx = torch.nonzero(~close)[:5].tolist()
+        sample = [{"index": i, "got": float(o[tuple(i)]), "expected": float(r[tuple(i)])} for i in idx]
+        return Comparison(False, f"{mismatches} of {o.numel()} elements outside atol={tol.atol:g}, rtol={tol.rtol:g} "
+                          f"(max abs err {max_abs:.3g})", mismatches=mismatches, sample=sample, **base)
+    if rel_norm > tol.rel_norm:
+        # allclose passed but the error norm is too large: the signature of lower-precision arithmetic
+        # (TF32 on fp32 problems, fp16/bf16 accumulation), which is a precision downgrade.
+        return Comparison(False, f"relative error norm {rel_norm:.3g} exceeds the {expected_dtype} bound "
+                          f"{tol.rel_norm:g}: consistent with reduced-precision arithmetic",
+                          kind="precision_downgrade", **base)
+    return Comparison(True, **base)
+
+
+# ---------------------------------------------------------------------------------- poison
+
+POISON_BYTE = 0xFF  # all-ones bits: NaN in fp16, bf16, fp32 and fp64
+
+
+def poison_free_memory(device: torch.device, min_bytes: int = 64 * 2**20) -> int:
+    """Fill memory the caching allocator will hand out next with NaN bit patterns.
+
+    Freed blocks are returned to the driver, re-taken in one allocation (likely the same pages),
+    filled and released into torch's cache, so an output a candidate allocates and never writes reads
+    as NaN, never as an earlier reference's result. The small-block pool is poisoned the same way.
+    Returns the bytes poisoned.
+    """
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_reserved(device)
+    torch.cuda.empty_cache()
+    released = before - torch.cuda.memory_reserved(device)
+    total = max(released, min_bytes)
+    free, _ = torch.cuda.mem_get_info(device)
+    total = min(total, max(free - 512 * 2**20, 0))
+    poisoned = 0
+    if total > 0:
+        block = torch.empty(total, dtype=torch.uint8, device=device)
+        block.fill_(POISON_BYTE)
+        poisoned += total
+        del block
+    # Small pool: requests under 1 MiB come from 2 MiB segments that the big block never serves.
+    smalls = [torch.empty(2**19, dtype=torch.uint8, device=device) for _ in range(16)]
+    for s in smalls:
+        s.fill_(POISON_BYTE)
+    poisoned += 16 * 2**19
+    del smalls
+    torch.cuda.synchronize(device)
+    return poisoned

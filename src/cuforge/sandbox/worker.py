@@ -1,0 +1,111 @@
+"""The evaluation worker process: one per GPU, long-lived, holding a warm CUDA context.
+
+    python -m cuforge.sandbox.worker [--isolate-network]
+
+Speaks JSON lines: requests on stdin, replies on a private copy of the original stdout. File
+descriptor 1 is pointed at stderr before any candidate code runs, so prints from Python, C++ or
+device printf cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+
+def _protocol_stream() -> Any:
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)  # everything else written to fd 1 goes to the log
+    sys.stdout = sys.stderr
+    return os.fdopen(proto_fd, "w", buffering=1)
+
+
+def _device_info(device: str, isolation: str) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+                            "isolation": isolation, "pid": os.getpid()}
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        info.update(name=p.name, sm_count=p.multi_processor_count, compute_capability=f"{p.major}.{p.minor}",
+                    memory_gib=round(p.total_memory / 2**30, 1), l2_bytes=getattr(p, "L2_cache_size", None))
+    return info
+
+
+# A tiny problem and an honest candidate, evaluated once at start: it warms the CUDA context and
+# makes torch rebind its lazily wrapped functions (torch.manual_seed, ...) before any candidate's
+# guard snapshot, so such rebinding is never mistaken for a candidate's patch.
+_SELF_TEST_PROBLEM = {
+    "id": "self-test/relu",
+    "source": "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+              "def get_inputs():\n    return [torch.randn(4096)]\ndef get_init_inputs():\n    return []\n",
+    "meta": {"tolerance": {"atol": 1e-4, "rtol": 1e-4, "rel_norm": 1e-5}, "flops": 4096.0, "bytes": 32768.0,
+             "dtype": "float32", "policy": "any"},
+    "outputs": [{"shape": [4096], "dtype": "float32"}],
+}
+_SELF_TEST_CANDIDATE = {"source": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                                  "        return x.clamp_min(0)\n", "format": "module"}
+
+
+def self_test(device: str, info: dict[str, Any]) -> str:
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.pipeline import evaluate_request
+
+    config = EvalConfig(device=device, trials=2, min_samples=5, max_samples=10, profile=False)
+    evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)  # warm-up: lazy rebinding happens here
+    ev, _ = evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)
+    return "ok" if ev.ok else f"{ev.status}: {ev.message}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    isolation = "host network"
+    if "--isolate-network" in argv:
+        from cuforge.sandbox.isolation import enter_private_network
+
+        isolation = "private network namespace" if enter_private_network() else "host network (namespace refused)"
+    proto = _protocol_stream()
+    device = "cpu" if "--cpu" in argv else "cuda"
+    import torch
+
+    from cuforge.sandbox.cheats import set_strict_precision
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.pipeline import evaluate_request
+
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            proto.write(json.dumps({"op": "hello", "error": "no CUDA device visible to the worker"}) + "\n")
+            return
+        torch.cuda.init()
+        torch.cuda.set_device(0)
+    set_strict_precision()
+    info = _device_info(device, isolation)
+    info["self_test"] = self_test(device, info)
+    proto.write(json.dumps({"op": "hello", "info": info}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if req.get("op") == "exit":
+            break
+        if req.get("op") == "ping":
+            proto.write(json.dumps({"op": "pong"}) + "\n")
+            continue
+        try:
+            config = EvalConfig.from_dict(req["config"])
+            ev, restart = evaluate_request(req["problem"], req["candidate"], config, info)
+            reply = {"op": "result", "evaluation": ev.to_dict(), "restart": restart}
+        except Exception as e:  # noqa: BLE001 - a harness bug must still produce a verdict
+            traceback.print_exc()
+            reply = {"op": "error", "message": f"{type(e).__name__}: {e}", "restart": True}
+        proto.write(json.dumps(reply, default=str) + "\n")
+        proto.flush()
+        if reply.get("restart"):
+            break  # the supervisor starts a fresh worker for the next evaluation
+
+
+if __name__ == "__main__":
+    main()
