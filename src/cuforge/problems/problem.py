@@ -116,7 +116,8 @@ class Problem:
 
     @property
     def name(self) -> str:
-        return self.id.rsplit("/", 1)[-1]
+        tail = self.id.rsplit("/", 1)[-1]
+        return tail[:-3] if tail.endswith(".py") else tail
 
     def shapes_summary(self) -> str:
         ins = ", ".join(t.describe() for t in self.inputs)

@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuforge.aten_ops import is_compute
+from cuforge.sandbox.verify import same_bits
 
 Verdict = tuple[str, str]  # (cheat kind, message)
 
@@ -283,7 +284,7 @@ def alias_violation(
 
 def input_mutation_violation(inputs: list[Any], snapshots: list[Any]) -> Verdict | None:
     for i, (x, s) in enumerate(zip(inputs, snapshots)):
-        if isinstance(x, torch.Tensor) and not torch.equal(x, s):
+        if isinstance(x, torch.Tensor) and not same_bits(x, s):
             return ("input_mutation", f"input {i} was modified by the candidate")
     return None
 
@@ -292,7 +293,7 @@ def caching_violation(out: torch.Tensor, previous_out: torch.Tensor | None, refs
     """The same bits for different inputs: the candidate returned a remembered result."""
     if previous_out is None or not refs_differ or out.shape != previous_out.shape:
         return None
-    if torch.equal(out, previous_out):
+    if same_bits(out, previous_out):
         return ("result_caching", "returned the identical result for different inputs")
     return None
 

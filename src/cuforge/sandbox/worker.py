@@ -50,6 +50,17 @@ _SELF_TEST_CANDIDATE = {"source": "import torch\nclass ModelNew(torch.nn.Module)
                                   "        return x.clamp_min(0)\n", "format": "module"}
 
 
+def settle_torch() -> None:
+    """Let torch make the rebinding it would otherwise make lazily (dynamo's Module hooks on the
+    first torch.compile), so the guard sees a stable torch before any candidate runs."""
+    try:
+        from torch._dynamo.mutation_guard import install_generation_tagging_init
+
+        install_generation_tagging_init()
+    except Exception:  # noqa: BLE001 - older/newer torch without this hook: nothing to settle
+        pass
+
+
 def self_test(device: str, info: dict[str, Any]) -> str:
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.pipeline import evaluate_request
@@ -82,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.init()
         torch.cuda.set_device(0)
     set_strict_precision()
+    settle_torch()
     info = _device_info(device, isolation)
     info["self_test"] = self_test(device, info)
     proto.write(json.dumps({"op": "hello", "info": info}) + "\n")

@@ -1,0 +1,190 @@
+"""The sandbox on the CPU: supervisor (timeouts, crashes, respawn, memory), isolation, status
+classification and the anti-cheat checks that need no GPU, with misbehaving candidates."""
+
+import textwrap
+
+import pytest
+
+from cuforge.problems.loader import load_files
+from cuforge.sandbox.candidate import Candidate, LaunchSpec, normalize_source, wrap_kernel
+from cuforge.sandbox.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.supervisor import Supervisor
+
+PROBLEM = """
+import torch
+N = 4096
+CUFORGE = {{"policy": "{policy}", "flops": "N", "bytes": "8 * N"}}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(N)]
+def get_init_inputs():
+    return []
+"""
+
+CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    d = tmp_path_factory.mktemp("p")
+    (d / "relu_any.py").write_text(PROBLEM.format(policy="any"))
+    (d / "relu_custom.py").write_text(PROBLEM.format(policy="custom"))
+    loaded, skipped = load_files([d / "relu_any.py", d / "relu_custom.py"])
+    assert not skipped
+    return {p.name: p for p in loaded}
+
+
+@pytest.fixture(scope="module")
+def sup():
+    s = Supervisor(cpu_mode=True)
+    yield s
+    s.close()
+
+
+def run(sup, problems, body, policy="any", **cfg):
+    src = "import torch\n" + textwrap.dedent(body)
+    config = EvalConfig(**{**CFG.to_dict(), **cfg}) if cfg else CFG
+    return sup.evaluate(problems[f"relu_{policy}"], Candidate(src), config)
+
+
+HONEST = """
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)
+"""
+
+
+def test_honest_candidate_is_ok_with_interleaved_timings(sup, problems):
+    ev = run(sup, problems, HONEST)
+    assert ev.status == "ok", ev.message
+    assert ev.correctness["trials_passed"] == 5 and ev.correctness["reference"] == "float64"
+    assert set(ev.timings) == {"candidate", "torch"}
+    assert all(t.n >= 5 and t.method == "cpu-wallclock" and t.p20_ms <= t.median_ms <= t.p80_ms for t in ev.timings.values())
+    assert ev.speedup_vs("torch") == pytest.approx(ev.timings["torch"].median_ms / ev.timings["candidate"].median_ms)
+    assert sup.info["self_test"] == "ok"
+    # Round trip through JSON keeps everything.
+    assert Evaluation.from_dict(ev.to_dict()).timings == ev.timings
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    ("class ModelNew(torch.nn.Module)\n    pass\n", "compile_error", "syntax error at line"),
+    ("raise ImportError('no such thing')\n", "runtime_error", "importing the candidate raised"),
+    ("class Other: pass\n", "runtime_error", "defines no ModelNew"),
+    ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        raise ValueError('kaboom')\n",
+     "runtime_error", "forward raised ValueError: kaboom"),
+    ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n", "wrong_output", "outside atol"),
+    ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)[:-1]\n", "wrong_output", "shape"),
+    ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.full_like(x, float('nan'))\n",
+     "wrong_output", "NaN"),
+    ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros_like(x)\n",
+     "wrong_output", "constant"),
+])
+def test_status_classification(sup, problems, body, status, fragment):
+    ev = run(sup, problems, body)
+    assert ev.status == status, (ev.status, ev.message)
+    assert fragment in ev.message
+
+
+def test_compile_error_reports_python_diagnostic(sup, problems):
+    ev = run(sup, problems, "class ModelNew(torch.nn.Module)\n    pass\n")
+    assert ev.diagnostics and ev.diagnostics[0].line == 2 and ev.diagnostics[0].severity == "error"
+
+
+CHEATS = {
+    "input_mutation": ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.relu_()\n", "any"),
+    "thread": ("import threading, time\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+               "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n        return x.clamp_min(0)\n", "any"),
+    "timer_patch": ("import time\n_real = time.perf_counter\ntime.perf_counter = lambda: _real() * 0.5\n" + HONEST, "any"),
+    "monkeypatch": ("torch.relu = lambda x: x.clamp_min(0)\n" + HONEST, "any"),
+    "lazy_tensor": ("class Lazy(torch.Tensor):\n    pass\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x.clamp_min(0).as_subclass(Lazy)\n", "any"),
+    "library_call": (HONEST, "custom"),
+    "result_caching": ("class ModelNew(torch.nn.Module):\n    cache = None\n    def forward(self, x):\n"
+                       "        if ModelNew.cache is None:\n            ModelNew.cache = x.clamp_min(0)\n        return ModelNew.cache\n", "any"),
+    "precision_downgrade": ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clamp_min(0).half()\n", "any"),
+    "aliasing": ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n", "any"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CHEATS))
+def test_each_cpu_detectable_cheat_is_named(sup, problems, kind):
+    body, policy = CHEATS[kind]
+    ev = run(sup, problems, body, policy=policy)
+    assert ev.status == f"cheat:{kind}", (ev.status, ev.message)
+
+
+def test_precision_flag_change_is_a_downgrade(sup, problems):
+    body = "torch.backends.cuda.matmul.allow_tf32 = True\n" + HONEST
+    ev = run(sup, problems, body)
+    assert ev.status == "cheat:precision_downgrade" and "allow_tf32" in ev.message
+
+
+def test_timeout_kills_and_respawns(problems):
+    with Supervisor(cpu_mode=True) as s:
+        ev = s.evaluate(problems["relu_any"], Candidate("import time, torch\n" + HONEST.replace("return", "time.sleep(3600); return")),
+                        EvalConfig(**{**CFG.to_dict(), "timeout_s": 8}))
+        assert ev.status == "timeout" and ev.worker_restarted and not s.alive()
+        ev = s.evaluate(problems["relu_any"], Candidate("import torch\n" + HONEST), CFG)
+        assert ev.status == "ok" and ev.worker_restarted and s.spawns == 2
+
+
+def test_crash_hang_on_import_and_memory_runaway(problems):
+    with Supervisor(cpu_mode=True) as s:
+        segv = "import ctypes\nctypes.string_at(0)\n"
+        ev = s.evaluate(problems["relu_any"], Candidate(segv), CFG)
+        assert ev.status == "crash" and "SIGSEGV" in ev.message
+        ev = s.evaluate(problems["relu_any"], Candidate("import os\nos._exit(7)\n"), CFG)
+        assert ev.status == "crash" and "exit code 7" in ev.message
+        hog = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+               "        self.hog = [bytearray(2**28) for _ in range(16)]\n        import time; time.sleep(60)\n")
+        ev = s.evaluate(problems["relu_any"], Candidate(hog), EvalConfig(**{**CFG.to_dict(), "max_host_memory_gib": 1.5}))
+        assert ev.status == "crash" and "GiB limit" in ev.message
+        ev = s.evaluate(problems["relu_any"], Candidate("import torch\n" + HONEST), CFG)
+        assert ev.ok and s.spawns == 4
+
+
+def test_worker_environment_is_scrubbed_and_isolated(problems, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-never-arrive")
+    monkeypatch.setenv("HF_TOKEN", "hf-should-never-arrive")
+    body = """
+import os, socket, tempfile, torch
+leaked = [k for k in os.environ if 'KEY' in k or 'TOKEN' in k]
+assert not leaked, f"secrets visible: {leaked}"
+assert os.getcwd().startswith(tempfile.gettempdir()) or 'cuforge-worker-' in os.getcwd(), os.getcwd()
+s = socket.socket()
+s.settimeout(1)
+try:
+    s.connect(('1.1.1.1', 53))
+    raise AssertionError('network reachable')
+except OSError:
+    pass
+""" + HONEST
+    with Supervisor(cpu_mode=True) as s:
+        ev = s.evaluate(problems["relu_any"], Candidate(body), CFG)
+        assert ev.status == "ok", ev.message
+        assert s.info["isolation"] in ("private network namespace", "host network (namespace refused)")
+
+
+def test_format_b_wrapper_is_valid_python_and_its_kernel_compiles():
+    kernel = textwrap.dedent("""
+        extern "C" __global__ void relu(const float* x, float* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+        }
+    """)
+    spec = LaunchSpec(entry="relu", grid="(cdiv(n, 256),)", block="(256,)", args=("in0", "out0", "n"),
+                      outputs=(("in0.shape", "float32"),), bindings=(("n", "in0.numel()"),))
+    cand = Candidate(kernel, "kernel", spec, proposer="test")
+    compile(cand.module_source(), "<wrapper>", "exec")
+    assert "relu" in wrap_kernel(kernel, spec)
+    from cuforge.runtime import compile_cuda
+
+    mod = compile_cuda(kernel, arch="sm_90a")
+    assert mod.signatures["relu"][2].ctype == "int" and len(mod.cubin) > 0
+    # Identity ignores whitespace and comments; the launch spec is part of it.
+    assert Candidate(kernel + "\n// note\n", "kernel", spec).id == cand.id
+    assert normalize_source("a  /* x */ b // y\n c") == "a b c"
+    with pytest.raises(ValueError):
+        Candidate(kernel, "kernel")
