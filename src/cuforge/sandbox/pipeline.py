@@ -180,6 +180,9 @@ def check_correctness(ctx: Context, models: Models) -> None:
             for k in worst:
                 worst[k] = max(worst[k], getattr(cmp, k))
             if not cmp.ok:
+                if verify.poison_fraction(o) > 0.5:
+                    raise Stop(cheat("aliasing"), f"trial {trial}, output {i}: holds never-written memory (the poison "
+                               "pattern): the output was allocated but not computed, hoping to read a freed result")
                 if previous is not None and previous_ref is not None:
                     v = cheats.caching_violation(o, previous[i], not torch.equal(r, previous_ref[i]))
                     if v:

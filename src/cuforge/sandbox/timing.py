@@ -205,7 +205,7 @@ def escape_check(fn: Contender, n_sets: int, event_ms: float, calls: int = 20) -
 def escaped_work(check: EscapeCheck) -> str | None:
     """Device time the events did not see: the wall clock, back to back, far above both the
     event time and the host's launch time; or a host that blocks far longer than its events."""
-    bound = 1.5 * max(check.event_ms, check.host_ms) + 0.05
+    bound = 1.5 * max(check.event_ms, check.host_ms) + 0.01
     if check.wall_ms > bound:
         return (f"back-to-back wall clock {check.wall_ms:.4g} ms per call vs {check.event_ms:.4g} ms on the "
                 f"timed stream's events: work escapes the timed stream")

@@ -140,6 +140,14 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
 POISON_BYTE = 0xFF  # all-ones bits: NaN in fp16, bf16, fp32 and fp64
 
 
+def poison_fraction(t: torch.Tensor) -> float:
+    """Share of elements whose bits are the poison pattern: memory nobody wrote."""
+    if not isinstance(t, torch.Tensor) or t.numel() == 0 or not t.is_floating_point():
+        return 0.0
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()]
+    return float((t.contiguous().view(ints) == -1).float().mean())
+
+
 def poison_free_memory(device: torch.device, min_bytes: int = 64 * 2**20) -> int:
     """Fill memory the caching allocator will hand out next with NaN bit patterns.
 

@@ -1,0 +1,37 @@
+"""Shared by the benchmark scripts: where results go, and the GPU/software stamp on each."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def stamp() -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                           "torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+    return out
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    """benchmarks/results/NAME.json, and a copy under $OUT when the device tool runs us."""
+    data = {"benchmark": name, **stamp(), **data}
+    text = json.dumps(data, indent=2, default=str)
+    path = ROOT / "benchmarks" / "results" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], f"{name}.json").write_text(text)
+    print(text)
+    return path

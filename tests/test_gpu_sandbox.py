@@ -1,0 +1,189 @@
+"""The sandbox on a real GPU: the fast runtime, honest kernels, every GPU-side cheat, sticky CUDA
+errors and hung kernels, fp16-accumulation rejection, compile caching and baselines."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cuforge.problems.hgemm import hgemm_problem
+from cuforge.problems.loader import load_files
+from cuforge.sandbox.candidate import Candidate, LaunchSpec
+from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.supervisor import Supervisor
+
+pytestmark = pytest.mark.gpu
+CANDS = Path(__file__).parent / "gpu_candidates"
+CFG = EvalConfig(max_timing_s=3.0, timeout_s=240)
+
+RELU = """
+import torch
+N = {n}
+CUFORGE = {{"policy": "{policy}", "flops": "{flops}", "bytes": "8 * N", "dtype": "float32"}}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(N)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu_problems")
+    specs = {
+        "relu_custom": (2**22, "custom", "N"), "relu_any": (2**22, "any", "N"),
+        "relu_small": (2**14, "custom", "N"), "relu_big": (2**26, "custom", "N"),
+        "relu_inflated": (2**22, "custom", "1e15"),
+    }
+    for name, (n, policy, flops) in specs.items():
+        (d / f"{name}.py").write_text(RELU.format(n=n, policy=policy, flops=flops))
+    loaded, skipped = load_files(sorted(d.glob("*.py")))
+    assert not skipped
+    return {p.name: p for p in loaded}
+
+
+@pytest.fixture(scope="module")
+def sup():
+    s = Supervisor(gpu=0)
+    yield s
+    s.close()
+
+
+def cand(name: str) -> Candidate:
+    return Candidate((CANDS / name).read_text())
+
+
+def hgemm_candidate(accumulate: str) -> Candidate:
+    src = (CANDS / "hgemm_simt.cu").read_text()
+    if accumulate == "fp32":
+        defs = "#define ACC_T float\n#define ACC_ZERO 0.f\n#define ACC_FMA(a, b, c) fmaf(a, b, c)\n#define ACC_OUT(x) __float2half(x)\n"
+    else:
+        defs = ("#define ACC_T half\n#define ACC_ZERO __float2half(0.f)\n"
+                "#define ACC_FMA(a, b, c) __hfma(__float2half(a), __float2half(b), c)\n#define ACC_OUT(x) (x)\n")
+    spec = LaunchSpec(entry="hgemm_simt", grid="(cdiv(N, 16), cdiv(M, 16))", block="(16, 16)",
+                      args=("in0", "in1", "out0", "M", "N", "K"), outputs=(("(M, N)", "float16"),),
+                      bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]")))
+    return Candidate(defs + src, "kernel", spec, proposer="test")
+
+
+def test_worker_starts_warm_and_isolated(sup):
+    info = sup.start()
+    assert info["self_test"] == "ok" and info["name"] and info["sm_count"] > 0
+    assert info["isolation"].startswith(("private network", "host network"))
+
+
+def test_honest_runtime_kernel_with_events_and_profile(sup, problems):
+    ev = sup.evaluate(problems["relu_custom"], cand("relu_runtime.py"), CFG)
+    assert ev.status == "ok", ev.message
+    t = ev.timings["candidate"]
+    assert t.method == "events+l2flush" and t.n >= 30 and t.p20_ms <= t.median_ms <= t.p80_ms
+    assert "torch" in ev.timings and ev.speedup_vs("torch") > 0
+    k = ev.profile["kernels"][0]
+    assert k["name"] == "relu4" and k["registers"] > 0 and k["launches"] > 0
+    assert 0 < ev.profile["roofline_fraction"] <= 1.0 and "GB/s" in ev.profile["summary"]
+    assert ev.correctness["reference"] == "float64" and ev.correctness["trials_passed"] == 5
+
+
+def test_short_kernels_are_timed_by_graph_replay(sup, problems):
+    ev = sup.evaluate(problems["relu_small"], cand("relu_runtime.py"), CFG)
+    assert ev.status == "ok", ev.message
+    assert ev.timings["candidate"].method == "graph+rotating", ev.correctness.get("graph_fallback")
+    assert ev.timings["torch"].method == "graph+rotating"
+
+
+@pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 700, 333), (1, 64, 40), (64, 1, 17)])
+def test_format_b_gemm_is_correct_on_awkward_shapes(sup, shape):
+    ev = sup.evaluate(hgemm_problem(*shape), hgemm_candidate("fp32"), EvalConfig(max_timing_s=2.0, baselines=("torch",)))
+    assert ev.status == "ok", ev.message
+    assert ev.correctness["rel_norm_err"] < 1e-3
+
+
+def test_fp16_accumulation_is_rejected(sup):
+    ev = sup.evaluate(hgemm_problem(256, 256, 1024), hgemm_candidate("fp16"), CFG)
+    assert ev.status == "cheat:precision_downgrade", (ev.status, ev.message)
+
+
+@pytest.mark.parametrize("name, problem, kind", [
+    ("side_stream.py", "relu_custom", "side_stream"),
+    ("escaped_work.py", "relu_big", "escaped_work"),
+    ("timer_patch.py", "relu_any", "timer_patch"),
+    ("uninitialized.py", "relu_custom", "aliasing"),
+    ("cached_result.py", "relu_any", "result_caching"),
+])
+def test_gpu_cheats_are_named(sup, problems, name, problem, kind):
+    ev = sup.evaluate(problems[problem], cand(name), CFG)
+    assert ev.status == f"cheat:{kind}", (ev.status, ev.message)
+
+
+def test_cublas_inside_a_custom_candidate_is_a_library_call(sup):
+    ev = sup.evaluate(hgemm_problem(512, 512, 512), cand("cublas_call.py"), CFG)
+    assert ev.status == "cheat:library_call" and "mm" in ev.message, ev.message
+
+
+def test_speed_past_the_roofline_is_impossible(sup, problems):
+    ev = sup.evaluate(problems["relu_inflated"], cand("relu_runtime.py"), CFG)
+    assert ev.status == "cheat:impossible_speedup", (ev.status, ev.message)
+
+
+def test_sticky_error_and_hung_kernel_restart_the_worker(problems):
+    with Supervisor(gpu=0) as s:
+        ev = s.evaluate(problems["relu_custom"], cand("illegal_address.py"), CFG)
+        assert ev.status == "runtime_error" and "illegal" in ev.message.lower(), ev.message
+        assert not s.alive()
+        ev = s.evaluate(problems["relu_custom"], cand("infinite_loop.py"), EvalConfig(timeout_s=25))
+        assert ev.status == "timeout" and not s.alive()
+        ev = s.evaluate(problems["relu_custom"], cand("relu_runtime.py"), CFG)
+        assert ev.status == "ok" and ev.worker_restarted and s.spawns == 3
+
+
+def test_compile_error_diagnostics_and_cache(sup, problems, tmp_path):
+    bad = (CANDS / "relu_runtime.py").read_text().replace("fmaxf(v.x, 0.f)", "fmaxf(v.x, undefined_name)")
+    ev = sup.evaluate(problems["relu_custom"], Candidate(bad), CFG)
+    assert ev.status == "compile_error" and ev.diagnostics[0].line == 8 and "undefined_name" in ev.diagnostics[0].message
+    from cuforge.runtime import compile_cuda
+
+    src = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.f; }"
+    first = compile_cuda(src, arch="sm_90a")
+    second = compile_cuda(src, arch="sm_90a")
+    assert second.stats.cache == "memory" and second.cubin == first.cubin
+
+
+def test_cublas_and_cublaslt_baselines(sup):
+    ev = sup.evaluate(hgemm_problem(1024, 1024, 1024), hgemm_candidate("fp32"),
+                      EvalConfig(baselines=("torch", "cublas", "cublaslt"), max_timing_s=3.0))
+    assert ev.status == "ok", ev.message
+    assert {"torch", "cublas", "cublaslt"} <= set(ev.timings), ev.correctness.get("baselines_skipped")
+    assert ev.correctness["cublaslt"]["algorithms_tried"] >= 1
+
+
+def test_torch_compile_baseline(sup, problems):
+    ev = sup.evaluate(problems["relu_custom"], cand("relu_runtime.py"),
+                      EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=2.0))
+    assert ev.status == "ok", ev.message
+    assert "torch.compile" in ev.timings, ev.correctness.get("baselines_skipped")
+
+
+def test_runtime_launch_type_checks():
+    import torch
+
+    from cuforge.runtime import LaunchError, compile_cuda
+
+    k = compile_cuda(textwrap.dedent("""
+        extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] += a * x[i];
+        }""")).kernel("axpy")
+    x = torch.ones(1000, device="cuda")
+    y = torch.zeros(1000, device="cuda")
+    k((4,), (256,), 2, x, y, 1000)  # an int for a float parameter is converted, not misread
+    torch.cuda.synchronize()
+    assert torch.all(y == 2)
+    with pytest.raises(LaunchError, match="pointer"):
+        k((4,), (256,), 2.0, 3.0, y, 1000)
+    with pytest.raises(LaunchError, match="takes 4 arguments"):
+        k((4,), (256,), 2.0, x, y)
+    with pytest.raises(LaunchError, match="not on a CUDA device"):
+        k((4,), (256,), 2.0, x.cpu(), y, 1000)
