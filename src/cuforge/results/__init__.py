@@ -1,0 +1,1 @@
+"""cuforge.results: the SQLite store, leaderboards, reports."""
