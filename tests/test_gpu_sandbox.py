@@ -142,7 +142,7 @@ def test_sticky_error_and_hung_kernel_restart_the_worker(problems):
 def test_compile_error_diagnostics_and_cache(sup, problems, tmp_path):
     bad = (CANDS / "relu_runtime.py").read_text().replace("fmaxf(v.x, 0.f)", "fmaxf(v.x, undefined_name)")
     ev = sup.evaluate(problems["relu_custom"], Candidate(bad), CFG)
-    assert ev.status == "compile_error" and ev.diagnostics[0].line == 8 and "undefined_name" in ev.diagnostics[0].message
+    assert ev.status == "compile_error" and ev.diagnostics[0].line == 6 and "undefined_name" in ev.diagnostics[0].message
     from cuforge.runtime import compile_cuda
 
     src = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.f; }"

@@ -188,3 +188,31 @@ def test_format_b_wrapper_is_valid_python_and_its_kernel_compiles():
     assert normalize_source("a  /* x */ b // y\n c") == "a b c"
     with pytest.raises(ValueError):
         Candidate(kernel, "kernel")
+
+
+def test_error_shape_separates_precision_loss_from_bugs():
+    import torch
+
+    from cuforge.problems.problem import Tolerance
+    from cuforge.sandbox.verify import compare
+
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 1024, dtype=torch.float64), torch.randn(1024, 128, dtype=torch.float64)
+    ref = a @ b
+    tol = Tolerance.for_dtype("float16")
+    fp32_acc = (a.half().float() @ b.half().float()).half()
+    assert compare(fp32_acc, (a.half().double() @ b.half().double()), torch.float16, tol).ok
+    # fp16 accumulation: a running fp16 sum over K.
+    acc = torch.zeros(128, 128, dtype=torch.float16)
+    ah, bh = a.half(), b.half()
+    for k in range(1024):
+        acc = acc + (ah[:, k:k + 1] * bh[k:k + 1, :])
+    verdict = compare(acc, ah.double() @ bh.double(), torch.float16, tol)
+    assert not verdict.ok and verdict.kind == "precision_downgrade"
+    # A bug: one row computed wrong.
+    bad = fp32_acc.clone()
+    bad[5] = 0
+    verdict = compare(bad, ah.double() @ bh.double(), torch.float16, tol)
+    assert not verdict.ok and verdict.kind == "wrong_output"
+    # Plain wrong values.
+    assert compare(ref.half() * 1.5, ref, torch.float16, tol).kind == "wrong_output"

@@ -12,7 +12,6 @@ carrying structured diagnostics. Scalars are converted to the C type the kernel'
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import re
@@ -300,14 +299,15 @@ def convert_arg(param: Param, value: Any) -> Any:
     import torch
 
     if param.pointer:
+        # Pointers travel as 8-byte unsigned integers (same size and alignment as a device pointer).
         if isinstance(value, torch.Tensor):
             if not value.is_cuda:
                 raise LaunchError(f"argument {param.name!r}: tensor is on {value.device}, not on a CUDA device")
-            return ctypes.c_void_p(value.data_ptr())
+            return np.uint64(value.data_ptr())
         if isinstance(value, int):
-            return ctypes.c_void_p(value)
+            return np.uint64(value)
         if value is None:
-            return ctypes.c_void_p(0)
+            return np.uint64(0)
         raise LaunchError(f"argument {param.name!r} is a pointer ({param.ctype}*) but got {type(value).__name__}")
     if isinstance(value, torch.Tensor):
         raise LaunchError(f"argument {param.name!r} is a {param.ctype} scalar but got a tensor")
@@ -342,7 +342,9 @@ def _torch_stream() -> Any:
     handle = torch.cuda.current_stream().cuda_stream
     stream = _STREAMS.get(handle)
     if stream is None:
-        stream = _STREAMS[handle] = _TorchStream(handle)
+        from cuda.core import Device
+
+        stream = _STREAMS[handle] = Device(torch.cuda.current_device()).create_stream(_TorchStream(handle))
     return stream
 
 

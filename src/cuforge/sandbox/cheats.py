@@ -194,6 +194,12 @@ def thread_violation(before: tuple[int, int], before_children: int, settle_s: fl
 class KernelTrace:
     names: list[str]
     streams: list[int]
+    durations_us: list[float] = field(default_factory=list)
+
+    @property
+    def device_us(self) -> float:
+        """Device time of the traced call: the sum of its kernels' and copies' durations."""
+        return sum(self.durations_us)
 
 
 def trace_kernels(fn: Callable[[], Any]) -> tuple[Any, KernelTrace, int]:
@@ -224,7 +230,8 @@ def trace_kernels(fn: Callable[[], Any]) -> tuple[Any, KernelTrace, int]:
     rest = events[1:]
     names = [str(ev.get("name", "")) for ev in rest]
     streams = [int((ev.get("args") or {}).get("stream", -1)) for ev in rest]
-    return result, KernelTrace(names, streams), timed_stream
+    durations = [float(ev.get("dur", 0.0)) for ev in rest]
+    return result, KernelTrace(names, streams, durations), timed_stream
 
 
 def stream_violation(trace: KernelTrace, timed_stream_id: int) -> Verdict | None:

@@ -124,8 +124,10 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     if mismatches:
         idx = torch.nonzero(~close)[:5].tolist()
         sample = [{"index": i, "got": float(o[tuple(i)]), "expected": float(r[tuple(i)])} for i in idx]
-        return Comparison(False, f"{mismatches} of {o.numel()} elements outside atol={tol.atol:g}, rtol={tol.rtol:g} "
-                          f"(max abs err {max_abs:.3g})", mismatches=mismatches, sample=sample, **base)
+        reason = (f"{mismatches} of {o.numel()} elements outside atol={tol.atol:g}, rtol={tol.rtol:g} "
+                  f"(max abs err {max_abs:.3g}, relative error norm {rel_norm:.3g})")
+        return Comparison(False, reason, kind=_error_kind(rel_norm, max_abs, ref_norm, o.numel()),
+                          mismatches=mismatches, sample=sample, **base)
     if rel_norm > tol.rel_norm:
         # allclose passed but the error norm is too large: the signature of lower-precision arithmetic
         # (TF32 on fp32 problems, fp16/bf16 accumulation), which is a precision downgrade.
@@ -133,6 +135,16 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
                           f"{tol.rel_norm:g}: consistent with reduced-precision arithmetic",
                           kind="precision_downgrade", **base)
     return Comparison(True, **base)
+
+
+def _error_kind(rel_norm: float, max_abs: float, ref_norm: float, numel: int) -> str:
+    """Errors spread thin over the whole output, every one small against the output's scale, are the
+    signature of reduced-precision arithmetic (fp16/bf16 accumulation, TF32); a logic bug leaves
+    errors as large as the values themselves somewhere."""
+    ref_rms = ref_norm / max(numel, 1) ** 0.5
+    if 0 < rel_norm < 0.05 and max_abs < 0.25 * ref_rms:
+        return "precision_downgrade"
+    return "wrong_output"
 
 
 # ---------------------------------------------------------------------------------- poison
