@@ -76,7 +76,7 @@ def test_worker_starts_warm_and_isolated(sup):
 
 
 def test_honest_runtime_kernel_with_events_and_profile(sup, problems):
-    ev = sup.evaluate(problems["relu_custom"], cand("relu_runtime.py"), CFG)
+    ev = sup.evaluate(problems["relu_big"], cand("relu_runtime.py"), CFG)
     assert ev.status == "ok", ev.message
     t = ev.timings["candidate"]
     assert t.method == "events+l2flush" and t.n >= 30 and t.p20_ms <= t.median_ms <= t.p80_ms

@@ -246,9 +246,12 @@ def eval_cmd(
         with console.status(f"evaluating {candidate_path.name} on {problem.id} ...", spinner="dots"):
             ev = supervisor_for(config, gpu).evaluate(problem, candidate, config)
             if ncu and ev.ok:
-                from cuforge.sandbox.ncu import ncu_profile
+                from cuforge.sandbox.ncu import NcuError, ncu_profile
 
-                ev.profile = dict(ev.profile or {}, ncu=ncu_profile(problem, candidate, gpu))
+                try:
+                    ev.profile = dict(ev.profile or {}, ncu=ncu_profile(problem, candidate, gpu))
+                except NcuError as e:
+                    err_console.print(f"[yellow]ncu profile unavailable:[/] {e}", highlight=False)
     except WorkerStartError as e:
         fail(str(e))
     if as_json:
@@ -282,6 +285,10 @@ def print_evaluation(ev: Any) -> None:
             console.print(f"[yellow]baseline {name} skipped:[/] {why}", highlight=False)
     if ev.profile and ev.profile.get("summary"):
         console.print("profile: " + ev.profile["summary"], highlight=False)
+    if ev.profile and ev.profile.get("ncu"):
+        from cuforge.sandbox.profile import summarize
+
+        console.print(summarize({"ncu": ev.profile["ncu"]}), highlight=False)
     if ev.device.get("name"):
         console.print(f"device: {ev.device['name']} (torch {ev.device.get('torch')}, CUDA {ev.device.get('cuda')}); "
                       f"{ev.wall_s:.2f} s", highlight=False)

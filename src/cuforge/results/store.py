@@ -79,9 +79,12 @@ class Store:
         if version > len(MIGRATIONS):
             raise StoreError(f"{self.path}: schema version {version} is newer than this cuforge ({len(MIGRATIONS)})")
         for i in range(version, len(MIGRATIONS)):
-            with self.transaction():
-                self.conn.executescript(MIGRATIONS[i])
-                self.conn.execute(f"PRAGMA user_version = {i + 1}")
+            # Statement by statement: executescript would commit the open transaction first.
+            with self.transaction() as c:
+                for stmt in MIGRATIONS[i].split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                c.execute(f"PRAGMA user_version = {i + 1}")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
