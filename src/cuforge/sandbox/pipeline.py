@@ -283,7 +283,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
         for name, fn in baseline_callables(ctx, models, sets, flush).items():
             timers[name] = timing.EventTimer(fn, len(sets), flush)
         # Poison between batches: no contender may find another's freed results.
-        ctx.timings = timing.measure_interleaved(timers, tcfg, lambda: verify.poison_free_memory(ctx.device, 2**20))
+        ctx.timings = timing.measure_interleaved(timers, tcfg, _between_batches(ctx, tcfg))
         _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
     _check_roofline(ctx)
     if cfg.profile:
@@ -315,12 +315,17 @@ def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[
         timers = {"candidate": timing.EventTimer(_call(models.candidate, sets), len(sets), flush)}
         for name, fn in baseline_callables(ctx, models, sets, flush).items():
             timers[name] = timing.EventTimer(fn, len(sets), flush)
-        ctx.timings = timing.measure_interleaved(timers, tcfg, lambda: verify.poison_free_memory(ctx.device, 2**20))
+        ctx.timings = timing.measure_interleaved(timers, tcfg, _between_batches(ctx, tcfg))
         _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
         return timers
     ctx.timings = timing.measure_interleaved(timers, tcfg)
     _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
     return timers
+
+
+def _between_batches(ctx: Context, tcfg: timing.TimingConfig) -> Any:
+    out_bytes = sum(t["nbytes"] for t in _output_specs(ctx))
+    return lambda: verify.poison_cached_blocks(ctx.device, out_bytes, tcfg.batch + 2)
 
 
 def _output_specs(ctx: Context) -> list[dict[str, Any]]:

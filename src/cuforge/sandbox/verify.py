@@ -160,6 +160,19 @@ def poison_fraction(t: torch.Tensor) -> float:
     return float((t.contiguous().view(ints) == -1).float().mean())
 
 
+def poison_cached_blocks(device: torch.device, nbytes_each: int, count: int) -> None:
+    """Poison the cached free blocks the next allocations of this size would get, without returning
+    memory to the driver: unmapping memory flushes the GPU's TLBs, and on an H100 that was measured
+    to slow the following memory-bound kernels by about 17% (0.83 ms vs 0.71 ms for a 1 GiB ReLU),
+    so this is the variant used between timing batches."""
+    if device.type != "cuda" or nbytes_each <= 0:
+        return
+    blocks = [torch.empty(nbytes_each, dtype=torch.uint8, device=device) for _ in range(count)]
+    for b in blocks:
+        b.fill_(POISON_BYTE)
+    del blocks
+
+
 def poison_free_memory(device: torch.device, min_bytes: int = 64 * 2**20) -> int:
     """Fill memory the caching allocator will hand out next with NaN bit patterns.
 
