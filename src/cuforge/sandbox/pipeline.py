@@ -325,7 +325,8 @@ def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[
 
 def _between_batches(ctx: Context, tcfg: timing.TimingConfig) -> Any:
     out_bytes = sum(t["nbytes"] for t in _output_specs(ctx))
-    return lambda: verify.poison_cached_blocks(ctx.device, out_bytes, tcfg.batch + 2)
+    count = max(1, min(tcfg.batch + 2, (8 * 2**30) // max(out_bytes, 1)))  # at most 8 GiB held at once
+    return lambda: verify.poison_cached_blocks(ctx.device, out_bytes, count)
 
 
 def _output_specs(ctx: Context) -> list[dict[str, Any]]:
