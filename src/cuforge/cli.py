@@ -249,7 +249,12 @@ def eval_cmd(
                 from cuforge.sandbox.ncu import NcuError, ncu_profile
 
                 try:
-                    ev.profile = dict(ev.profile or {}, ncu=ncu_profile(problem, candidate, gpu))
+                    from cuforge.sandbox.evaluation import Profile
+                    from cuforge.sandbox.profile import summarize
+
+                    ev.profile = ev.profile or Profile()
+                    ev.profile.ncu = ncu_profile(problem, candidate, gpu)
+                    ev.profile.summary = summarize(ev.profile)
                 except NcuError as e:
                     err_console.print(f"[yellow]ncu profile unavailable:[/] {e}", highlight=False)
     except WorkerStartError as e:
@@ -283,12 +288,8 @@ def print_evaluation(ev: Any) -> None:
     if c.get("baselines_skipped"):
         for name, why in c["baselines_skipped"].items():
             console.print(f"[yellow]baseline {name} skipped:[/] {why}", highlight=False)
-    if ev.profile and ev.profile.get("summary"):
-        console.print("profile: " + ev.profile["summary"], highlight=False)
-    if ev.profile and ev.profile.get("ncu"):
-        from cuforge.sandbox.profile import summarize
-
-        console.print(summarize({"ncu": ev.profile["ncu"]}), highlight=False)
+    if ev.profile and ev.profile.summary:
+        console.print("profile: " + ev.profile.summary, highlight=False)
     if ev.device.get("name"):
         console.print(f"device: {ev.device['name']} (torch {ev.device.get('torch')}, CUDA {ev.device.get('cuda')}); "
                       f"{ev.wall_s:.2f} s", highlight=False)

@@ -67,6 +67,21 @@ class Diagnostic:
 
 
 @dataclass
+class Profile:
+    """What the profilers say of a candidate: per-kernel resources, achieved rates against the GPU's
+    measured ceilings, optional Nsight Compute metrics, and a short text for prompts."""
+
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    achieved_tflops: float | None = None
+    achieved_gbps: float | None = None
+    roofline_fraction: float | None = None
+    bound: str | None = None  # "compute" or "memory"
+    ceilings: dict[str, Any] | None = None
+    ncu: dict[str, Any] | None = None
+    summary: str = ""
+
+
+@dataclass
 class Evaluation:
     problem_id: str
     candidate_id: str
@@ -75,7 +90,7 @@ class Evaluation:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     correctness: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, TimingStats] = field(default_factory=dict)
-    profile: dict[str, Any] | None = None
+    profile: Profile | None = None
     device: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     worker_restarted: bool = False
@@ -120,6 +135,7 @@ class Evaluation:
         d.pop("speedups", None)
         d["diagnostics"] = [Diagnostic(**x) for x in d.get("diagnostics") or []]
         d["timings"] = {k: TimingStats.from_dict(v) for k, v in (d.get("timings") or {}).items()}
+        d["profile"] = Profile(**d["profile"]) if d.get("profile") else None
         return Evaluation(**d)
 
 

@@ -17,7 +17,7 @@ import torch
 from cuforge.problems.problem import Tolerance
 from cuforge.sandbox import baselines as bl
 from cuforge.sandbox import cheats, timing, verify
-from cuforge.sandbox.evaluation import EvalConfig, Evaluation, TimingStats, cheat
+from cuforge.sandbox.evaluation import EvalConfig, Evaluation, Profile, TimingStats, cheat
 from cuforge.sandbox.loading import CandidateLoadError, candidate_class, problem_module
 from cuforge.sandbox.profile import build_profile, ceilings_for, peak_rates, roofline_floor_ms
 
@@ -46,7 +46,7 @@ class Context:
     seed: int
     correctness: dict[str, Any]
     timings: dict[str, TimingStats]
-    profile: dict[str, Any] | None = None
+    profile: Profile | None = None
 
 
 def sync(device: torch.device) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from cuforge.sandbox.evaluation import Profile
+
 # Vendor datasheet peaks (dense, no sparsity) for the impossible-speedup check: no honest kernel
 # beats these. Keyed by a substring of the device name; checked in order.
 DATASHEET_PEAKS: list[tuple[str, dict[str, float]]] = [
@@ -112,39 +114,39 @@ def kernel_resources() -> list[dict[str, Any]]:
 
 
 def build_profile(median_ms: float, flops: float | None, nbytes: float | None, dtype: str | None,
-                  ceilings: Ceilings | None) -> dict[str, Any]:
-    prof: dict[str, Any] = {"kernels": kernel_resources()}
+                  ceilings: Ceilings | None) -> Profile:
+    prof = Profile(kernels=kernel_resources())
     secs = median_ms / 1e3
     if flops:
-        prof["achieved_tflops"] = flops / secs / 1e12
+        prof.achieved_tflops = flops / secs / 1e12
     if nbytes:
-        prof["achieved_gbps"] = nbytes / secs / 1e9
+        prof.achieved_gbps = nbytes / secs / 1e9
     if ceilings is not None:
         rates = dict(ceilings.flops_per_s, bytes_per_s=ceilings.bytes_per_s)
         floor = roofline_floor_ms(flops, nbytes, dtype, rates)
         if floor:
-            prof["roofline_fraction"] = floor / median_ms
-            prof["bound"] = "compute" if flops and dtype in rates and flops / rates[dtype] * 1e3 >= floor * 0.999 else "memory"
-        prof["ceilings"] = ceilings.to_dict()
-    prof["summary"] = summarize(prof)
+            prof.roofline_fraction = floor / median_ms
+            compute_ms = flops / rates[dtype] * 1e3 if flops and dtype in rates else 0.0
+            prof.bound = "compute" if compute_ms >= floor * 0.999 else "memory"
+        prof.ceilings = ceilings.to_dict()
+    prof.summary = summarize(prof)
     return prof
 
 
-def summarize(prof: dict[str, Any]) -> str:
+def summarize(prof: Profile) -> str:
     """A few lines a prompt can use."""
     parts = []
-    if "achieved_tflops" in prof:
-        parts.append(f"{prof['achieved_tflops']:.1f} TFLOP/s")
-    if "achieved_gbps" in prof:
-        parts.append(f"{prof['achieved_gbps']:.0f} GB/s")
-    if "roofline_fraction" in prof:
-        parts.append(f"{100 * prof['roofline_fraction']:.0f}% of the measured {prof.get('bound', '')} roofline")
+    if prof.achieved_tflops is not None:
+        parts.append(f"{prof.achieved_tflops:.1f} TFLOP/s")
+    if prof.achieved_gbps is not None:
+        parts.append(f"{prof.achieved_gbps:.0f} GB/s")
+    if prof.roofline_fraction is not None:
+        parts.append(f"{100 * prof.roofline_fraction:.0f}% of the measured {prof.bound or ''} roofline")
     lines = ["; ".join(parts)] if parts else []
-    for k in prof.get("kernels", []):
+    for k in prof.kernels:
         spill = f", {k['local_bytes']} B local (spills)" if k.get("local_bytes") else ""
         lines.append(f"kernel {k['name']}: {k['registers']} regs/thread, {k['shared_static_bytes']} B static smem, "
                      f"{k['last_dynamic_shared']} B dynamic smem, block {tuple(k['last_block'])}, grid {tuple(k['last_grid'])}{spill}")
-    ncu = prof.get("ncu")
-    if ncu:
-        lines.append("ncu: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in ncu.items()))
+    if prof.ncu:
+        lines.append("ncu: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in prof.ncu.items()))
     return "\n".join(lines)
