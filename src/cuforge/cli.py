@@ -220,6 +220,7 @@ def eval_cmd(
     baselines: Optional[str] = typer.Option(None, help="Comma-separated: torch, torch.compile, cublas, cublaslt "
                                             "(default: the problem's)."),
     trials: int = typer.Option(5, min=5, help="Correctness trials, each on fresh inputs."),
+    compile_mode: str = typer.Option("default", help="torch.compile mode for that baseline: default or max-autotune."),
     timeout: float = typer.Option(300.0, help="Hard wall-clock limit for the evaluation, seconds."),
     gpu: int = typer.Option(0, help="GPU index."),
     cpu: bool = typer.Option(False, "--cpu", help="Harness test mode without a GPU: correctness only, wall-clock times."),
@@ -239,7 +240,9 @@ def eval_cmd(
         problem = load_problem(problem_ref)
     except ProblemError as e:
         fail(str(e))
-    config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout,
+    if compile_mode not in ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"):
+        fail(f"unknown torch.compile mode {compile_mode!r}")
+    config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout, compile_mode=compile_mode,
                         baselines=_parse_baselines(baselines, problem))
     candidate = candidate_from_file(candidate_path)
     try:
