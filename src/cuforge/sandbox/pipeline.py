@@ -306,6 +306,9 @@ def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[
         timers: dict[str, Any] = {"candidate": timing.GraphTimer(_call(models.candidate, sets), len(sets))}
         for name, fn in baseline_callables(ctx, models, sets, flush).items():
             timers[name] = timing.GraphTimer(fn, len(sets))
+        for name, t in timers.items():
+            if not t.replays_recompute(_poison_outputs, _outputs_poisoned):
+                raise GraphUnfaithful(f"{name}: a replay does not recompute the outputs (work outside the capture stream)")
     except Stop:
         raise
     except Exception as e:  # noqa: BLE001 - not capturable: time everyone with events instead
@@ -327,6 +330,23 @@ def _between_batches(ctx: Context, tcfg: timing.TimingConfig) -> Any:
     out_bytes = sum(t["nbytes"] for t in _output_specs(ctx))
     count = max(1, min(tcfg.batch + 2, (8 * 2**30) // max(out_bytes, 1)))  # at most 8 GiB held at once
     return lambda: verify.poison_cached_blocks(ctx.device, out_bytes, count)
+
+
+class GraphUnfaithful(RuntimeError):
+    pass
+
+
+def _poison_outputs(out: Any) -> None:
+    for t in verify.as_list(out):
+        if isinstance(t, torch.Tensor):
+            if not t.is_contiguous():
+                raise GraphUnfaithful("a non-contiguous output cannot be checked for replay")
+            t.view(torch.uint8).fill_(verify.POISON_BYTE)
+
+
+def _outputs_poisoned(out: Any) -> bool:
+    tensors = [t for t in verify.as_list(out) if isinstance(t, torch.Tensor) and t.numel()]
+    return any(float((t.view(torch.uint8) == verify.POISON_BYTE).float().mean()) > 0.9 for t in tensors)
 
 
 def _output_specs(ctx: Context) -> list[dict[str, Any]]:

@@ -132,6 +132,15 @@ class GraphTimer:
                     self.outputs[k] = out
         _synchronize()
 
+    def replays_recompute(self, poison: Callable[[Any], None], is_poisoned: Callable[[Any], bool]) -> bool:
+        """Poison the captured outputs and replay once: work launched outside the capture stream
+        (a kernel on the legacy default stream, say) is not in the graph and leaves them poisoned."""
+        for out in self.outputs.values():
+            poison(out)
+        self.graph.replay()
+        _synchronize()
+        return not any(is_poisoned(out) for out in self.outputs.values())
+
     def samples(self, count: int) -> list[float]:
         pairs = []
         for _ in range(count):
