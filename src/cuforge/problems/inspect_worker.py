@@ -16,23 +16,13 @@ import traceback
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from cuforge.aten_ops import families_of_ops
+from cuforge.op_trace import OpRecorder
 
 # Full-size reference runs on the CPU are skipped above this much input data.
 CPU_FULL_SIZE_LIMIT_BYTES = 256 * 2**20
-
-class _OpRecorder(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
 
 def _spec(t: torch.Tensor) -> dict[str, Any]:
     return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
@@ -135,7 +125,7 @@ def _trace(module, init: list[Any], inputs: list[Any], device: str | None):  # n
             model = module.Model(*init)
         except Exception as e:  # noqa: BLE001
             raise _Bad(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
-    recorder = _OpRecorder()
+    recorder = OpRecorder()
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter, recorder:
         out = model(*inputs)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuforge.aten_ops import is_compute
 from cuforge.sandbox.verify import same_bits
@@ -139,18 +138,6 @@ class Guard:
 
 
 # ---------------------------------------------------------------------------------- forward monitors
-
-class OpRecorder(TorchDispatchMode):
-    """Records every aten op a forward dispatches (from Python or from C++ extensions)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
 
 def library_ops(ops: list[str]) -> list[str]:
     return sorted({op for op in ops if is_compute(op)})

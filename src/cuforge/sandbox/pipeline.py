@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from cuforge.op_trace import OpRecorder
 from cuforge.problems.problem import Tolerance
 from cuforge.sandbox import baselines as bl
 from cuforge.sandbox import cheats, timing, verify
@@ -207,7 +208,7 @@ def run_monitored(ctx: Context, model: Any, inputs: list[Any], policy: str, firs
         _check_outputs(ctx, outs)
         return outs
     threads_before, children_before = cheats.thread_census(), cheats.child_processes()
-    recorder = cheats.OpRecorder()
+    recorder = OpRecorder()
     trace = None
     timed_stream = -1
 
