@@ -15,30 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuforge.results.schema import MIGRATIONS
+
 DEFAULT_PATH = Path("results") / "cuforge.db"
-
-MIGRATIONS: list[str] = [
-    # 1: baseline timings per (problem source, GPU, software versions)
-    """
-    CREATE TABLE baselines (
-        id INTEGER PRIMARY KEY,
-        problem_id TEXT NOT NULL,
-        problem_hash TEXT NOT NULL,
-        gpu TEXT NOT NULL,
-        software TEXT NOT NULL,
-        baseline TEXT NOT NULL,
-        median_ms REAL NOT NULL,
-        p20_ms REAL NOT NULL,
-        p80_ms REAL NOT NULL,
-        n INTEGER NOT NULL,
-        method TEXT NOT NULL,
-        details TEXT NOT NULL DEFAULT '{}',
-        measured_at REAL NOT NULL
-    );
-    CREATE INDEX baselines_key ON baselines(problem_hash, gpu, software, baseline);
-    """,
-]
-
 
 class StoreError(RuntimeError):
     pass
@@ -63,13 +42,16 @@ class BaselineRow:
 
 
 class Store:
-    def __init__(self, path: Path | str = DEFAULT_PATH) -> None:
+    def __init__(self, path: Path | str = DEFAULT_PATH, create: bool = True) -> None:
         self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.path}: no results store there (run `cuforge run` first, or pass --results)")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA busy_timeout=30000")
+            self.conn.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: not a usable cuforge store ({e})") from None
@@ -118,3 +100,130 @@ class Store:
              "GROUP BY problem_hash, baseline, gpu, software ORDER BY problem_id, baseline")
         rows = self.conn.execute(q, (problem_id, problem_id, gpu, gpu)).fetchall()
         return [BaselineRow(*r) for r in rows]
+
+    # -------------------------------------------------------------- runs
+
+    def create_run(self, run_id: str, suite: str | None, config: dict[str, Any], gpu: str | None = None,
+                   software: str | None = None) -> None:
+        now = time.time()
+        with self.transaction() as c:
+            c.execute("INSERT INTO runs (id, created_at, updated_at, status, suite, config, gpu, software) "
+                      "VALUES (?,?,?,?,?,?,?,?)", (run_id, now, now, "running", suite, json.dumps(config), gpu, software))
+
+    def set_run_status(self, run_id: str, status: str, gpu: str | None = None, software: str | None = None) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status = ?, updated_at = ?, gpu = COALESCE(?, gpu), software = COALESCE(?, software) "
+                      "WHERE id = ?", (status, time.time(), gpu, software, run_id))
+
+    def run(self, run_id: str) -> RunRow:
+        row = self.conn.execute("SELECT id, created_at, updated_at, status, suite, config, gpu, software FROM runs "
+                                "WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            known = [r.id for r in self.runs()][:5]
+            raise StoreError(f"no run {run_id!r} in {self.path}" + (f" (latest: {', '.join(known)})" if known else " (it holds no runs)"))
+        return RunRow(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7])
+
+    def runs(self) -> list[RunRow]:
+        rows = self.conn.execute("SELECT id, created_at, updated_at, status, suite, config, gpu, software FROM runs "
+                                 "ORDER BY created_at DESC").fetchall()
+        return [RunRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7]) for r in rows]
+
+    def latest_run(self) -> RunRow:
+        runs = self.runs()
+        if not runs:
+            raise StoreError(f"{self.path} holds no runs yet: start one with `cuforge run`")
+        return runs[0]
+
+    def add_run_problem(self, run_id: str, problem_id: str, source: str, meta: dict[str, Any]) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR IGNORE INTO run_problems (run_id, problem_id, problem_hash, meta) VALUES (?,?,?,?)",
+                      (run_id, problem_id, problem_hash(source), json.dumps(meta, default=str)))
+
+    def run_problems(self, run_id: str) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT problem_id FROM run_problems WHERE run_id = ? ORDER BY problem_id", (run_id,))]
+
+    def add_candidate(self, run_id: str, problem_id: str, candidate: dict[str, Any], candidate_hash: str,
+                      parents: list[int] | None = None, prompt: str | None = None, island: int | None = None,
+                      generation: int | None = None, meta: dict[str, Any] | None = None) -> int:
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT INTO candidates (run_id, problem_id, candidate_hash, source, format, launch, proposer, parents,"
+                " prompt, island, generation, meta, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, problem_id, candidate_hash, candidate["source"], candidate.get("format", "module"),
+                 json.dumps(candidate.get("launch")) if candidate.get("launch") else None, candidate.get("proposer", ""),
+                 json.dumps(parents or []), prompt, island, generation, json.dumps(meta or {}, default=str), time.time()))
+            return int(cur.lastrowid)
+
+    def add_evaluation(self, candidate_id: int, run_id: str, evaluation: dict[str, Any], reward: float | None) -> int:
+        """One per candidate (a unique index makes a repeated write after a crash an error, not a duplicate)."""
+        status = evaluation["status"]
+        cand = (evaluation.get("timings") or {}).get("candidate") or {}
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT INTO evaluations (candidate_id, run_id, problem_id, status, failure_kind, message, median_ms,"
+                " p20_ms, p80_ms, n, speedups, timings, correctness, profile, device, reward, wall_s, created_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (candidate_id, run_id, evaluation["problem_id"], status,
+                 None if status == "ok" else status.split(":", 1)[-1], evaluation.get("message", ""),
+                 cand.get("median_ms"), cand.get("p20_ms"), cand.get("p80_ms"), cand.get("n"),
+                 json.dumps(evaluation.get("speedups") or {}), json.dumps(evaluation.get("timings") or {}),
+                 json.dumps(evaluation.get("correctness") or {}, default=str),
+                 json.dumps(evaluation["profile"], default=str) if evaluation.get("profile") else None,
+                 json.dumps(evaluation.get("device") or {}), reward, evaluation.get("wall_s"), time.time()))
+            return int(cur.lastrowid)
+
+    def add_llm_call(self, run_id: str, problem_id: str | None, provider: str, model: str, status: str,
+                     tokens_in: int = 0, tokens_out: int = 0, tokens_cached: int = 0, cost_usd: float = 0.0,
+                     latency_s: float | None = None, prompt: str | None = None, response: str | None = None) -> int:
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT INTO llm_calls (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached,"
+                " cost_usd, latency_s, prompt, response, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached, cost_usd, latency_s,
+                 prompt, response, time.time()))
+            return int(cur.lastrowid)
+
+    def evaluations(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Evaluations joined with their candidates, oldest first."""
+        q = ("SELECT e.id, e.run_id, e.problem_id, e.status, e.failure_kind, e.message, e.median_ms, e.p20_ms, e.p80_ms,"
+             " e.n, e.speedups, e.reward, e.wall_s, e.created_at, c.id, c.proposer, c.parents, c.candidate_hash,"
+             " c.generation, c.island, e.profile, e.device FROM evaluations e JOIN candidates c ON c.id = e.candidate_id"
+             " WHERE (? IS NULL OR e.run_id = ?) ORDER BY e.id")
+        cols = ("evaluation_id", "run_id", "problem_id", "status", "failure_kind", "message", "median_ms", "p20_ms",
+                "p80_ms", "n", "speedups", "reward", "wall_s", "created_at", "candidate_id", "proposer", "parents",
+                "candidate_hash", "generation", "island", "profile", "device")
+        out = []
+        for row in self.conn.execute(q, (run_id, run_id)):
+            d = dict(zip(cols, row))
+            d["speedups"] = json.loads(d["speedups"])
+            d["parents"] = json.loads(d["parents"])
+            d["profile"] = json.loads(d["profile"]) if d["profile"] else None
+            d["device"] = json.loads(d["device"])
+            out.append(d)
+        return out
+
+    def candidate_source(self, candidate_id: int) -> dict[str, Any]:
+        row = self.conn.execute("SELECT source, format, launch, proposer FROM candidates WHERE id = ?",
+                                (candidate_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no candidate {candidate_id} in {self.path}")
+        return {"source": row[0], "format": row[1], "launch": json.loads(row[2]) if row[2] else None, "proposer": row[3]}
+
+    def llm_usage(self, run_id: str) -> dict[str, float]:
+        row = self.conn.execute("SELECT COUNT(*), COALESCE(SUM(tokens_in),0), COALESCE(SUM(tokens_out),0),"
+                                " COALESCE(SUM(tokens_cached),0), COALESCE(SUM(cost_usd),0) FROM llm_calls WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        return {"calls": row[0], "tokens_in": row[1], "tokens_out": row[2], "tokens_cached": row[3], "cost_usd": row[4]}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: str
+    created_at: float
+    updated_at: float
+    status: str
+    suite: str | None
+    config: dict[str, Any]
+    gpu: str | None
+    software: str | None
