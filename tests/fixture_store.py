@@ -16,15 +16,23 @@ def evaluation(problem: str, status: str, cand_ms: float | None = None, base: di
     for name, ms in (base or {}).items():
         timings[name] = timing(ms)
     speedups = {k: v["median_ms"] / cand_ms for k, v in timings.items() if k != "candidate"} if status == "ok" else {}
+    profile = None
+    if status == "ok":
+        flops = 2 * 64**3 if problem == "hgemm/64_64_64" else 2 * 1024**3
+        profile = {"achieved_tflops": flops / (cand_ms / 1e3) / 1e12, "summary": "",
+                   "ceilings": {"device": "H100", "bytes_per_s": 3.0e12, "flops_per_s": {"float16": 7.9e14, "float32": 5.0e13}}}
     return {"problem_id": problem, "status": status, "message": "" if status == "ok" else "fixture failure",
-            "timings": timings, "speedups": speedups, "device": {"name": "NVIDIA H100 80GB HBM3"}, "wall_s": 0.3}
+            "timings": timings, "speedups": speedups, "device": {"name": "NVIDIA H100 80GB HBM3"}, "wall_s": 0.3,
+            "profile": profile}
 
 
 def build(path: Path, run_id: str = "run-fixture") -> Store:
     s = Store(path)
     s.create_run(run_id, "fixture", {"provider": "template"}, gpu="NVIDIA H100 80GB HBM3", software="torch 2.11")
     for p in PROBLEMS:
-        s.add_run_problem(run_id, p, f"source of {p}", {})
+        m = {"hgemm/64_64_64": 64, "hgemm/1024_1024_1024": 1024}.get(p)
+        meta = {"flops": 2 * m**3, "bytes": 6 * m * m, "dtype": "float16"} if m else {"flops": None, "bytes": None}
+        s.add_run_problem(run_id, p, f"source of {p}", meta)
     rows = [
         ("hgemm/64_64_64", "ok", 0.004, {"cublas": 0.006, "cublaslt": 0.005, "torch": 0.006}),
         ("hgemm/64_64_64", "ok", 0.005, {"cublas": 0.006, "cublaslt": 0.005, "torch": 0.006}),
@@ -34,9 +42,13 @@ def build(path: Path, run_id: str = "run-fixture") -> Store:
         # level1/relu: no correct candidate at all
         ("level1/relu", "wrong_output", None, None),
     ]
+    ids: dict[str, int] = {}
     for i, (problem, status, ms, base) in enumerate(rows):
-        cid = s.add_candidate(run_id, problem, {"source": f"// candidate {i}", "format": "module", "proposer": "template"},
-                              f"hash{i}", parents=[], generation=i)
+        parents = [ids[problem]] if problem in ids else []
+        cid = s.add_candidate(run_id, problem, {"source": f"// candidate {i}", "format": "module",
+                                                "proposer": "template" if i % 2 == 0 else "openai"},
+                              f"hash{i}", parents=parents, generation=i)
+        ids.setdefault(problem, cid)
         s.add_evaluation(cid, run_id, evaluation(problem, status, ms, base), reward=0.0)
     s.set_run_status(run_id, "finished")
     return s

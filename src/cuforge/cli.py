@@ -432,6 +432,31 @@ def leaderboard(
         console.print(h)
 
 
+@app.command()
+def report(
+    run: Optional[str] = typer.Argument(None, metavar="RUN", help="Run id (default: the latest run)."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="Output HTML file."),
+    baseline: str = typer.Option("torch", help="Baseline for speedups."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+) -> None:
+    """Write one self-contained offline HTML report of a run (tables and SVG charts, no CDN)."""
+    from cuforge.results.leaderboard import build_leaderboard
+    from cuforge.results.report import render_report
+    from cuforge.results.store import StoreError
+
+    store = _open_store(results)
+    try:
+        row = store.run(run) if run else store.latest_run()
+    except StoreError as e:
+        fail(str(e))
+    evaluations = store.evaluations(row.id)
+    board = build_leaderboard(evaluations, store.run_problems(row.id), row.id, baseline)
+    text = render_report(row, board, evaluations, store.run_problem_metas(row.id), store.llm_usage(row.id))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(f"wrote {out} ({len(text) // 1024} KiB, {len(evaluations)} evaluations)")
+
+
 @results_app.command("list")
 def results_list(
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),

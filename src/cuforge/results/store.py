@@ -143,6 +143,10 @@ class Store:
         return [r[0] for r in self.conn.execute(
             "SELECT problem_id FROM run_problems WHERE run_id = ? ORDER BY problem_id", (run_id,))]
 
+    def run_problem_metas(self, run_id: str) -> dict[str, dict[str, Any]]:
+        return {r[0]: json.loads(r[1]) for r in self.conn.execute(
+            "SELECT problem_id, meta FROM run_problems WHERE run_id = ?", (run_id,))}
+
     def add_candidate(self, run_id: str, problem_id: str, candidate: dict[str, Any], candidate_hash: str,
                       parents: list[int] | None = None, prompt: str | None = None, island: int | None = None,
                       generation: int | None = None, meta: dict[str, Any] | None = None) -> int:
