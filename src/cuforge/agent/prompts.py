@@ -18,7 +18,12 @@ PACKAGE_PROMPTS = Path(__file__).parent / "prompts"
 @dataclass(frozen=True)
 class Prompt:
     system: str
-    user: str
+    stable: str  # the reference and the hardware: the same for every request on a problem
+    volatile: str  # inspirations, parent, feedback, task
+
+    @property
+    def user(self) -> str:
+        return self.stable + self.volatile
 
     @property
     def chars(self) -> int:
@@ -65,10 +70,11 @@ def render(problem: Problem, mode: str, parent: Any = None, inspirations: list[A
         policy=problem.meta.policy, arch=arch + ("a" if arch == "sm_90" else ""),
         tolerance=f"atol {tol.atol:g}, rtol {tol.rtol:g} and relative error norm {tol.rel_norm:g}")
     m = problem.meta
-    user = env.get_template("task.j2").render(
+    stable = env.get_template("task.j2").render(
         problem=problem, shapes=problem.shapes_summary(), flops=_si(m.flops) if m.flops else None,
         nbytes=_si(m.bytes) + "B" if m.bytes else None,
         intensity=f"{m.arithmetic_intensity:.2f}" if m.arithmetic_intensity else "?",
-        hardware=hardware_facts(device, ceilings), inspirations=inspirations or [], parent=parent, mode=mode,
-        baseline=baseline)
-    return Prompt(system, user)
+        hardware=hardware_facts(device, ceilings))
+    volatile = env.get_template("feedback.j2").render(
+        inspirations=inspirations or [], parent=parent, mode=mode, baseline=baseline)
+    return Prompt(system, stable, volatile)
