@@ -74,6 +74,8 @@ def nvrtc_version() -> str:
 
 def current_arch() -> str:
     """sm_XY of torch's current device, with the 'a' suffix on Hopper so wgmma/setmaxnreg work."""
+    if os.environ.get("CUFORGE_ARCH"):  # compile-only workers name the target arch
+        return os.environ["CUFORGE_ARCH"]
     import torch
 
     major, minor = torch.cuda.get_device_capability()
@@ -406,6 +408,16 @@ class CudaKernel:
         rec.last_dynamic_shared, rec.last_block, rec.last_grid = int(shared_mem), block_t, grid_t
 
 
+@dataclass(frozen=True)
+class UnlaunchableKernel:
+    """What `kernel()` gives in a compile-only run: the cubin was built, nothing can be launched."""
+
+    name: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        raise LaunchError(f"{self.name}: compile-only run, kernels are compiled but never launched")
+
+
 @dataclass
 class CudaModule:
     source: str
@@ -416,7 +428,12 @@ class CudaModule:
     key: str
     signatures: dict[str, list[Param]] = field(default_factory=dict)
 
-    def kernel(self, name: str) -> CudaKernel:
+    def kernel(self, name: str) -> CudaKernel | UnlaunchableKernel:
+        if os.environ.get("CUFORGE_COMPILE_ONLY") == "1":
+            if name not in self.signatures and name not in self.symbol_mapping:
+                known = ", ".join(self.signatures) or "none found"
+                raise LaunchError(f"no kernel {name!r} in module (extern \"C\" kernels: {known})")
+            return UnlaunchableKernel(name)
         _ensure_context()
         from cuda.core import ObjectCode
 

@@ -207,6 +207,20 @@ class Store:
             out.append(d)
         return out
 
+    def pending_candidates(self, run_id: str) -> list[dict[str, Any]]:
+        """Candidates stored but never evaluated (the run was killed while they were in flight)."""
+        q = ("SELECT c.id, c.problem_id, c.source, c.format, c.launch, c.proposer, c.parents, c.island, c.generation "
+             "FROM candidates c LEFT JOIN evaluations e ON e.candidate_id = c.id WHERE c.run_id = ? AND e.id IS NULL "
+             "ORDER BY c.id")
+        cols = ("candidate_id", "problem_id", "source", "format", "launch", "proposer", "parents", "island", "generation")
+        out = []
+        for row in self.conn.execute(q, (run_id,)):
+            d = dict(zip(cols, row))
+            d["launch"] = json.loads(d["launch"]) if d["launch"] else None
+            d["parents"] = json.loads(d["parents"])
+            out.append(d)
+        return out
+
     def candidate_source(self, candidate_id: int) -> dict[str, Any]:
         row = self.conn.execute("SELECT source, format, launch, proposer FROM candidates WHERE id = ?",
                                 (candidate_id,)).fetchone()

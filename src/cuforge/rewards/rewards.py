@@ -27,6 +27,7 @@ FAILURE_REWARD = {
     "crash": -1.5,
     "compile_error": -1.0,
     "parse_error": -1.0,
+    "compiled": -0.95,  # compile-only runs: built, never checked; above failures, below any correct result
 }
 
 

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Every status an evaluation can end in. Cheats are "cheat:<kind>" with a kind from CHEAT_KINDS.
-STATUSES = ("ok", "compile_error", "runtime_error", "timeout", "crash", "wrong_output")
+# "compiled": a compile-only run loaded the candidate and built its kernels, and ran nothing.
+STATUSES = ("ok", "compiled", "compile_error", "runtime_error", "timeout", "crash", "wrong_output")
 CHEAT_KINDS = (
     "side_stream",        # kernels on a stream other than the timed one
     "thread",             # threads or processes left running after forward returned
@@ -155,6 +156,7 @@ class EvalConfig:
     profile: bool = True
     timeout_s: float = 300.0
     max_host_memory_gib: float = 64.0
+    compile_only: bool = False  # load the candidate and compile its kernels (no GPU needed); run nothing
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

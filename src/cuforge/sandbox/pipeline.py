@@ -104,6 +104,10 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
             ev.wall_s = time.perf_counter() - t0
             return ev, _tainted(guard)
         _raise_guard(guard)
+        if config.compile_only:
+            ev = Evaluation(status="compiled", message="loaded and compiled; nothing run (compile-only)", **base)
+            ev.wall_s = time.perf_counter() - t0
+            return ev, _tainted(guard)
         models = build_models(ctx, cls)
         check_correctness(ctx, models)
         _raise_guard(guard)

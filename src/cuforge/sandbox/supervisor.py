@@ -76,8 +76,9 @@ class Supervisor:
     """One worker, pinned to one GPU (or the CPU test mode), respawned as needed."""
 
     def __init__(self, gpu: int | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
-                 limits: Limits | None = None, extra_env: dict[str, str] | None = None) -> None:
-        self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode, isolate_network
+                 limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False) -> None:
+        self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
+        self.compile_only = compile_only
         self.limits = limits or Limits()
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[str] | None = None
@@ -110,6 +111,8 @@ class Supervisor:
             args.append("--isolate-network")
         if self.cpu_mode:
             args.append("--cpu")
+        if self.compile_only:
+            args.append("--compile-only")
         log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the worker
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                      env=env, cwd=self.workdir, preexec_fn=child_setup(self.limits))

@@ -73,6 +73,9 @@ def self_test(device: str, info: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--compile-only" in argv:
+        os.environ["CUFORGE_COMPILE_ONLY"] = "1"
+        os.environ.setdefault("CUFORGE_ARCH", "sm_90a")
     isolation = "host network"
     if "--isolate-network" in argv:
         from cuforge.sandbox.isolation import enter_private_network
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     set_strict_precision()
     settle_torch()
     info = _device_info(device, isolation)
-    info["self_test"] = self_test(device, info)
+    info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
     proto.write(json.dumps({"op": "hello", "info": info}) + "\n")
     for line in sys.stdin:
         if not line.strip():

@@ -1,0 +1,3 @@
+from cuforge.cli import app
+
+app()

@@ -1,0 +1,177 @@
+"""`cuforge eval` and `cuforge baseline`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail
+
+
+def _parse_baselines(value: Optional[str], problem: Any) -> tuple[str, ...]:
+    from cuforge.problems.problem import BASELINES
+
+    if value is None:
+        return tuple(problem.meta.baselines)
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [n for n in names if n not in BASELINES]
+    if bad:
+        fail(f"unknown baseline(s) {', '.join(bad)}; choose from {', '.join(BASELINES)}")
+    return names
+
+
+@app.command("eval")
+def eval_cmd(
+    problem_ref: str = typer.Argument(..., metavar="PROBLEM", help="hgemm/M_N_K, level1/NAME, or a problem file."),
+    candidate_path: Path = typer.Argument(..., metavar="CANDIDATE.py", help="A Python file defining ModelNew."),
+    baselines: Optional[str] = typer.Option(None, help="Comma-separated: torch, torch.compile, cublas, cublaslt "
+                                            "(default: the problem's)."),
+    trials: int = typer.Option(5, min=5, help="Correctness trials, each on fresh inputs."),
+    compile_mode: str = typer.Option("default", help="torch.compile mode for that baseline: default or max-autotune."),
+    timeout: float = typer.Option(300.0, help="Hard wall-clock limit for the evaluation, seconds."),
+    gpu: int = typer.Option(0, help="GPU index."),
+    cpu: bool = typer.Option(False, "--cpu", help="Harness test mode without a GPU: correctness only, wall-clock times."),
+    ncu: bool = typer.Option(False, "--ncu", help="Also collect an Nsight Compute profile of the candidate."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Evaluate one candidate: correctness, anti-cheat, timing against each baseline, profile."""
+    from cuforge.problems.problem import ProblemError
+    from cuforge.problems.suites import load_problem
+    from cuforge.sandbox.evaluate import candidate_from_file, supervisor_for
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.supervisor import WorkerStartError
+
+    if not candidate_path.is_file():
+        fail(f"{candidate_path}: no such file")
+    try:
+        problem = load_problem(problem_ref)
+    except ProblemError as e:
+        fail(str(e))
+    if compile_mode not in ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"):
+        fail(f"unknown torch.compile mode {compile_mode!r}")
+    config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout, compile_mode=compile_mode,
+                        baselines=_parse_baselines(baselines, problem))
+    candidate = candidate_from_file(candidate_path)
+    try:
+        with console.status(f"evaluating {candidate_path.name} on {problem.id} ...", spinner="dots"):
+            ev = supervisor_for(config, gpu).evaluate(problem, candidate, config)
+            if ncu and ev.ok:
+                from cuforge.sandbox.ncu import NcuError, ncu_profile
+
+                try:
+                    from cuforge.sandbox.evaluation import Profile
+                    from cuforge.sandbox.profile import summarize
+
+                    ev.profile = ev.profile or Profile()
+                    ev.profile.ncu = ncu_profile(problem, candidate, gpu)
+                    ev.profile.summary = summarize(ev.profile)
+                except NcuError as e:
+                    err_console.print(f"[yellow]ncu profile unavailable:[/] {e}", highlight=False)
+    except WorkerStartError as e:
+        fail(str(e))
+    if as_json:
+        emit_json(ev.to_dict())
+    else:
+        print_evaluation(ev)
+    raise typer.Exit(0 if ev.ok else EXIT_FAILURES)
+
+
+def print_evaluation(ev: Any) -> None:
+    color = "green" if ev.ok else "red"
+    console.print(f"[bold]{ev.problem_id}[/] candidate {ev.candidate_id}: [{color}]{ev.status}[/]"
+                  + (f" - {ev.message}" if ev.message else ""), highlight=False, soft_wrap=True)
+    for d in ev.diagnostics[:10]:
+        console.print(f"  {d}", highlight=False)
+    c = ev.correctness
+    if c.get("trials_passed"):
+        console.print(f"correctness: {c['trials_passed']}/{c.get('trials', c['trials_passed'])} trials vs {c.get('reference')} "
+                      f"reference; max abs err {c.get('max_abs_err', 0):.3g}, rel-norm err {c.get('rel_norm_err', 0):.3g}")
+    if ev.timings:
+        t = Table(title="timings (interleaved, same worker)")
+        for col in ("contender", "median ms", "p20 ms", "p80 ms", "n", "method", "speedup"):
+            t.add_column(col)
+        for name, st in ev.timings.items():
+            sp = ev.speedup_vs(name) if name != "candidate" else None
+            t.add_row(name, f"{st.median_ms:.4f}", f"{st.p20_ms:.4f}", f"{st.p80_ms:.4f}", str(st.n), st.method,
+                      f"{sp:.3f}x" if sp else "")
+        console.print(t)
+    if c.get("baselines_skipped"):
+        for name, why in c["baselines_skipped"].items():
+            console.print(f"[yellow]baseline {name} skipped:[/] {why}", highlight=False)
+    if ev.profile and ev.profile.summary:
+        console.print("profile: " + ev.profile.summary, highlight=False)
+    if ev.device.get("name"):
+        console.print(f"device: {ev.device['name']} (torch {ev.device.get('torch')}, CUDA {ev.device.get('cuda')}); "
+                      f"{ev.wall_s:.2f} s", highlight=False)
+
+
+@app.command("baseline")
+def baseline_cmd(
+    suite: str = typer.Option(..., "--suite", "-s", help="Built-in suite or a directory of problem files."),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="Only this problem id (or name)."),
+    baselines: Optional[str] = typer.Option(None, help="Comma-separated baselines (default: each problem's)."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    gpu: int = typer.Option(0, help="GPU index."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Measure baselines (eager, torch.compile, cuBLAS, cuBLASLt autotuned) for a suite and store them."""
+    from rich.progress import Progress
+
+    from cuforge.problems.problem import ProblemError
+    from cuforge.problems.suites import load_suite
+    from cuforge.results.store import Store, StoreError
+    from cuforge.sandbox.baseline_run import measure_baselines, software_tag
+    from cuforge.sandbox.evaluate import supervisor_for
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.supervisor import WorkerStartError
+
+    try:
+        loaded = load_suite(suite)
+    except ProblemError as e:
+        fail(str(e))
+    chosen = [p for p in loaded.problems if problem in (None, p.id, p.name)]
+    if not chosen:
+        fail(f"no problem {problem!r} in {loaded.name}")
+    try:
+        store = Store(results)
+    except StoreError as e:
+        fail(str(e))
+    rows, failures = [], 0
+    with Progress(console=err_console) as progress:
+        task = progress.add_task("baselines", total=len(chosen))
+        for p in chosen:
+            wanted = tuple(b for b in _parse_baselines(baselines, p) if b != "torch")
+            config = EvalConfig(baselines=wanted, profile=False)
+            try:
+                sup = supervisor_for(config, gpu)
+                ev = measure_baselines(sup, p, config)
+            except WorkerStartError as e:
+                fail(str(e))
+            progress.advance(task)
+            if not ev.ok:
+                failures += 1
+                rows.append({"problem": p.id, "error": f"{ev.status}: {ev.message}"})
+                continue
+            gpu_name, sw = ev.device.get("name", "?"), software_tag(ev.device)
+            for name, st in ev.timings.items():
+                label = "torch" if name == "candidate" else name
+                store.add_baseline(p.id, p.source, gpu_name, sw, label, vars(st), ev.correctness.get(label) or {})
+                rows.append({"problem": p.id, "baseline": label, "median_ms": st.median_ms, "p20_ms": st.p20_ms,
+                             "p80_ms": st.p80_ms, "n": st.n, "method": st.method, "gpu": gpu_name})
+    if as_json:
+        emit_json(rows)
+    else:
+        t = Table(title=f"baselines: {loaded.name} -> {results}")
+        for col in ("problem", "baseline", "median ms", "p20", "p80", "n", "method"):
+            t.add_column(col)
+        for r in rows:
+            if "error" in r:
+                t.add_row(r["problem"], "[red]error[/]", r["error"][:80], "", "", "", "")
+            else:
+                t.add_row(r["problem"], r["baseline"], f"{r['median_ms']:.4f}", f"{r['p20_ms']:.4f}",
+                          f"{r['p80_ms']:.4f}", str(r["n"]), r["method"])
+        console.print(t)
+    raise typer.Exit(EXIT_FAILURES if failures else 0)

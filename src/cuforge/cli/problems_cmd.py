@@ -1,0 +1,137 @@
+"""`cuforge problems list|show|validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from cuforge.cli.app import EXIT_FAILURES, console, emit_json, err_console, fail
+from cuforge.cli.app import problems_app, _fmt_num
+
+
+@problems_app.command("list")
+def problems_list(
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Built-in suite name or a directory of problem files."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List built-in suites, or the problems of one suite."""
+    from cuforge.problems.problem import ProblemError
+    from cuforge.problems.suites import builtin_suite_names, load_suite, suite_description
+
+    if suite is None:
+        rows = [{"suite": n, "description": suite_description(n)} for n in builtin_suite_names()]
+        if as_json:
+            emit_json(rows)
+            return
+        table = Table(title="built-in suites (or pass a directory of problem files)")
+        table.add_column("suite")
+        table.add_column("description")
+        for r in rows:
+            table.add_row(r["suite"], r["description"])
+        console.print(table)
+        return
+    try:
+        with console.status(f"loading {suite} ...", spinner="dots"):
+            loaded = load_suite(suite)
+    except ProblemError as e:
+        fail(str(e))
+    if as_json:
+        emit_json({"suite": loaded.name, "problems": [_problem_row(p) for p in loaded.problems],
+                   "skipped": [{"path": s.path, "reason": s.reason} for s in loaded.skipped]})
+        return
+    table = Table(title=f"{loaded.name}: {len(loaded.problems)} problems")
+    for col in ("id", "dtype", "shapes", "GFLOP", "MB", "family", "policy"):
+        table.add_column(col, overflow="fold")
+    for p in loaded.problems:
+        r = _problem_row(p)
+        table.add_row(p.id, r["dtype"] or "?", p.shapes_summary(), _fmt_num(p.meta.flops and p.meta.flops / 1e9),
+                      _fmt_num(p.meta.bytes and p.meta.bytes / 1e6), ",".join(p.meta.families) or "?", p.meta.policy)
+    console.print(table)
+    _print_skipped(loaded.skipped)
+
+
+def _problem_row(p: Any) -> dict[str, Any]:
+    return {"id": p.id, "dtype": p.meta.dtype, "shapes": p.shapes_summary(), "flops": p.meta.flops,
+            "bytes": p.meta.bytes, "families": list(p.meta.families), "policy": p.meta.policy}
+
+
+def _print_skipped(skipped: list[Any]) -> None:
+    for s in skipped:
+        err_console.print(f"[yellow]skipped[/] {s.path}: {s.reason}", highlight=False, soft_wrap=True)
+
+
+@problems_app.command("show")
+def problems_show(
+    ref: str = typer.Argument(..., help="hgemm/M_N_K, level1/NAME, level2/NAME, or a path to a problem file."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show a problem: source, shapes, dtypes, FLOPs, bytes, family, policy, tolerance."""
+    from rich.syntax import Syntax
+
+    from cuforge.problems.problem import ProblemError
+    from cuforge.problems.suites import load_problem
+
+    try:
+        problem = load_problem(ref)
+    except ProblemError as e:
+        fail(str(e))
+    if as_json:
+        emit_json(problem.to_dict())
+        return
+    m = problem.meta
+    console.print(Syntax(problem.source, "python", line_numbers=True))
+    t = Table(show_header=False, title=problem.id)
+    t.add_column("field")
+    t.add_column("value", overflow="fold")
+    t.add_row("shapes", problem.shapes_summary())
+    t.add_row("dtype", m.dtype or "?")
+    t.add_row("FLOPs", _fmt_num(m.flops))
+    t.add_row("bytes (minimal)", _fmt_num(m.bytes, "B"))
+    t.add_row("intensity", f"{m.arithmetic_intensity:.2f} FLOP/B" if m.arithmetic_intensity else "?")
+    t.add_row("families", ", ".join(m.families) or "?")
+    t.add_row("policy", m.policy)
+    t.add_row("baselines", ", ".join(m.baselines))
+    t.add_row("tolerance", f"atol {m.tolerance.atol:g}, rtol {m.tolerance.rtol:g}, rel-norm {m.tolerance.rel_norm:g}")
+    if m.derived:
+        t.add_row("derived", ", ".join(m.derived))
+    if m.unknown:
+        t.add_row("unknown", ", ".join(m.unknown) + " (declare them in CUFORGE)")
+    console.print(t)
+
+
+@problems_app.command("validate")
+def problems_validate(
+    target: Path = typer.Argument(..., help="A problem file or a directory of them."),
+    timeout: float = typer.Option(60.0, help="Seconds allowed per file (import, inputs, reference run)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Load each file in a subprocess, check its interface and run its reference once on the CPU."""
+    from cuforge.problems.loader import problem_files_in, validate_files
+    from cuforge.problems.problem import ProblemError
+
+    if target.is_dir():
+        try:
+            paths = problem_files_in(target)
+        except ProblemError as e:
+            fail(str(e))
+    elif target.is_file():
+        paths = [target]
+    else:
+        fail(f"{target}: no such file or directory")
+    if not paths:
+        fail(f"{target}: no problem files (*.py) found")
+    with console.status("validating ...") as status:
+        results = validate_files(paths, timeout, on_file=lambda p: status.update(f"validating {p.name} ..."))
+    bad = [r for r in results if not r[1]]
+    if as_json:
+        emit_json([{"path": str(p), "ok": ok, "message": msg} for p, ok, msg, _ in results])
+    else:
+        for p, ok, msg, _ in results:
+            mark = "[green]ok[/]  " if ok else "[red]bad[/] "
+            console.print(f"{mark} {p}: {msg}", highlight=False, soft_wrap=True)
+        console.print(f"{len(results) - len(bad)} valid, {len(bad)} invalid")
+    if bad:
+        raise typer.Exit(EXIT_FAILURES)

@@ -1,0 +1,138 @@
+"""`cuforge leaderboard`, `cuforge report`, `cuforge results list|export`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from cuforge.cli.app import app, console, emit_json, fail
+from cuforge.cli.app import results_app
+
+
+def _open_store(path: Path) -> Any:
+    from cuforge.results.store import Store, StoreError
+
+    try:
+        return Store(path, create=False)
+    except StoreError as e:
+        fail(str(e))
+
+
+@app.command()
+def leaderboard(
+    run: Optional[str] = typer.Option(None, "--run", "-r", help="Run id (default: the latest run)."),
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Only problems of this suite."),
+    baseline: str = typer.Option("torch", help="cublas, cublaslt, torch or torch.compile."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Best correct speedup per problem, correct rate, fast_0/1/1.5/2 and geomean; hgemm per shape."""
+    from cuforge.problems.problem import BASELINES, ProblemError
+    from cuforge.results.leaderboard import build_leaderboard
+    from cuforge.results.store import StoreError
+
+    if baseline not in BASELINES:
+        fail(f"unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
+    store = _open_store(results)
+    try:
+        row = store.run(run) if run else store.latest_run()
+    except StoreError as e:
+        fail(str(e))
+    only = None
+    if suite:
+        from cuforge.problems.suites import load_suite
+
+        try:
+            only = {p.id for p in load_suite(suite).problems}
+        except ProblemError as e:
+            fail(str(e))
+    board = build_leaderboard(store.evaluations(row.id), store.run_problems(row.id), row.id, baseline, only)
+    if as_json:
+        emit_json(board.to_dict())
+        return
+    t = Table(title=f"run {row.id} ({row.status}, {row.gpu or '?'}) - speedup vs {baseline}")
+    for col in ("problem", "best speedup", "best ms", "correct", "evaluations", "failures"):
+        t.add_column(col)
+    for r in board.rows:
+        t.add_row(r.problem_id, f"{r.best_speedup:.3f}x" if r.best_speedup else "-",
+                  f"{r.best_median_ms:.4f}" if r.best_median_ms else "-", f"{100 * r.correct_rate:.0f}%",
+                  str(r.evaluations), ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items())))
+    console.print(t)
+    fast = "  ".join(f"{k} {100 * v:.0f}%" for k, v in board.fast.items())
+    gm = f"{board.geomean_speedup:.3f}x" if board.geomean_speedup else "-"
+    console.print(f"{len(board.problems)} problems  {fast}  geomean of best {gm}")
+    if board.hgemm:
+        h = Table(title="hgemm per shape: measured here vs CUDA-L2 (reported, their method: host wall clock, no L2 flush)")
+        for col in ("M", "N", "K", "vs cuBLAS", "vs cuBLASLt-autotune", "CUDA-L2 vs cuBLAS", "CUDA-L2 vs cuBLASLt-AT"):
+            h.add_column(col)
+        fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+        for r in board.hgemm:
+            h.add_row(str(r["M"]), str(r["N"]), str(r["K"]), fmt(r["measured_vs_cublas"]), fmt(r["measured_vs_cublaslt"]),
+                      fmt(r["cuda_l2_reported_vs_cublas"]), fmt(r["cuda_l2_reported_vs_cublaslt"]))
+        console.print(h)
+
+
+@app.command()
+def report(
+    run: Optional[str] = typer.Argument(None, metavar="RUN", help="Run id (default: the latest run)."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="Output HTML file."),
+    baseline: str = typer.Option("torch", help="Baseline for speedups."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+) -> None:
+    """Write one self-contained offline HTML report of a run (tables and SVG charts, no CDN)."""
+    from cuforge.results.leaderboard import build_leaderboard
+    from cuforge.results.report import render_report
+    from cuforge.results.store import StoreError
+
+    store = _open_store(results)
+    try:
+        row = store.run(run) if run else store.latest_run()
+    except StoreError as e:
+        fail(str(e))
+    evaluations = store.evaluations(row.id)
+    board = build_leaderboard(evaluations, store.run_problems(row.id), row.id, baseline)
+    text = render_report(row, board, evaluations, store.run_problem_metas(row.id), store.llm_usage(row.id))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(f"wrote {out} ({len(text) // 1024} KiB, {len(evaluations)} evaluations)")
+
+
+@results_app.command("list")
+def results_list(
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Runs in the store, newest first."""
+    store = _open_store(results)
+    runs = store.runs()
+    if as_json:
+        emit_json([{"id": r.id, "status": r.status, "suite": r.suite, "gpu": r.gpu, "created_at": r.created_at} for r in runs])
+        return
+    t = Table(title=str(results))
+    for col in ("run", "status", "suite", "gpu", "evaluations"):
+        t.add_column(col)
+    for r in runs:
+        t.add_row(r.id, r.status, r.suite or "", r.gpu or "", str(len(store.evaluations(r.id))))
+    console.print(t)
+
+
+@results_app.command("export")
+def results_export(
+    run: str = typer.Argument(..., metavar="RUN", help="Run id."),
+    fmt: str = typer.Option("csv", "--format", "-f", help="csv or parquet."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: RUN.FORMAT)."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+) -> None:
+    """Every evaluation of a run, joined with its candidate, as CSV or Parquet."""
+    from cuforge.results.dump import export_run
+    from cuforge.results.store import StoreError
+
+    store = _open_store(results)
+    try:
+        path = export_run(store, run, fmt, out or Path(f"{run}.{fmt}"))
+    except StoreError as e:
+        fail(str(e))
+    console.print(f"wrote {path}")
