@@ -203,25 +203,33 @@ class Search:
         if proposal is None:
             st.proposed -= 1  # nothing was proposed: the slot is not used up
             return
+        call = dict(provider=proposal.provider, model=proposal.model, status="ok", tokens_in=proposal.tokens_in,
+                    tokens_out=proposal.tokens_out, tokens_cached=proposal.tokens_cached, cost_usd=proposal.cost_usd,
+                    latency_s=proposal.latency_s, prompt=prompt.user, response=proposal.text)
+        lineage = dict(parents=[parent.candidate_id] if parent else [], prompt=prompt.user, island=island,
+                       generation=generation)
         try:
             parsed = parse_response(proposal.text, parent.source if parent else None)
         except ParseError as e:
             self.stats.parse_errors += 1
-            cid = self.store.add_candidate(self.run_id, st.problem.id, {"source": proposal.text, "format": "raw",
-                                           "proposer": proposer.name}, source_key(proposal.text),
-                                           [parent.candidate_id] if parent else [], prompt.user, island, generation,
-                                           {"mode": mode})
-            ev = {"problem_id": st.problem.id, "status": "parse_error", "message": str(e)}
-            self.store.add_evaluation(cid, self.run_id, ev, self.reward(Outcome("parse_error")))
+            raw = {"source": proposal.text, "format": "raw", "proposer": proposer.name}
+            self.store.record_proposal(
+                self.run_id, st.problem.id, call,
+                dict(candidate=raw, candidate_hash=source_key(proposal.text), meta={"mode": mode}, **lineage),
+                {"problem_id": st.problem.id, "status": "parse_error", "message": str(e)},
+                self.reward(Outcome("parse_error")))
             return
         if pop.is_duplicate(parsed.source):
             self.stats.duplicates += 1
+            self.store.record_proposal(self.run_id, st.problem.id, call)
             st.proposed -= 1
             return
         cand = Candidate(parsed.source, "module", proposer=proposer.name, meta={"mode": mode, "edit": parsed.kind})
-        cid = self.store.add_candidate(self.run_id, st.problem.id, cand.to_dict(), source_key(parsed.source),
-                                       [parent.candidate_id] if parent else [], prompt.user, island, generation,
-                                       {"mode": mode, "edit": parsed.kind})
+        cid = self.store.record_proposal(
+            self.run_id, st.problem.id, call,
+            dict(candidate=cand.to_dict(), candidate_hash=source_key(parsed.source),
+                 meta={"mode": mode, "edit": parsed.kind}, **lineage))
+        assert cid is not None
         pop.keys.add(source_key(parsed.source))  # no second copy while this one is in flight
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
         await queue.put((st.problem, cand, future))
@@ -261,10 +269,7 @@ class Search:
             self.stats.tokens_in += proposal.tokens_in
             self.stats.tokens_out += proposal.tokens_out
             self.stats.cost_usd += proposal.cost_usd
-            self.store.add_llm_call(self.run_id, st.problem.id, proposal.provider, proposal.model, "ok", proposal.tokens_in,
-                                    proposal.tokens_out, proposal.tokens_cached, proposal.cost_usd, proposal.latency_s,
-                                    prompt.user, proposal.text)
-            return proposal, prompt
+            return proposal, prompt  # the caller stores the call together with what it became
 
     def _record(self, st: ProblemState, cid: int, cand: Candidate, ev: Evaluation, parent: Member | None,
                 island: int, generation: int) -> None:

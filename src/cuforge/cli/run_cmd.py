@@ -67,6 +67,7 @@ def run(
     except (ConfigError, ProblemError, StoreError) as e:
         fail(str(e))
     summary = {"run_id": run_id, "stop_reason": search.stats.stop_reason, "evaluations": search.stats.evaluations,
+               "parse_errors": search.stats.parse_errors, "duplicates": search.stats.duplicates,
                "llm_calls": search.stats.llm_calls, "cost_usd": search.stats.cost_usd,
                "best": {pid: st.best_speedup for pid, st in search.states.items()}}
     if as_json:

@@ -151,42 +151,33 @@ class Store:
                       parents: list[int] | None = None, prompt: str | None = None, island: int | None = None,
                       generation: int | None = None, meta: dict[str, Any] | None = None) -> int:
         with self.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO candidates (run_id, problem_id, candidate_hash, source, format, launch, proposer, parents,"
-                " prompt, island, generation, meta, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, problem_id, candidate_hash, candidate["source"], candidate.get("format", "module"),
-                 json.dumps(candidate.get("launch")) if candidate.get("launch") else None, candidate.get("proposer", ""),
-                 json.dumps(parents or []), prompt, island, generation, json.dumps(meta or {}, default=str), time.time()))
-            return int(cur.lastrowid)
+            return _insert_candidate(c, run_id, problem_id, candidate, candidate_hash, parents, prompt, island,
+                                     generation, meta)
 
     def add_evaluation(self, candidate_id: int, run_id: str, evaluation: dict[str, Any], reward: float | None) -> int:
         """One per candidate (a unique index makes a repeated write after a crash an error, not a duplicate)."""
-        status = evaluation["status"]
-        cand = (evaluation.get("timings") or {}).get("candidate") or {}
         with self.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO evaluations (candidate_id, run_id, problem_id, status, failure_kind, message, median_ms,"
-                " p20_ms, p80_ms, n, speedups, timings, correctness, profile, device, reward, wall_s, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (candidate_id, run_id, evaluation["problem_id"], status,
-                 None if status == "ok" else status.split(":", 1)[-1], evaluation.get("message", ""),
-                 cand.get("median_ms"), cand.get("p20_ms"), cand.get("p80_ms"), cand.get("n"),
-                 json.dumps(evaluation.get("speedups") or {}), json.dumps(evaluation.get("timings") or {}),
-                 json.dumps(evaluation.get("correctness") or {}, default=str),
-                 json.dumps(evaluation["profile"], default=str) if evaluation.get("profile") else None,
-                 json.dumps(evaluation.get("device") or {}), reward, evaluation.get("wall_s"), time.time()))
-            return int(cur.lastrowid)
+            return _insert_evaluation(c, candidate_id, run_id, evaluation, reward)
 
     def add_llm_call(self, run_id: str, problem_id: str | None, provider: str, model: str, status: str,
                      tokens_in: int = 0, tokens_out: int = 0, tokens_cached: int = 0, cost_usd: float = 0.0,
                      latency_s: float | None = None, prompt: str | None = None, response: str | None = None) -> int:
         with self.transaction() as c:
-            cur = c.execute(
-                "INSERT INTO llm_calls (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached,"
-                " cost_usd, latency_s, prompt, response, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached, cost_usd, latency_s,
-                 prompt, response, time.time()))
-            return int(cur.lastrowid)
+            return _insert_llm_call(c, run_id, problem_id, provider, model, status, tokens_in, tokens_out,
+                                    tokens_cached, cost_usd, latency_s, prompt, response)
+
+    def record_proposal(self, run_id: str, problem_id: str, call: dict[str, Any], candidate: dict[str, Any] | None = None,
+                        evaluation: dict[str, Any] | None = None, reward: float | None = None) -> int | None:
+        """An LLM reply and what it became (a candidate; for a parse error, also its verdict), in one
+        transaction: a kill can never leave a consumed reply without its candidate."""
+        with self.transaction() as c:
+            _insert_llm_call(c, run_id, problem_id, **call)
+            if candidate is None:
+                return None
+            cid = _insert_candidate(c, run_id, problem_id, **candidate)
+            if evaluation is not None:
+                _insert_evaluation(c, cid, run_id, evaluation, reward)
+            return cid
 
     def evaluations(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Evaluations joined with their candidates, oldest first."""
@@ -245,3 +236,44 @@ class RunRow:
     config: dict[str, Any]
     gpu: str | None
     software: str | None
+
+
+def _insert_candidate(c: sqlite3.Connection, run_id: str, problem_id: str, candidate: dict[str, Any], candidate_hash: str,
+                      parents: list[int] | None = None, prompt: str | None = None, island: int | None = None,
+                      generation: int | None = None, meta: dict[str, Any] | None = None) -> int:
+    cur = c.execute(
+        "INSERT INTO candidates (run_id, problem_id, candidate_hash, source, format, launch, proposer, parents,"
+        " prompt, island, generation, meta, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (run_id, problem_id, candidate_hash, candidate["source"], candidate.get("format", "module"),
+         json.dumps(candidate.get("launch")) if candidate.get("launch") else None, candidate.get("proposer", ""),
+         json.dumps(parents or []), prompt, island, generation, json.dumps(meta or {}, default=str), time.time()))
+    return int(cur.lastrowid)
+
+
+def _insert_evaluation(c: sqlite3.Connection, candidate_id: int, run_id: str, evaluation: dict[str, Any],
+                       reward: float | None) -> int:
+    status = evaluation["status"]
+    cand = (evaluation.get("timings") or {}).get("candidate") or {}
+    cur = c.execute(
+        "INSERT INTO evaluations (candidate_id, run_id, problem_id, status, failure_kind, message, median_ms,"
+        " p20_ms, p80_ms, n, speedups, timings, correctness, profile, device, reward, wall_s, created_at)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (candidate_id, run_id, evaluation["problem_id"], status,
+         None if status == "ok" else status.split(":", 1)[-1], evaluation.get("message", ""),
+         cand.get("median_ms"), cand.get("p20_ms"), cand.get("p80_ms"), cand.get("n"),
+         json.dumps(evaluation.get("speedups") or {}), json.dumps(evaluation.get("timings") or {}),
+         json.dumps(evaluation.get("correctness") or {}, default=str),
+         json.dumps(evaluation["profile"], default=str) if evaluation.get("profile") else None,
+         json.dumps(evaluation.get("device") or {}), reward, evaluation.get("wall_s"), time.time()))
+    return int(cur.lastrowid)
+
+
+def _insert_llm_call(c: sqlite3.Connection, run_id: str, problem_id: str | None, provider: str, model: str, status: str,
+                     tokens_in: int = 0, tokens_out: int = 0, tokens_cached: int = 0, cost_usd: float = 0.0,
+                     latency_s: float | None = None, prompt: str | None = None, response: str | None = None) -> int:
+    cur = c.execute(
+        "INSERT INTO llm_calls (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached,"
+        " cost_usd, latency_s, prompt, response, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached, cost_usd, latency_s,
+         prompt, response, time.time()))
+    return int(cur.lastrowid)
