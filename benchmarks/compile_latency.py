@@ -49,7 +49,7 @@ def main() -> None:
     load = []
     if torch.cuda.is_available():
         t0 = time.perf_counter()
-        k = runtime.compile_cuda(gemm_source(5), arch=arch).kernel("hgemm_simt")
+        runtime.compile_cuda(gemm_source(5), arch=arch).kernel("hgemm_simt")
         load.append(time.perf_counter() - t0)
     inline_s = None
     if torch.cuda.is_available() and os.environ.get("SKIP_LOAD_INLINE") != "1":

@@ -41,3 +41,22 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300):
     full_env = dict(os.environ, **(env or {}))
     return subprocess.run([sys.executable, "-m", "cuforge.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=ROOT)
+
+
+RELU_PROBLEM = '''
+import torch
+N = {n}
+CUFORGE = {{"policy": "{policy}", "flops": "{flops}", "bytes": "8 * N", "dtype": "float32"}}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.randn(N)]
+def get_init_inputs():
+    return []
+'''
+
+
+def relu_problem_source(n: int = 4096, policy: str = "any", flops: str = "N") -> str:
+    """A fp32 ReLU problem file, the test suites' smallest honest workload."""
+    return RELU_PROBLEM.format(n=n, policy=policy, flops=flops)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import relu_problem_source
+
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.candidate import Candidate, LaunchSpec
@@ -16,18 +18,6 @@ pytestmark = pytest.mark.gpu
 CANDS = Path(__file__).parent / "gpu_candidates"
 CFG = EvalConfig(max_timing_s=3.0, timeout_s=240)
 
-RELU = """
-import torch
-N = {n}
-CUFORGE = {{"policy": "{policy}", "flops": "{flops}", "bytes": "8 * N", "dtype": "float32"}}
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-def get_inputs():
-    return [torch.randn(N)]
-def get_init_inputs():
-    return []
-"""
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +29,7 @@ def problems(tmp_path_factory):
         "relu_inflated": (2**22, "custom", "1e15"),
     }
     for name, (n, policy, flops) in specs.items():
-        (d / f"{name}.py").write_text(RELU.format(n=n, policy=policy, flops=flops))
+        (d / f"{name}.py").write_text(relu_problem_source(n, policy, flops))
     loaded, skipped = load_files(sorted(d.glob("*.py")))
     assert not skipped
     return {p.name: p for p in loaded}

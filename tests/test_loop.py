@@ -12,21 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, relu_problem_source
 from llm_servers import ScriptedLLMServer, openai_error, openai_reply
 
-RELU_PROBLEM = """
-import torch
-N = 4096
-CUFORGE = {"policy": "any", "flops": "N", "bytes": "8 * N", "dtype": "float32"}
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-def get_inputs():
-    return [torch.randn(N)]
-def get_init_inputs():
-    return []
-"""
 GOOD = "Clamp instead.\n```python\nimport torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clamp_min(0)\n```\n"
 EDIT = "Use relu.\n<<<<<<< SEARCH\n        return x.clamp_min(0)\n=======\n        return torch.relu(x)\n>>>>>>> REPLACE\n"
 WRONG = "```python\nimport torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n```\n"
@@ -42,7 +30,7 @@ def cli(*args, env=None, timeout=600):
 def suite_dir(tmp_path):
     d = tmp_path / "suite"
     d.mkdir()
-    (d / "relu.py").write_text(RELU_PROBLEM)
+    (d / "relu.py").write_text(relu_problem_source())
     return d
 
 

@@ -5,23 +5,13 @@ import textwrap
 
 import pytest
 
+from conftest import relu_problem_source
+
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.candidate import Candidate, LaunchSpec, normalize_source, wrap_kernel
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.supervisor import Supervisor
 
-PROBLEM = """
-import torch
-N = 4096
-CUFORGE = {{"policy": "{policy}", "flops": "N", "bytes": "8 * N"}}
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-def get_inputs():
-    return [torch.randn(N)]
-def get_init_inputs():
-    return []
-"""
 
 CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
 
@@ -29,8 +19,8 @@ CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory):
     d = tmp_path_factory.mktemp("p")
-    (d / "relu_any.py").write_text(PROBLEM.format(policy="any"))
-    (d / "relu_custom.py").write_text(PROBLEM.format(policy="custom"))
+    (d / "relu_any.py").write_text(relu_problem_source(policy="any"))
+    (d / "relu_custom.py").write_text(relu_problem_source(policy="custom"))
     loaded, skipped = load_files([d / "relu_any.py", d / "relu_custom.py"])
     assert not skipped
     return {p.name: p for p in loaded}

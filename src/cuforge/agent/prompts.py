@@ -10,6 +10,8 @@ from typing import Any
 
 import jinja2
 
+from cuforge.fmt import si as _si
+
 from cuforge.problems.problem import Problem
 
 PACKAGE_PROMPTS = Path(__file__).parent / "prompts"
@@ -35,15 +37,6 @@ def environment(prompt_dir: Path | None = None) -> jinja2.Environment:
     search.append(str(PACKAGE_PROMPTS))
     return jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-
-
-def _si(x: float | None) -> str:
-    if x is None:
-        return "?"
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{suffix}"
-    return f"{x:.3g}"
 
 
 def hardware_facts(device: dict[str, Any] | None, ceilings: dict[str, Any] | None = None) -> str:

@@ -38,15 +38,6 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _fmt_num(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "?"
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{suffix}{unit}"
-    return f"{x:.3g}{unit}"
-
-
 @app.callback(invoke_without_command=True)
 def main(version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
     if version:

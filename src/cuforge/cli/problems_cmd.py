@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from cuforge.cli.app import EXIT_FAILURES, console, emit_json, err_console, fail
-from cuforge.cli.app import problems_app, _fmt_num
+from cuforge.cli.app import problems_app
+from cuforge.fmt import si as _fmt_num
 
 
 @problems_app.command("list")

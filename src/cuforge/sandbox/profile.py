@@ -50,19 +50,24 @@ def measure_ceilings(device: torch.device) -> Ceilings:
             times.append(s.elapsed_time(e))
         return min(times)
 
-    n = 2**28  # 1 GiB of fp32
-    src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
-    dst = torch.empty_like(src)
-    bw = 2 * src.nbytes / (best_ms(lambda: dst.copy_(src)) / 1e3)
-    del src, dst
+    bw = 2 * 2**30 / (best_ms(_copy_op(device)) / 1e3)  # 1 GiB read + 1 GiB written per copy
     rates = {}
     for dtype, size in ((torch.float16, 8192), (torch.bfloat16, 8192), (torch.float32, 4096)):
-        a = torch.randn(size, size, device=device, dtype=dtype)
-        b = torch.randn(size, size, device=device, dtype=dtype)
-        rates[str(dtype).replace("torch.", "")] = 2 * size**3 / (best_ms(lambda: torch.matmul(a, b)) / 1e3)
-        del a, b
+        rates[str(dtype).replace("torch.", "")] = 2 * size**3 / (best_ms(_matmul_op(device, dtype, size)) / 1e3)
     torch.cuda.empty_cache()
     return Ceilings(torch.cuda.get_device_name(device), bw, rates)
+
+
+def _copy_op(device: torch.device) -> Any:
+    src = torch.empty(2**28, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
+
+
+def _matmul_op(device: torch.device, dtype: torch.dtype, size: int) -> Any:
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    return lambda: torch.matmul(a, b)
 
 
 def ceilings_for(device: torch.device) -> Ceilings:
