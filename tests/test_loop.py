@@ -136,3 +136,13 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path, suite_dir):
     assert len(evals) == len(cands) == 8  # every candidate evaluated exactly once (unique index), none lost
     assert rows(db, "SELECT COUNT(*) FROM llm_calls")[0][0] == 8  # no recorded reply consumed twice
     assert rows(db, "SELECT status FROM runs")[0][0] == "finished"
+
+
+def test_every_named_baseline_but_torch_compile_is_timed():
+    from cuforge.agent.config import RunConfig
+    from cuforge.agent.loop import eval_config
+    from cuforge.problems.hgemm import hgemm_problem
+
+    p = hgemm_problem(64, 64, 64)
+    assert eval_config(RunConfig(), p).baselines == ("torch", "cublas", "cublaslt")
+    assert "torch.compile" in eval_config(RunConfig(baseline="torch.compile"), p).baselines
