@@ -146,3 +146,14 @@ def test_every_named_baseline_but_torch_compile_is_timed():
     p = hgemm_problem(64, 64, 64)
     assert eval_config(RunConfig(), p).baselines == ("torch", "cublas", "cublaslt")
     assert "torch.compile" in eval_config(RunConfig(baseline="torch.compile"), p).baselines
+
+
+def test_template_proposer_is_the_default_and_runs_compile_only(tmp_path):
+    db = tmp_path / "t.db"
+    r = cli("run", "--suite", "hgemm-small", "--problem", "hgemm/64_64_64", "--islands", "1", "--generations", "3",
+            "--compile-only", "--results", str(db), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["evaluations"] == 3
+    got = rows(db, "SELECT e.status, c.proposer, c.format FROM evaluations e JOIN candidates c ON c.id = e.candidate_id")
+    assert got == [("compiled", "template", "kernel")] * 3
+    assert rows(db, "SELECT COUNT(*) FROM llm_calls")[0][0] == 0

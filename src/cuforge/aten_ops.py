@@ -36,6 +36,11 @@ FAMILY_OF_OP = {
 }
 
 
+def compute_ops(ops: list[str]) -> list[str]:
+    """The compute ops of a trace, in order (allocation, view and copy ops dropped)."""
+    return [op for op in ops if is_compute(op)]
+
+
 def base_name(op: str) -> str:
     """'add_' -> 'add', 'fill_' -> 'fill': in-place variants share their op's class."""
     return op[:-1] if op.endswith("_") and not op.startswith("_") else op

@@ -13,5 +13,8 @@ class OpRecorder(TorchDispatchMode):
         self.ops: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        self.ops.append(func.overloadpacket.__name__)
+        name = func.overloadpacket.__name__
+        if name == "gelu" and (kwargs or {}).get("approximate") == "tanh":
+            name = "gelu_tanh"  # a different function, not a flavour of the same one
+        self.ops.append(name)
         return func(*args, **(kwargs or {}))

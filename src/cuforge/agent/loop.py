@@ -203,6 +203,9 @@ class Search:
         parent = pop.select_parent(island) if mode == "IMPROVE" else pop.fix_target(island) if mode == "FIX" else None
         generation = st.proposed - 1
         idx, proposer = self._pick_proposer()
+        if hasattr(proposer, "propose_candidate"):  # the offline template search: no LLM in between
+            await self._template_step(st, queue, proposer, mode, parent, island, generation)
+            return
         proposal, prompt = await self._ask(st, proposer, idx, mode, parent)
         if proposal is None:
             st.proposed -= 1  # nothing was proposed: the slot is not used up
@@ -235,6 +238,26 @@ class Search:
                  meta={"mode": mode, "edit": parsed.kind}, **lineage))
         assert cid is not None
         pop.keys.add(source_key(parsed.source))  # no second copy while this one is in flight
+        future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
+        await queue.put((st.problem, cand, future))
+        ev = await future
+        self._record(st, cid, cand, ev, parent, island, generation)
+
+    async def _template_step(self, st: ProblemState, queue: asyncio.Queue[Any], proposer: Any, mode: str,
+                             parent: Member | None, island: int, generation: int) -> None:
+        from cuforge.agent.templates.proposer import NotCovered
+
+        inspirations = st.population.inspirations(parent.candidate_id if parent else None, self.cfg.inspirations)
+        try:
+            cand = proposer.propose_candidate(st.problem, mode, parent, inspirations)
+        except NotCovered as e:
+            st.finished = str(e)
+            st.proposed -= 1
+            return
+        cid = self.store.add_candidate(self.run_id, st.problem.id, cand.to_dict(), source_key(cand.source),
+                                       [parent.candidate_id] if parent else [], None, island, generation,
+                                       {"mode": mode, **cand.meta})
+        st.population.keys.add(source_key(cand.source))
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
         await queue.put((st.problem, cand, future))
         ev = await future

@@ -36,8 +36,9 @@ def build_proposers(cfg: RunConfig) -> list[tuple[Any, float]]:
         elif spec.provider == "replay":
             out.append((ReplayProposer(Path(spec.replay_file)), spec.weight))
         else:
-            raise ConfigError("the offline template proposer is not available yet in this build; "
-                              "use --provider openai, anthropic or replay")
+            from cuforge.agent.templates.proposer import TemplateProposer
+
+            out.append((TemplateProposer(cfg.seed), spec.weight))
     return out
 
 
@@ -101,7 +102,10 @@ def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Proble
         st = search.states.get(row["problem_id"])
         if st is None or row["format"] == "raw":
             continue
-        cand = Candidate(row["source"], row["format"], None, row["proposer"])
+        from cuforge.sandbox.candidate import LaunchSpec
+
+        launch = LaunchSpec.from_dict(row["launch"]) if row["launch"] else None
+        cand = Candidate(row["source"], row["format"], launch, row["proposer"])
         parent = members.get(row["parents"][0]) if row["parents"] else None
         pending.append((row["candidate_id"], st.problem, cand, parent))
         st.population.keys.add(source_key(row["source"]))

@@ -69,6 +69,7 @@ def hgemm_problem(m: int, n: int, k: int, suite: str = "hgemm") -> Problem:
         inputs=(TensorSpec((m, k), "float16"), TensorSpec((k, n), "float16")),
         outputs=(TensorSpec((m, n), "float16"),),
         suite=suite,
+        ops=("mm",),
     )
 
 

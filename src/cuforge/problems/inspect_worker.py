@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from cuforge.aten_ops import families_of_ops
+from cuforge.aten_ops import compute_ops, families_of_ops
 from cuforge.op_trace import OpRecorder
 
 # Full-size reference runs on the CPU are skipped above this much input data.
@@ -168,6 +168,7 @@ def inspect(path: str) -> dict[str, Any]:
         "bytes": (_nbytes(in_specs) + _nbytes(params) + _nbytes(outputs)) if outputs is not None else None,
         "families": families_of_ops(ops),
     }
+    derived_ops = compute_ops(ops)
     return {
         "declared": _jsonable(declared),
         "derived": derived,
@@ -175,6 +176,7 @@ def inspect(path: str) -> dict[str, Any]:
         "outputs": outputs,
         "params": params,
         "init_inputs": _jsonable(init),
+        "ops": derived_ops,
         "note": note,
     }
 

@@ -39,7 +39,7 @@ def cache_dir() -> Path:
 
 def _cache_key(mode: str, source: bytes) -> str:
     h = hashlib.sha256()
-    h.update(f"{mode}|{__version__}|{_torch_version()}|".encode())
+    h.update(f"{mode}|{__version__}|{_torch_version()}|v2|".encode())  # v2: replies carry ops
     h.update(source)
     return h.hexdigest()
 
@@ -171,6 +171,7 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
         params=tuple(tensor_spec_from_dict(s) for s in data.get("params") or ()),
         path=path,
         suite=suite,
+        ops=tuple(data.get("ops") or ()),
     )
 
 

@@ -113,6 +113,7 @@ class Problem:
     params: tuple[TensorSpec, ...] = ()
     path: Path | None = None
     suite: str | None = None
+    ops: tuple[str, ...] = ()  # compute aten ops of one forward, in order (from the meta-device trace)
 
     @property
     def name(self) -> str:

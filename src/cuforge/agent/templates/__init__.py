@@ -1,0 +1,1 @@
+"""The offline proposer: parameterized CUDA kernel families (jinja2-rendered) and their search."""

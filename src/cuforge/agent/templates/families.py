@@ -1,0 +1,164 @@
+"""Kernel families: which problems each covers, its knobs, the constraints that prune invalid
+configs before compiling, per-shape seed configs, and rendering a config into a format-B candidate
+(one compiled config serves every shape: shapes are runtime arguments)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate, LaunchSpec
+
+# CUDA's inline assembly uses {%, {{ and [%, so the kernel templates use [[ ]] and {| |} instead.
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent)), undefined=jinja2.StrictUndefined,
+                          variable_start_string="[[", variable_end_string="]]", block_start_string="{|",
+                          block_end_string="|}", comment_start_string="{#|", comment_end_string="|#}",
+                          keep_trailing_newline=True)
+CONFIG_TAG = "// cuforge-config: "
+SMEM_LIMIT = 227 * 1024  # Hopper's per-block opt-in maximum; checked against the device at launch
+
+
+def config_of(source: str) -> dict[str, Any] | None:
+    """The config a template candidate was rendered from (its first line)."""
+    first = source.split("\n", 1)[0]
+    if first.startswith(CONFIG_TAG):
+        try:
+            return json.loads(first[len(CONFIG_TAG):])
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    knobs: dict[str, tuple[Any, ...]]
+
+    def supports(self, problem: Problem) -> str | None:  # None: covered; else why not
+        raise NotImplementedError
+
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        raise NotImplementedError
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
+        raise NotImplementedError
+
+    def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
+        cfg = {k: config[k] for k in self.knobs}
+        source = _ENV.get_template(f"{self.name}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem))
+        header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
+        return Candidate(header + source, "kernel", self.launch(cfg, problem), proposer="template",
+                         meta={"family": self.name, "config": cfg})
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        return {}
+
+
+class GemmSm80(Family):
+    """fp16 GEMM, fp32 accumulation: mma.sync m16n8k16 + ldmatrix + a cp.async multistage pipeline,
+    grouped rasterization; runs on sm_80 to sm_90."""
+
+    def __init__(self) -> None:
+        super().__init__("gemm_sm80", {
+            "BM": (32, 64, 128, 256), "BN": (32, 64, 128, 256), "BK": (32, 64), "WM": (1, 2, 4), "WN": (1, 2, 4),
+            "STAGES": (2, 3, 4, 5, 6), "GROUP_M": (1, 4, 8, 16)})
+
+    def supports(self, problem: Problem) -> str | None:
+        if problem.ops != ("mm",) or len(problem.inputs) != 2:
+            return "not a plain C = A @ B"
+        a, b = problem.inputs
+        if a.dtype != "float16" or b.dtype != "float16" or len(a.shape) != 2 or len(b.shape) != 2:
+            return "needs two 2-D fp16 operands"
+        if a.shape[1] % 8 or b.shape[1] % 8:
+            return f"needs K and N multiples of 8 for 16-byte loads (K={a.shape[1]}, N={b.shape[1]})"
+        return None
+
+    @staticmethod
+    def smem_bytes(c: dict[str, Any]) -> int:
+        return c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 8)) * 2
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        warps = c["WM"] * c["WN"]
+        if warps not in (2, 4, 8):
+            return False
+        wtm, wtn = c["BM"] // c["WM"], c["BN"] // c["WN"]
+        if c["BM"] % c["WM"] or c["BN"] % c["WN"] or wtm % 16 or wtn % 16:
+            return False
+        accumulators = (wtm // 16) * (wtn // 8) * 4
+        return 16 <= accumulators <= 128 and self.smem_bytes(c) <= SMEM_LIMIT
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        m, k = problem.inputs[0].shape
+        n = problem.inputs[1].shape[1]
+        big = dict(BM=128, BN=256, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8)
+        mid = dict(BM=128, BN=128, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8)
+        small = dict(BM=64, BN=64, BK=64, WM=2, WN=2, STAGES=3, GROUP_M=4)
+        tiny = dict(BM=32, BN=64, BK=64, WM=1, WN=2, STAGES=3, GROUP_M=1)
+        order = [big, mid, small, tiny] if m * n >= 2048 * 2048 else [mid, small, big, tiny] if m * n >= 512 * 512 else [small, tiny, mid]
+        return [c for c in order if self.valid(c, problem)]
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}),)",
+                          block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
+                          args=("in0", "in1", "out0", "M", "N", "K"), outputs=(("(M, N)", "float16"),),
+                          bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]")))
+
+
+ELEMENTWISE_OPS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
+
+
+class Elementwise(Family):
+    """One activation over a tensor: 16-byte vector accesses where the width allows, grid-stride loop
+    with a grid capped at a number of waves over the SMs."""
+
+    def __init__(self) -> None:
+        super().__init__("elementwise", {"VEC": (1, 2, 4, 8), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0)})
+
+    def supports(self, problem: Problem) -> str | None:
+        if len(problem.ops) != 1 or problem.ops[0] not in ELEMENTWISE_OPS:
+            return f"not a single activation of {', '.join(ELEMENTWISE_OPS)}"
+        if len(problem.inputs) != 1 or problem.inputs[0].dtype not in ("float32", "float16"):
+            return "needs one fp32 or fp16 input"
+        if not problem.outputs or problem.outputs[0] != problem.inputs[0]:
+            return "output must have the input's shape and dtype"
+        return None
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        fp16 = problem.inputs[0].dtype == "float16"
+        return c["VEC"] in ((1, 2, 8) if fp16 else (1, 2, 4))
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        vec = 8 if problem.inputs[0].dtype == "float16" else 4
+        return [dict(VEC=vec, BLOCK=256, WAVES=0), dict(VEC=vec, BLOCK=512, WAVES=8), dict(VEC=2, BLOCK=256, WAVES=0)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        dtype = problem.inputs[0].dtype
+        return {"OP": problem.ops[0], "DTYPE": dtype, "CTYPE": "float" if dtype == "float32" else "half"}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        blocks = f"cdiv(cdiv(n, {c['VEC']}), {c['BLOCK']})"
+        grid = f"(max(1, {blocks}),)" if c["WAVES"] == 0 else f"(max(1, min({blocks}, SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)", args=("in0", "out0", "n"),
+                          outputs=(("in0.shape", problem.inputs[0].dtype),),
+                          bindings=(("n", "in0.numel()"), ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
+
+
+FAMILIES: list[Family] = [GemmSm80(), Elementwise()]
+
+
+def family_for(problem: Problem) -> tuple[Family | None, str]:
+    reasons = []
+    for fam in FAMILIES:
+        why = fam.supports(problem)
+        if why is None:
+            return fam, ""
+        reasons.append(f"{fam.name}: {why}")
+    return None, "not covered offline (" + "; ".join(reasons) + "): use an LLM provider"

@@ -1,0 +1,74 @@
+"""The template proposer: the same evolutionary loop as the LLM path, over kernel-family configs.
+Seeds come from per-shape heuristics; mutation moves one or two knobs to neighbouring values;
+crossover mixes two parents' knobs; constraints prune invalid configs before anything compiles."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from cuforge.agent.templates.families import Family, config_of, family_for
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate
+
+
+class NotCovered(RuntimeError):
+    """No family covers this problem; the message says why."""
+
+
+class TemplateProposer:
+    provider = "template"
+    model = "families"
+    name = "template"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.tried: dict[str, set[str]] = {}
+
+    def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any]) -> Candidate:
+        family, why = family_for(problem)
+        if family is None:
+            raise NotCovered(why)
+        tried = self.tried.setdefault(problem.id, set())
+        parent_cfg = config_of(parent.source) if parent is not None else None
+        for _ in range(200):
+            if mode == "IMPROVE" and parent_cfg and parent_cfg.get("family") == family.name:
+                other = self._inspiration_config(inspirations, family)
+                cfg = self.crossover(parent_cfg, other, family) if other and self.rng.random() < 0.3 else parent_cfg
+                cfg = self.mutate(cfg, family)
+            else:
+                cfg = self._next_seed(family, problem, tried) or self.random_config(family)
+            key = repr(sorted((k, cfg[k]) for k in family.knobs))
+            if key in tried or not family.valid(cfg, problem):
+                continue
+            tried.add(key)
+            return family.render(cfg, problem)
+        raise NotCovered(f"{family.name}: no untried valid config left for {problem.id}")
+
+    def _next_seed(self, family: Family, problem: Problem, tried: set[str]) -> dict[str, Any] | None:
+        for cfg in family.seeds(problem):
+            if repr(sorted((k, cfg[k]) for k in family.knobs)) not in tried:
+                return cfg
+        return None
+
+    def _inspiration_config(self, inspirations: list[Any], family: Family) -> dict[str, Any] | None:
+        for better, _ in inspirations:
+            cfg = config_of(better.source)
+            if cfg and cfg.get("family") == family.name:
+                return cfg
+        return None
+
+    def random_config(self, family: Family) -> dict[str, Any]:
+        return {k: self.rng.choice(v) for k, v in family.knobs.items()}
+
+    def mutate(self, cfg: dict[str, Any], family: Family) -> dict[str, Any]:
+        out = {k: cfg[k] for k in family.knobs}
+        for knob in self.rng.sample(list(family.knobs), k=self.rng.choice((1, 1, 2))):
+            values = family.knobs[knob]
+            i = values.index(out[knob]) if out[knob] in values else 0
+            j = min(max(i + self.rng.choice((-1, 1)), 0), len(values) - 1)
+            out[knob] = values[j if j != i else (i + 1) % len(values)]
+        return out
+
+    def crossover(self, a: dict[str, Any], b: dict[str, Any], family: Family) -> dict[str, Any]:
+        return {k: (a if self.rng.random() < 0.5 else b)[k] for k in family.knobs}

@@ -1,0 +1,76 @@
+"""Template families on a real GPU: correct across awkward shapes, or declared unsupported."""
+
+import random
+
+import pytest
+
+from cuforge.agent.templates.families import Elementwise, GemmSm80
+from cuforge.problems.hgemm import hgemm_problem
+from cuforge.problems.loader import load_files
+from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.supervisor import Supervisor
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=1.0, min_samples=10, profile=False)
+
+
+@pytest.fixture(scope="module")
+def sup():
+    s = Supervisor(gpu=0)
+    yield s
+    s.close()
+
+
+def gemm_configs(p, n_random=4):
+    g = GemmSm80()
+    configs = g.seeds(p)
+    rng = random.Random(1)
+    while len(configs) < len(g.seeds(p)) + n_random:
+        c = {k: rng.choice(v) for k, v in g.knobs.items()}
+        if g.valid(c, p):
+            configs.append(c)
+    return configs
+
+
+@pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
+                                   (4096, 4096, 4096)])
+def test_gemm_sm80_is_correct_on_awkward_shapes(sup, shape):
+    p = hgemm_problem(*shape)
+    for c in gemm_configs(p, 2 if shape[0] * shape[1] > 2**22 else 4):
+        ev = sup.evaluate(p, GemmSm80().render(c, p), CFG)
+        assert ev.status == "ok", (shape, c, ev.status, ev.message)
+
+
+def test_unsupported_gemm_shapes_are_declared():
+    assert GemmSm80().supports(hgemm_problem(64, 64, 33)) and GemmSm80().supports(hgemm_problem(64, 30, 64))
+
+
+ELEMENTWISE = """
+import torch
+import torch.nn.functional as F
+N = {n}
+CUFORGE = {{"policy": "custom", "dtype": "{dtype}"}}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.randn(N, dtype=torch.{dtype})]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_elementwise_family_is_correct_with_tails(sup, tmp_path):
+    exprs = {"relu": "torch.relu(x)", "gelu": "F.gelu(x)", "gelu_tanh": "F.gelu(x, approximate='tanh')",
+             "silu": "F.silu(x)", "sigmoid": "torch.sigmoid(x)"}
+    e = Elementwise()
+    for op, expr in exprs.items():
+        for dtype in ("float32", "float16"):
+            f = tmp_path / f"{op}_{dtype}.py"
+            f.write_text(ELEMENTWISE.format(n=1000003, dtype=dtype, expr=expr))  # not a multiple of any vector width
+            (p,), skipped = load_files([f])
+            assert not skipped and e.supports(p) is None, (op, dtype)
+            for c in e.seeds(p)[:2]:
+                if e.valid(c, p):
+                    ev = sup.evaluate(p, e.render(c, p), CFG)
+                    assert ev.status == "ok", (op, dtype, c, ev.status, ev.message)

@@ -1,0 +1,75 @@
+"""The offline template proposer on the CPU: coverage, constraints, search moves, and every config
+of a smoke set compiling with NVRTC."""
+
+import random
+
+import pytest
+
+from cuforge.agent.population import Member
+from cuforge.agent.templates.families import Elementwise, GemmSm80, config_of, family_for
+from cuforge.agent.templates.proposer import NotCovered, TemplateProposer
+from cuforge.problems.hgemm import hgemm_problem
+from cuforge.problems.suites import load_problem
+from cuforge.runtime import compile_cuda
+
+
+def test_coverage_and_clear_refusals():
+    assert family_for(hgemm_problem(1024, 512, 256))[0].name == "gemm_sm80"
+    assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm80"
+    for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
+        assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
+    fam, why = family_for(load_problem("level1/softmax"))
+    assert fam is None and "not covered offline" in why and "use an LLM provider" in why
+    assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
+    with pytest.raises(NotCovered, match="not covered offline"):
+        TemplateProposer().propose_candidate(load_problem("level1/softmax"), "SEED", None, [])
+
+
+def test_constraints_prune_before_compiling():
+    g, p = GemmSm80(), hgemm_problem(4096, 4096, 4096)
+    assert g.valid(dict(BM=128, BN=256, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8), p)
+    assert not g.valid(dict(BM=256, BN=256, BK=64, WM=2, WN=4, STAGES=6, GROUP_M=8), p)  # shared memory
+    assert not g.valid(dict(BM=256, BN=256, BK=32, WM=2, WN=2, STAGES=2, GROUP_M=8), p)  # 256 accumulators
+    assert not g.valid(dict(BM=64, BN=64, BK=32, WM=4, WN=4, STAGES=3, GROUP_M=8), p)  # 16 warps
+    e = Elementwise()
+    assert not e.valid(dict(VEC=8, BLOCK=256, WAVES=0), load_problem("level1/relu"))  # fp32: at most float4
+    assert e.valid(dict(VEC=8, BLOCK=256, WAVES=0), load_problem("level1/gelu_fp16"))
+
+
+def test_search_seeds_then_mutates_without_repeats():
+    p = hgemm_problem(2048, 2048, 2048)
+    tp = TemplateProposer(seed=3)
+    seeds = [config_of(tp.propose_candidate(p, "SEED", None, []).source) for _ in range(3)]
+    assert [s["BM"] for s in seeds[:2]] == [128, 128] and len({repr(s) for s in seeds}) == 3
+    parent_cand = tp.propose_candidate(p, "SEED", None, [])
+    parent = Member(1, "k", "ok", 0.2, 1.2, 0, 0, ("tensor_core",), source=parent_cand.source)
+    seen = set()
+    for _ in range(20):
+        child = config_of(tp.propose_candidate(p, "IMPROVE", parent, []).source)
+        pc = config_of(parent.source)
+        changed = [k for k in GemmSm80().knobs if child[k] != pc[k]]
+        assert 1 <= len(changed) <= 3  # one or two mutated knobs (a crossover may differ in more only with inspirations)
+        assert repr(child) not in seen
+        seen.add(repr(child))
+
+
+SMOKE = 6
+
+
+@pytest.mark.parametrize("problem_ref", ["hgemm/1024_1024_1024", "level1/relu", "level1/gelu_fp16", "level1/silu"])
+def test_smoke_configs_compile_with_nvrtc(problem_ref):
+    from cuforge.problems.suites import load_problem as lp
+
+    p = lp(problem_ref)
+    fam, _ = family_for(p)
+    rng = random.Random(0)
+    configs = fam.seeds(p)
+    while len(configs) < len(fam.seeds(p)) + SMOKE:
+        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
+        if fam.valid(c, p):
+            configs.append(c)
+    for c in configs:
+        cand = fam.render(c, p)
+        mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
+        assert fam.name in mod.signatures and len(mod.cubin) > 0, c
+        compile(cand.module_source(), "<wrapper>", "exec")
