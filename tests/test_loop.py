@@ -157,3 +157,53 @@ def test_template_proposer_is_the_default_and_runs_compile_only(tmp_path):
     got = rows(db, "SELECT e.status, c.proposer, c.format FROM evaluations e JOIN candidates c ON c.id = e.candidate_id")
     assert got == [("compiled", "template", "kernel")] * 3
     assert rows(db, "SELECT COUNT(*) FROM llm_calls")[0][0] == 0
+
+
+def test_context_length_errors_shrink_the_prompt_and_the_run_goes_on(tmp_path, suite_dir):
+    from llm_servers import openai_error as err
+
+    db = tmp_path / "ctx.db"
+    with ScriptedLLMServer(openai_reply(GOOD)) as srv:
+        srv.script = [err(400, "This model's maximum context length is 8192 tokens", "context_length_exceeded"),
+                      openai_reply(GOOD)]
+        r = cli("run", "--suite", str(suite_dir), "--provider", "openai", "--model", "m", "--base-url", srv.url + "/v1",
+                "--islands", "1", "--generations", "1", "--cpu", "--results", str(tmp_path), "--json",
+                env={"OPENAI_API_KEY": "sk-test"})
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert len(srv.requests) == 2
+    assert rows(tmp_path / "cuforge.db", "SELECT status FROM evaluations") == [("ok",)]
+
+
+def test_toml_config_and_flags_win(tmp_path, suite_dir):
+    from cuforge.agent.config import ConfigError, load_toml, merge
+
+    f = tmp_path / "run.toml"
+    f.write_text('suite = "level1"\nislands = 2\ngenerations = 7\n[[proposers]]\nprovider = "openai"\nmodel = "a"\n'
+                 'weight = 3\n[[proposers]]\nprovider = "anthropic"\nmodel = "b"\n')
+    cfg = merge(load_toml(f), {"islands": 5, "suite": None})
+    assert (cfg.suite, cfg.islands, cfg.generations) == ("level1", 5, 7)
+    assert [(p.provider, p.weight) for p in cfg.proposers] == [("openai", 3), ("anthropic", 1.0)]
+    with pytest.raises(ConfigError, match="unknown settings: colour"):
+        merge({"colour": "red"}, {})
+    with pytest.raises(ConfigError, match="needs --model"):
+        merge({"proposers": [{"provider": "openai"}]}, {})
+
+
+@pytest.mark.gpu
+def test_full_evaluation_loop_against_an_openai_compatible_server(tmp_path):
+    """On a GPU: replies served over HTTP become CUDA candidates that are verified and timed."""
+    kernel = (ROOT / "tests" / "gpu_candidates" / "relu_runtime.py").read_text()
+    good = "float4 ReLU.\n```python\n" + kernel + "```\n"
+    wrong = "```python\n" + kernel.replace("fmaxf(v.x, 0.f)", "fmaxf(v.x, 1.f)") + "```\n"
+    db = tmp_path / "g.db"
+    with ScriptedLLMServer(openai_reply(good)) as srv:
+        srv.script = [openai_error(500, "flaky"), openai_reply(wrong), openai_reply(good)]
+        r = cli("run", "--suite", "level1", "--problem", "relu", "--provider", "openai", "--model", "test-model",
+                "--base-url", srv.url + "/v1", "--islands", "1", "--generations", "2", "--concurrency", "1",
+                "--results", str(db), "--json", env={"OPENAI_API_KEY": "sk-test"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = rows(db, "SELECT status, speedups FROM evaluations ORDER BY id")
+    assert [s for s, _ in got] == ["wrong_output", "ok"]
+    assert json.loads(got[1][1])["torch"] > 0.5
+    fix_prompt = rows(db, "SELECT prompt FROM llm_calls ORDER BY id")[-1][0]
+    assert "Fix it so it is correct" in fix_prompt and "wrong_output" in fix_prompt and "H100" in fix_prompt

@@ -103,6 +103,7 @@ class Search:
         self.stats = RunStats()
         self.stop = asyncio.Event()
         self.device: dict[str, Any] = {}
+        self.ceilings: dict[str, Any] | None = None  # measured by the worker; quoted in prompts
         self.reward = get_reward(cfg.reward)
         self._exhausted: set[int] = set()
 
@@ -170,6 +171,8 @@ class Search:
                 ev = await asyncio.to_thread(self.evaluate_blocking, problem, cand, eval_config(self.cfg, problem))
                 if ev.device.get("name"):
                     self.device = ev.device
+                if ev.profile and ev.profile.ceilings:
+                    self.ceilings = ev.profile.ceilings
                 future.set_result(ev)
             except Exception as e:  # noqa: BLE001 - surfaced to the waiting proposal
                 future.set_exception(e)
@@ -271,7 +274,8 @@ class Search:
         prompt_dir = Path(self.cfg.prompt_dir) if self.cfg.prompt_dir else None
         while True:
             inspirations = st.population.inspirations(parent.candidate_id if parent else None, k)
-            prompt = render(st.problem, mode, parent, inspirations, self.device, None, self.cfg.baseline, prompt_dir)
+            prompt = render(st.problem, mode, parent, inspirations, self.device, self.ceilings, self.cfg.baseline,
+                            prompt_dir)
             try:
                 proposal = await proposer.propose(prompt)
             except ContextLengthError:

@@ -19,6 +19,10 @@ def run(
     model: Optional[str] = typer.Option(None, help="Model name for openai/anthropic."),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible server URL (vLLM, SGLang, Ollama, llama.cpp)."),
     replay: Optional[Path] = typer.Option(None, help="JSONL of recorded replies, for --provider replay."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default 0.7)."),
+    max_tokens: Optional[int] = typer.Option(None, help="Most tokens per reply (default 8192)."),
+    reasoning_effort: Optional[str] = typer.Option(None, help="openai reasoning models: low, medium or high."),
+    prices: Optional[Path] = typer.Option(None, help="TOML price table overriding the built-in one."),
     islands: Optional[int] = typer.Option(None, min=1, help="Islands per problem (default 4)."),
     generations: Optional[int] = typer.Option(None, min=1, help="Proposals per island per problem (default 4)."),
     budget_usd: Optional[float] = typer.Option(None, help="Stop when LLM spend reaches this many dollars."),
@@ -27,7 +31,7 @@ def run(
     patience: Optional[int] = typer.Option(None, help="Stop a problem after N evaluations without a new best."),
     concurrency: Optional[int] = typer.Option(None, min=1, help="LLM requests in flight (default 4)."),
     baseline: Optional[str] = typer.Option(None, help="Baseline the reward is measured against (default torch)."),
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file, or a directory for DIR/cuforge.db)."),
     resume: Optional[str] = typer.Option(None, help="Continue this run where it stopped."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Compiler feedback only: no GPU needed."),
     cpu: bool = typer.Option(False, "--cpu", help="Evaluate with the harness's CPU test mode (no GPU timings)."),
@@ -41,6 +45,8 @@ def run(
     from cuforge.problems.problem import ProblemError
     from cuforge.results.store import Store, StoreError
 
+    if results.is_dir():
+        results = results / "cuforge.db"
     try:
         store = Store(results)
         if resume:
@@ -51,9 +57,12 @@ def run(
                                  "generations": generations, "budget_usd": budget_usd, "budget_tokens": budget_tokens,
                                  "wall_time_s": wall_time, "patience": patience, "concurrency": concurrency,
                                  "baseline": baseline, "compile_only": compile_only or None,
-                                 "device": "cpu" if cpu else None, "prompt_dir": str(prompt_dir) if prompt_dir else None}
+                                 "device": "cpu" if cpu else None, "prompt_dir": str(prompt_dir) if prompt_dir else None,
+                                 "temperature": temperature, "max_tokens": max_tokens,
+                                 "prices": str(prices) if prices else None}
         if provider:
-            flags["proposers"] = [ProposerSpec(provider, model or "", base_url, 1.0, str(replay) if replay else None)]
+            flags["proposers"] = [ProposerSpec(provider, model or "", base_url, 1.0, str(replay) if replay else None,
+                                               reasoning_effort)]
         cfg = merge(file_settings, flags)
     except (ConfigError, StoreError) as e:
         fail(str(e))
