@@ -142,6 +142,20 @@ def _context_message(text: str) -> bool:
     return "context_length" in t or "maximum context length" in t or "prompt is too long" in t or "too many tokens" in t
 
 
+def classify_sdk_error(sdk: Any, e: Exception) -> str:
+    """auth, context, retry or fatal, for the openai and anthropic SDKs (they share exception names;
+    Anthropic's 529 'overloaded' is a server error like any 5xx)."""
+    if isinstance(e, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
+        return "auth"
+    if isinstance(e, sdk.BadRequestError) and _context_message(str(e)):
+        return "context"
+    if isinstance(e, (sdk.RateLimitError, sdk.APITimeoutError, sdk.APIConnectionError, sdk.InternalServerError)):
+        return "retry"
+    if isinstance(e, sdk.APIStatusError) and e.status_code >= 500:
+        return "retry"
+    return "fatal"
+
+
 class OpenAIProposer(LLMProposer):
     """Chat completions through the official SDK; --base-url points it at any OpenAI-compatible
     server (vLLM, SGLang, Ollama, llama.cpp), which may need no key."""
@@ -178,16 +192,7 @@ class OpenAIProposer(LLMProposer):
                         time.monotonic() - t0)
 
     def _classify(self, e: Exception) -> str:
-        o = self._openai
-        if isinstance(e, (o.AuthenticationError, o.PermissionDeniedError)):
-            return "auth"
-        if isinstance(e, o.BadRequestError) and _context_message(str(e)):
-            return "context"
-        if isinstance(e, (o.RateLimitError, o.APITimeoutError, o.APIConnectionError, o.InternalServerError)):
-            return "retry"
-        if isinstance(e, o.APIStatusError) and e.status_code >= 500:
-            return "retry"
-        return "fatal"
+        return classify_sdk_error(self._openai, e)
 
 
 class AnthropicProposer(LLMProposer):
@@ -232,16 +237,7 @@ class AnthropicProposer(LLMProposer):
                         self._price(tin, u.output_tokens or 0, cached), time.monotonic() - t0)
 
     def _classify(self, e: Exception) -> str:
-        a = self._anthropic
-        if isinstance(e, (a.AuthenticationError, a.PermissionDeniedError)):
-            return "auth"
-        if isinstance(e, a.BadRequestError) and _context_message(str(e)):
-            return "context"
-        if isinstance(e, (a.RateLimitError, a.APITimeoutError, a.APIConnectionError, a.InternalServerError)):
-            return "retry"
-        if isinstance(e, a.APIStatusError) and (e.status_code >= 500 or e.status_code == 529):
-            return "retry"
-        return "fatal"
+        return classify_sdk_error(self._anthropic, e)
 
 
 class ReplayProposer:
