@@ -95,15 +95,30 @@ class GemmSm80(Family):
         accumulators = (wtm // 16) * (wtn // 8) * 4
         return 16 <= accumulators <= 128 and self.smem_bytes(c) <= SMEM_LIMIT
 
+    # Tile presets from large to small; seeds take the largest that still fills the GPU with blocks.
+    PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=128, BN=256, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8),
+        dict(BM=128, BN=128, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8),
+        dict(BM=128, BN=64, BK=64, WM=2, WN=2, STAGES=3, GROUP_M=8),
+        dict(BM=64, BN=64, BK=64, WM=2, WN=2, STAGES=3, GROUP_M=4),
+        dict(BM=64, BN=32, BK=64, WM=2, WN=1, STAGES=4, GROUP_M=4),
+        dict(BM=32, BN=64, BK=64, WM=1, WN=2, STAGES=3, GROUP_M=1),
+        dict(BM=32, BN=32, BK=64, WM=1, WN=2, STAGES=4, GROUP_M=1),
+    )
+    SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        m, k = problem.inputs[0].shape
+        m = problem.inputs[0].shape[0]
         n = problem.inputs[1].shape[1]
-        big = dict(BM=128, BN=256, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8)
-        mid = dict(BM=128, BN=128, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8)
-        small = dict(BM=64, BN=64, BK=64, WM=2, WN=2, STAGES=3, GROUP_M=4)
-        tiny = dict(BM=32, BN=64, BK=64, WM=1, WN=2, STAGES=3, GROUP_M=1)
-        order = [big, mid, small, tiny] if m * n >= 2048 * 2048 else [mid, small, big, tiny] if m * n >= 512 * 512 else [small, tiny, mid]
-        return [c for c in order if self.valid(c, problem)]
+        valid = [c for c in self.PRESETS if self.valid(c, problem)]
+
+        def blocks(c: dict[str, Any]) -> int:
+            return -(-m // c["BM"]) * -(-n // c["BN"])
+
+        filling = [c for c in valid if blocks(c) >= 0.9 * self.SMS]
+        first = filling[0] if filling else valid[-1]
+        rest = sorted((c for c in valid if c is not first), key=lambda c: abs(blocks(c) - self.SMS))
+        return [first, *rest]
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}),)",
