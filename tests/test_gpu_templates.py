@@ -74,3 +74,32 @@ def test_elementwise_family_is_correct_with_tails(sup, tmp_path):
                 if e.valid(c, p):
                     ev = sup.evaluate(p, e.render(c, p), CFG)
                     assert ev.status == "ok", (op, dtype, c, ev.status, ev.message)
+
+
+SOFTMAX = """
+import torch
+ROWS, COLS = {rows}, {cols}
+CUFORGE = {{"policy": "custom", "dtype": "float32"}}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.{fn}(x, dim=-1)
+def get_inputs():
+    return [torch.randn(ROWS, COLS) * 4]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_softmax_family_is_correct_on_odd_rows(sup, tmp_path):
+    from cuforge.agent.templates.families import SoftmaxRows
+
+    fam = SoftmaxRows()
+    for fn in ("softmax", "log_softmax"):
+        for rows, cols in ((7, 1), (33, 1000), (64, 4099), (2048, 8192)):
+            f = tmp_path / f"{fn}_{rows}_{cols}.py"
+            f.write_text(SOFTMAX.format(rows=rows, cols=cols, fn=fn))
+            (p,), skipped = load_files([f])
+            assert not skipped and fam.supports(p) is None, (fn, p.ops)
+            for c in fam.seeds(p)[:2]:
+                ev = sup.evaluate(p, fam.render(c, p), CFG)
+                assert ev.status == "ok", (fn, rows, cols, c, ev.status, ev.message)

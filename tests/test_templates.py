@@ -18,11 +18,13 @@ def test_coverage_and_clear_refusals():
     assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm80"
     for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
-    fam, why = family_for(load_problem("level1/softmax"))
+    assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
+    assert family_for(load_problem("level1/log_softmax"))[0].name == "softmax_rows"
+    fam, why = family_for(load_problem("level1/layernorm"))
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
     assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
     with pytest.raises(NotCovered, match="not covered offline"):
-        TemplateProposer().propose_candidate(load_problem("level1/softmax"), "SEED", None, [])
+        TemplateProposer().propose_candidate(load_problem("level1/layernorm"), "SEED", None, [])
 
 
 def test_constraints_prune_before_compiling():
@@ -56,7 +58,8 @@ def test_search_seeds_then_mutates_without_repeats():
 SMOKE = 6
 
 
-@pytest.mark.parametrize("problem_ref", ["hgemm/1024_1024_1024", "level1/relu", "level1/gelu_fp16", "level1/silu"])
+@pytest.mark.parametrize("problem_ref", ["hgemm/1024_1024_1024", "level1/relu", "level1/gelu_fp16", "level1/silu",
+                                         "level1/softmax", "level1/log_softmax"])
 def test_smoke_configs_compile_with_nvrtc(problem_ref):
     from cuforge.problems.suites import load_problem as lp
 

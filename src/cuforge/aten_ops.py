@@ -25,7 +25,7 @@ FAMILY_OF_OP = {
     "mv": "gemm", "addmv": "gemm", "dot": "gemm", "matmul": "gemm", "_scaled_mm": "gemm",
     "linear": "gemm", "einsum": "gemm",
     "convolution": "conv", "_convolution": "conv", "cudnn_convolution": "conv",
-    "_softmax": "softmax", "_log_softmax": "softmax", "softmax": "softmax", "log_softmax": "softmax",
+    "_softmax": "softmax", "_log_softmax": "softmax", "_softmax_lastdim": "softmax", "_log_softmax_lastdim": "softmax", "softmax": "softmax", "log_softmax": "softmax",
     "native_layer_norm": "norm", "native_batch_norm": "norm", "native_group_norm": "norm",
     "_fused_rms_norm": "norm", "rms_norm": "norm", "_native_batch_norm_legit_no_training": "norm",
     "sum": "reduction", "mean": "reduction", "amax": "reduction", "amin": "reduction",

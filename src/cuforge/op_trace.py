@@ -16,5 +16,8 @@ class OpRecorder(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name == "gelu" and (kwargs or {}).get("approximate") == "tanh":
             name = "gelu_tanh"  # a different function, not a flavour of the same one
+        elif name in ("_softmax", "_log_softmax") and len(args) > 1 and hasattr(args[0], "dim"):
+            if int(args[1]) % max(args[0].dim(), 1) == args[0].dim() - 1:
+                name += "_lastdim"  # row-wise kernels cover the last dimension only
         self.ops.append(name)
         return func(*args, **(kwargs or {}))

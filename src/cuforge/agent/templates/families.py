@@ -166,7 +166,40 @@ class Elementwise(Family):
                           bindings=(("n", "in0.numel()"), ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
 
 
-FAMILIES: list[Family] = [GemmSm80(), Elementwise()]
+class SoftmaxRows(Family):
+    """Softmax or log-softmax over the last dim of an fp32 tensor: one block per row, an online
+    (max, sum) pass with warp-shuffle reductions, then the output pass; float4 where aligned."""
+
+    def __init__(self) -> None:
+        super().__init__("softmax_rows", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
+
+    def supports(self, problem: Problem) -> str | None:
+        if problem.ops not in (("_softmax_lastdim",), ("_log_softmax_lastdim",)):
+            return "not a single softmax or log-softmax over the last dim"
+        if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 1:
+            return "needs one fp32 input"
+        if problem.inputs[0].shape[-1] >= 2**31 or problem.inputs[0].numel // max(problem.inputs[0].shape[-1], 1) >= 2**31:
+            return "rows and columns must fit in 32-bit ints"
+        return None
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return True
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        cols = problem.inputs[0].shape[-1]
+        block = 1024 if cols >= 8192 else 256 if cols >= 1024 else 128
+        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=512), dict(VEC=1, BLOCK=block)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        return {"LOG": problem.ops == ("_log_softmax_lastdim",)}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=("in0", "out0", "rows", "cols"),
+                          outputs=(("in0.shape", "float32"),),
+                          bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
+
+
+FAMILIES: list[Family] = [GemmSm80(), Elementwise(), SoftmaxRows()]
 
 
 def family_for(problem: Problem) -> tuple[Family | None, str]:
