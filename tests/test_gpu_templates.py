@@ -103,3 +103,33 @@ def test_softmax_family_is_correct_on_odd_rows(sup, tmp_path):
             for c in fam.seeds(p)[:2]:
                 ev = sup.evaluate(p, fam.render(c, p), CFG)
                 assert ev.status == "ok", (fn, rows, cols, c, ev.status, ev.message)
+
+
+REDUCE = """
+import torch
+ROWS, COLS = {rows}, {cols}
+CUFORGE = {{"policy": "custom", "dtype": "float32"}}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_reduction_family_is_correct_on_odd_rows(sup, tmp_path):
+    from cuforge.agent.templates.families import ReduceRows
+
+    fam = ReduceRows()
+    exprs = {"sum": "torch.sum(x, dim=-1)", "max": "torch.max(x, dim=-1).values", "argmax": "torch.argmax(x, dim=-1)"}
+    for op, expr in exprs.items():
+        for rows, cols in ((5, 1), (33, 1001), (256, 65536)):
+            f = tmp_path / f"{op}_{rows}_{cols}.py"
+            f.write_text(REDUCE.format(rows=rows, cols=cols, expr=expr))
+            (p,), skipped = load_files([f])
+            assert not skipped and fam.supports(p) is None, (op, p.ops)
+            for c in fam.seeds(p)[:2]:
+                ev = sup.evaluate(p, fam.render(c, p), CFG)
+                assert ev.status == "ok", (op, rows, cols, c, ev.status, ev.message)

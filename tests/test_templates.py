@@ -20,6 +20,8 @@ def test_coverage_and_clear_refusals():
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
     assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
     assert family_for(load_problem("level1/log_softmax"))[0].name == "softmax_rows"
+    for name in ("sum_dim", "max_dim", "argmax_dim"):
+        assert family_for(load_problem(f"level1/{name}"))[0].name == "reduce_rows", name
     fam, why = family_for(load_problem("level1/layernorm"))
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
     assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
@@ -59,7 +61,7 @@ SMOKE = 6
 
 
 @pytest.mark.parametrize("problem_ref", ["hgemm/1024_1024_1024", "level1/relu", "level1/gelu_fp16", "level1/silu",
-                                         "level1/softmax", "level1/log_softmax"])
+                                         "level1/softmax", "level1/log_softmax", "level1/sum_dim", "level1/argmax_dim"])
 def test_smoke_configs_compile_with_nvrtc(problem_ref):
     from cuforge.problems.suites import load_problem as lp
 

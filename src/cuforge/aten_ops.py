@@ -32,6 +32,7 @@ FAMILY_OF_OP = {
     "max": "reduction", "min": "reduction", "argmax": "reduction", "argmin": "reduction",
     "prod": "reduction", "var": "reduction", "std": "reduction", "var_mean": "reduction",
     "norm": "reduction", "linalg_vector_norm": "reduction", "logsumexp": "reduction",
+    "sum_lastdim": "reduction", "max_lastdim": "reduction", "argmax_lastdim": "reduction",
     "cumsum": "scan", "cumprod": "scan", "cummax": "scan", "logcumsumexp": "scan",
 }
 

@@ -19,5 +19,10 @@ class OpRecorder(TorchDispatchMode):
         elif name in ("_softmax", "_log_softmax") and len(args) > 1 and hasattr(args[0], "dim"):
             if int(args[1]) % max(args[0].dim(), 1) == args[0].dim() - 1:
                 name += "_lastdim"  # row-wise kernels cover the last dimension only
+        elif name in ("sum", "max", "argmax") and len(args) > 1 and hasattr(args[0], "dim") and args[0].dim() > 0:
+            dims = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+            keepdim = bool(args[2]) if len(args) > 2 else bool((kwargs or {}).get("keepdim", False))
+            if len(dims) == 1 and isinstance(dims[0], int) and dims[0] % args[0].dim() == args[0].dim() - 1 and not keepdim:
+                name += "_lastdim"
         self.ops.append(name)
         return func(*args, **(kwargs or {}))

@@ -39,7 +39,7 @@ def cache_dir() -> Path:
 
 def _cache_key(mode: str, source: bytes) -> str:
     h = hashlib.sha256()
-    h.update(f"{mode}|{__version__}|{_torch_version()}|v3|".encode())  # v3: replies carry ops (softmax dims)
+    h.update(f"{mode}|{__version__}|{_torch_version()}|v4|".encode())  # v4: replies carry ops (reduction dims)
     h.update(source)
     return h.hexdigest()
 

@@ -199,7 +199,43 @@ class SoftmaxRows(Family):
                           bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
 
 
-FAMILIES: list[Family] = [GemmSm80(), Elementwise(), SoftmaxRows()]
+_REDUCTIONS = {("sum_lastdim",): "sum", ("max_lastdim",): "max", ("argmax_lastdim",): "argmax"}
+
+
+class ReduceRows(Family):
+    """Sum, max or argmax over the last dim of an fp32 tensor: one block per row, float4 loads
+    where aligned, warp-shuffle reductions (argmax breaks ties towards the first index)."""
+
+    def __init__(self) -> None:
+        super().__init__("reduce_rows", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
+
+    def supports(self, problem: Problem) -> str | None:
+        if problem.ops not in _REDUCTIONS:
+            return "not a single sum, max or argmax over the last dim"
+        if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 2:
+            return "needs one fp32 input of at least 2 dims"
+        return None
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return True
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        cols = problem.inputs[0].shape[-1]
+        block = 1024 if cols >= 16384 else 512 if cols >= 2048 else 128
+        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=256), dict(VEC=1, BLOCK=block)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        op = _REDUCTIONS[problem.ops]
+        return {"OP": op, "OUT_T": "long long" if op == "argmax" else "float"}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        out_dtype = "int64" if _REDUCTIONS[problem.ops] == "argmax" else "float32"
+        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=("in0", "out0", "rows", "cols"),
+                          outputs=(("in0.shape[:-1]", out_dtype),),
+                          bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
+
+
+FAMILIES: list[Family] = [GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
 
 
 def family_for(problem: Problem) -> tuple[Family | None, str]:
