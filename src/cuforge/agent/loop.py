@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cuforge.agent.config import RunConfig
@@ -269,8 +270,6 @@ class Search:
     async def _ask(self, st: ProblemState, proposer: Any, idx: int, mode: str, parent: Member | None) -> tuple[Any, Any]:
         """A proposal, shrinking the prompt on context-length errors; None when this try yields nothing."""
         k = self.cfg.inspirations
-        from pathlib import Path
-
         prompt_dir = Path(self.cfg.prompt_dir) if self.cfg.prompt_dir else None
         while True:
             inspirations = st.population.inspirations(parent.candidate_id if parent else None, k)

@@ -247,7 +247,7 @@ def output_violation(outputs: list[Any], device: torch.device) -> Verdict | None
     return None
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
+def span(t: torch.Tensor) -> tuple[int, int]:
     st = t.untyped_storage()
     return st.data_ptr(), st.data_ptr() + st.nbytes()
 
@@ -265,13 +265,13 @@ def alias_violation(
     """Output memory shared with an input, or with a reference result allocated after the candidate
     returned (its output did not own its memory, so the reference wrote into it)."""
     for i, o in enumerate(outputs):
-        span = _span(o)
+        out_span = span(o)
         if not reference_aliases_input:
             for j, x in enumerate(inputs):
-                if isinstance(x, torch.Tensor) and overlaps(span, _span(x)):
+                if isinstance(x, torch.Tensor) and overlaps(out_span, span(x)):
                     return ("aliasing", f"output {i} shares memory with input {j}")
         for r in live_references:
-            if overlaps(span, _span(r)):
+            if overlaps(out_span, span(r)):
                 return ("aliasing", f"output {i} shares memory with a reference result")
     return None
 

@@ -202,7 +202,7 @@ def check_correctness(ctx: Context, models: Models) -> None:
 
 
 def _reference_aliases_input(native: list[torch.Tensor], inputs: list[Any]) -> bool:
-    return any(cheats.overlaps(cheats._span(o), cheats._span(x)) for o in native for x in inputs if isinstance(x, torch.Tensor))
+    return any(cheats.overlaps(cheats.span(o), cheats.span(x)) for o in native for x in inputs if isinstance(x, torch.Tensor))
 
 
 def run_monitored(ctx: Context, model: Any, inputs: list[Any], policy: str, first: bool) -> list[torch.Tensor]:

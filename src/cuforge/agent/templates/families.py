@@ -166,73 +166,81 @@ class Elementwise(Family):
                           bindings=(("n", "in0.numel()"), ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
 
 
-class SoftmaxRows(Family):
-    """Softmax or log-softmax over the last dim of an fp32 tensor: one block per row, an online
-    (max, sum) pass with warp-shuffle reductions, then the output pass; float4 where aligned."""
+class RowFamily(Family):
+    """Shared by the one-block-per-row families over the last dim of one fp32 input: the knobs,
+    the 32-bit row/column bound of their kernels, and the launch (grid = rows)."""
 
-    def __init__(self) -> None:
-        super().__init__("softmax_rows", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
+    ops: dict[tuple[str, ...], str] = {}  # traced ops -> the template's OP
+    min_dims = 1
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
 
     def supports(self, problem: Problem) -> str | None:
-        if problem.ops not in (("_softmax_lastdim",), ("_log_softmax_lastdim",)):
-            return "not a single softmax or log-softmax over the last dim"
-        if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 1:
-            return "needs one fp32 input"
-        if problem.inputs[0].shape[-1] >= 2**31 or problem.inputs[0].numel // max(problem.inputs[0].shape[-1], 1) >= 2**31:
+        if problem.ops not in self.ops:
+            return f"not a single {' or '.join(sorted(set(self.ops.values())))} over the last dim"
+        x = problem.inputs[0] if len(problem.inputs) == 1 else None
+        if x is None or x.dtype != "float32" or len(x.shape) < self.min_dims:
+            return f"needs one fp32 input of at least {self.min_dims} dim(s)"
+        if x.shape[-1] >= 2**31 or x.numel // max(x.shape[-1], 1) >= 2**31:
             return "rows and columns must fit in 32-bit ints"
         return None
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         return True
 
+    def seeds_with_block(self, block: int, second_block: int) -> list[dict[str, Any]]:
+        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=second_block), dict(VEC=1, BLOCK=block)]
+
+    def output(self, problem: Problem) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=("in0", "out0", "rows", "cols"),
+                          outputs=(self.output(problem),),
+                          bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
+
+
+class SoftmaxRows(RowFamily):
+    """Softmax or log-softmax over the last dim: one block per row, an online (max, sum) pass with
+    warp-shuffle reductions, then the output pass; float4 where aligned."""
+
+    ops = {("_softmax_lastdim",): "softmax", ("_log_softmax_lastdim",): "log-softmax"}
+
+    def __init__(self) -> None:
+        super().__init__("softmax_rows")
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         cols = problem.inputs[0].shape[-1]
-        block = 1024 if cols >= 8192 else 256 if cols >= 1024 else 128
-        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=512), dict(VEC=1, BLOCK=block)]
+        return self.seeds_with_block(1024 if cols >= 8192 else 256 if cols >= 1024 else 128, 512)
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         return {"LOG": problem.ops == ("_log_softmax_lastdim",)}
 
-    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=("in0", "out0", "rows", "cols"),
-                          outputs=(("in0.shape", "float32"),),
-                          bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
+    def output(self, problem: Problem) -> tuple[str, str]:
+        return ("in0.shape", "float32")
 
 
-_REDUCTIONS = {("sum_lastdim",): "sum", ("max_lastdim",): "max", ("argmax_lastdim",): "argmax"}
+class ReduceRows(RowFamily):
+    """Sum, max or argmax over the last dim: one block per row, float4 loads where aligned,
+    warp-shuffle reductions (argmax breaks ties towards the first index, as torch does)."""
 
-
-class ReduceRows(Family):
-    """Sum, max or argmax over the last dim of an fp32 tensor: one block per row, float4 loads
-    where aligned, warp-shuffle reductions (argmax breaks ties towards the first index)."""
+    ops = {("sum_lastdim",): "sum", ("max_lastdim",): "max", ("argmax_lastdim",): "argmax"}
+    min_dims = 2
 
     def __init__(self) -> None:
-        super().__init__("reduce_rows", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
-
-    def supports(self, problem: Problem) -> str | None:
-        if problem.ops not in _REDUCTIONS:
-            return "not a single sum, max or argmax over the last dim"
-        if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 2:
-            return "needs one fp32 input of at least 2 dims"
-        return None
-
-    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return True
+        super().__init__("reduce_rows")
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         cols = problem.inputs[0].shape[-1]
-        block = 1024 if cols >= 16384 else 512 if cols >= 2048 else 128
-        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=256), dict(VEC=1, BLOCK=block)]
+        return self.seeds_with_block(1024 if cols >= 16384 else 512 if cols >= 2048 else 128, 256)
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        op = _REDUCTIONS[problem.ops]
+        op = self.ops[problem.ops]
         return {"OP": op, "OUT_T": "long long" if op == "argmax" else "float"}
 
-    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        out_dtype = "int64" if _REDUCTIONS[problem.ops] == "argmax" else "float32"
-        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=("in0", "out0", "rows", "cols"),
-                          outputs=(("in0.shape[:-1]", out_dtype),),
-                          bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
+    def output(self, problem: Problem) -> tuple[str, str]:
+        return ("in0.shape[:-1]", "int64" if self.ops[problem.ops] == "argmax" else "float32")
 
 
 FAMILIES: list[Family] = [GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
