@@ -48,7 +48,10 @@ class RunConfig:
     inspirations: int = 3
     compile_only: bool = False
     device: str = "cuda"  # "cpu": the harness's CPU test mode
-    gpu: int = 0
+    executor: str = "local"  # local: one worker per GPU of this host; ray: actors on a Ray cluster
+    gpus: str = "all"  # local: "all", a count of workers in CPU modes, or indices "0,1"; ray: a worker count
+    ray_address: str | None = None  # "auto", "ray://host:port"; None: the running or a new local instance
+    ray_resource: str = "GPU"  # the Ray resource one evaluation worker takes (a custom one for CPU tests)
     seed: int = 0
     prompt_dir: str | None = None
     prices: str | None = None
@@ -64,11 +67,13 @@ class RunConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> RunConfig:
-        known = {f.name for f in fields(RunConfig)}
+        known = {f.name for f in fields(RunConfig)} | {"gpu"}
         unknown = set(d) - known
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         d = dict(d)
+        if "gpu" in d:  # runs stored before the executor existed named one GPU index
+            d["gpus"] = str(d.pop("gpu"))
         if "proposers" in d:
             d["proposers"] = [p if isinstance(p, ProposerSpec) else ProposerSpec(**p) for p in d["proposers"]]
         cfg = RunConfig(**d)
@@ -89,6 +94,8 @@ class RunConfig:
                 raise ConfigError("proposer weights must be positive")
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("device must be cuda or cpu")
+        if self.executor not in ("local", "ray"):
+            raise ConfigError(f"unknown executor {self.executor!r}; choose local or ray")
 
 
 def load_toml(path: Path) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The search loop: concurrent proposal requests feed one GPU evaluation queue (one evaluation at a
-time per GPU, so timings never interfere); rewards update each problem's population; everything is
+"""The search loop: concurrent proposal requests feed one evaluation queue drained by one consumer
+per executor slot (one evaluation at a time per GPU, so timings never interfere); rewards update each problem's population; everything is
 written to the results store as it happens, so a killed run resumes without losing or repeating a
 finished evaluation."""
 
@@ -97,7 +97,9 @@ class Search:
                  on_update: Callable[[Search], None] | None = None) -> None:
         self.cfg, self.store, self.run_id = cfg, store, run_id
         self.proposers = proposers
-        self.evaluate_blocking = evaluate
+        # An executor (sandbox/executor.py) or any callable; one evaluation per slot at a time.
+        self.evaluate_blocking = getattr(evaluate, "evaluate", evaluate)
+        self.slots = max(1, int(getattr(evaluate, "slots", 1)))
         self.on_update = on_update or (lambda s: None)
         self.rng = random.Random(cfg.seed)
         self.states = {p.id: ProblemState(p, Population(cfg.islands, seed=cfg.seed)) for p in problems}
@@ -143,24 +145,33 @@ class Search:
     # -------------------------------------------------------------- the loop
 
     async def run(self) -> RunStats:
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(1, self.cfg.concurrency))
-        consumer = asyncio.create_task(self._gpu_consumer(queue))
-        workers = [asyncio.create_task(self._proposal_worker(queue)) for _ in range(max(1, self.cfg.concurrency))]
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=max(self.slots, self.cfg.concurrency))
+        consumers = [asyncio.create_task(self._gpu_consumer(queue)) for _ in range(self.slots)]
+        # With several GPUs, enough proposals in flight that each has its next candidate waiting when it
+        # frees up; with one, exactly `concurrency` (1 keeps an LLM's edits strictly sequential).
+        n_workers = max(1, self.cfg.concurrency) if self.slots == 1 else max(self.cfg.concurrency, 2 * self.slots)
+        workers = [asyncio.create_task(self._proposal_worker(queue)) for _ in range(n_workers)]
         try:
             await asyncio.gather(*workers)
         finally:
-            await queue.put(None)
-            await consumer
+            for _ in consumers:
+                await queue.put(None)
+            await asyncio.gather(*consumers)
         self.stats.stop_reason = self.stats.stop_reason or self.budget_left() or "all problems done"
         return self.stats
 
     async def resume_pending(self, pending: list[tuple[int, Problem, Candidate, Member | None]]) -> None:
-        """Candidates a killed run stored but never finished evaluating: evaluate them first."""
-        for cid, problem, cand, parent in pending:
+        """Candidates a killed run stored but never finished evaluating: evaluate them first, one per slot."""
+        slots = asyncio.Semaphore(self.slots)
+
+        async def one(cid: int, problem: Problem, cand: Candidate, parent: Member | None) -> None:
             st = self.states[problem.id]
-            ev = await asyncio.to_thread(self.evaluate_blocking, problem, cand, eval_config(self.cfg, problem))
+            async with slots:
+                ev = await asyncio.to_thread(self.evaluate_blocking, problem, cand, eval_config(self.cfg, problem))
             self._record(st, cid, cand, ev, parent, island=0, generation=st.proposed)
             st.proposed += 1
+
+        await asyncio.gather(*(one(*p) for p in pending))
 
     async def _gpu_consumer(self, queue: asyncio.Queue[Any]) -> None:
         while True:

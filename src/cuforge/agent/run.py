@@ -19,8 +19,7 @@ from cuforge.problems.problem import Problem
 from cuforge.problems.suites import load_suite
 from cuforge.results.store import Store
 from cuforge.sandbox.candidate import Candidate
-from cuforge.sandbox.evaluation import EvalConfig, Evaluation
-from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.executor import Executor, ExecutorError, make_executor
 
 
 def build_proposers(cfg: RunConfig) -> list[tuple[Any, float]]:
@@ -56,17 +55,12 @@ def select_problems(cfg: RunConfig) -> list[Problem]:
     return problems
 
 
-class Evaluator:
-    """The GPU side: one supervisor (and worker) for the run's GPU, or a CPU one for compile-only."""
-
-    def __init__(self, cfg: RunConfig) -> None:
-        self.sup = Supervisor(gpu=cfg.gpu, cpu_mode=cfg.device == "cpu", compile_only=cfg.compile_only)
-
-    def __call__(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
-        return self.sup.evaluate(problem, candidate, config)
-
-    def close(self) -> None:
-        self.sup.close()
+def build_executor(cfg: RunConfig) -> Executor:
+    try:
+        return make_executor(cfg.executor, cfg.gpus, cfg.device == "cpu", cfg.compile_only, cfg.ray_address,
+                             cfg.ray_resource)
+    except ExecutorError as e:
+        raise ConfigError(str(e)) from None
 
 
 def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Problem, Candidate, Member | None]]:
@@ -129,13 +123,13 @@ def execute(cfg: RunConfig, store: Store, run_id: str | None, resume: bool,
         for p in problems:
             store.add_run_problem(run_id, p.id, p.source, {"flops": p.meta.flops, "bytes": p.meta.bytes,
                                                            "dtype": p.meta.dtype, "families": list(p.meta.families)})
-    evaluator = Evaluator(cfg)
-    search = Search(cfg, store, run_id, problems, proposers, evaluator, on_update)
+    executor = build_executor(cfg)
+    search = Search(cfg, store, run_id, problems, proposers, executor, on_update)
     status = "failed"
     try:
         status = asyncio.run(_drive(search, store, run_id, resume))
     finally:
-        evaluator.close()
+        executor.close()
         store.set_run_status(run_id, status, gpu=search.device.get("name"),
                              software=f"torch {search.device.get('torch')}" if search.device else None)
     return run_id, search

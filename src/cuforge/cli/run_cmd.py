@@ -35,6 +35,11 @@ def run(
     resume: Optional[str] = typer.Option(None, help="Continue this run where it stopped."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Compiler feedback only: no GPU needed."),
     cpu: bool = typer.Option(False, "--cpu", help="Evaluate with the harness's CPU test mode (no GPU timings)."),
+    executor: Optional[str] = typer.Option(None, help="local (default: a worker per GPU of this host) or ray."),
+    gpus: Optional[str] = typer.Option(None, help="GPUs to use: all (default), indices like 0,1, or a worker count "
+                                              "with --compile-only/--cpu or --executor ray."),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster: auto or ray://host:port (default: running or new local)."),
+    ray_resource: Optional[str] = typer.Option(None, help="Ray resource one evaluation worker takes (default GPU)."),
     config: Optional[Path] = typer.Option(None, help="TOML file with the same settings; flags win."),
     prompt_dir: Optional[Path] = typer.Option(None, help="Directory of prompt templates overriding the built-in ones."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary at the end."),
@@ -59,7 +64,8 @@ def run(
                                  "baseline": baseline, "compile_only": compile_only or None,
                                  "device": "cpu" if cpu else None, "prompt_dir": str(prompt_dir) if prompt_dir else None,
                                  "temperature": temperature, "max_tokens": max_tokens,
-                                 "prices": str(prices) if prices else None}
+                                 "prices": str(prices) if prices else None, "executor": executor, "gpus": gpus,
+                                 "ray_address": ray_address, "ray_resource": ray_resource}
         if provider:
             flags["proposers"] = [ProposerSpec(provider, model or "", base_url, 1.0, str(replay) if replay else None,
                                                reasoning_effort)]

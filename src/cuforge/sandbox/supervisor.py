@@ -42,6 +42,16 @@ def problem_payload(problem: Problem) -> dict[str, Any]:
     }
 
 
+def physical_gpu(gpu: int | str | None) -> str:
+    """The id the worker's CUDA_VISIBLE_DEVICES gets: a string is already one (the executors pass
+    physical ids); an int indexes this process's own CUDA_VISIBLE_DEVICES when that is set."""
+    if isinstance(gpu, str):
+        return gpu
+    index = gpu or 0
+    visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
 def _rss_bytes(pid: int) -> int:
     """Resident memory of a process and its descendants."""
     total = 0
@@ -75,7 +85,7 @@ def _describe_exit(code: int | None) -> str:
 class Supervisor:
     """One worker, pinned to one GPU (or the CPU test mode), respawned as needed."""
 
-    def __init__(self, gpu: int | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
+    def __init__(self, gpu: int | str | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
                  limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False) -> None:
         self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
         self.compile_only = compile_only
@@ -95,7 +105,7 @@ class Supervisor:
         self.log_path = self.workdir / "worker.log"
         src_root = str(Path(__file__).resolve().parents[2])
         env = scrubbed_env({
-            "CUDA_VISIBLE_DEVICES": "" if self.cpu_mode else str(self.gpu if self.gpu is not None else 0),
+            "CUDA_VISIBLE_DEVICES": "" if self.cpu_mode else physical_gpu(self.gpu),
             "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
             "TMPDIR": str(self.workdir),

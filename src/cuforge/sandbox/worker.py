@@ -31,7 +31,8 @@ def _device_info(device: str, isolation: str) -> dict[str, Any]:
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         info.update(name=p.name, sm_count=p.multi_processor_count, compute_capability=f"{p.major}.{p.minor}",
-                    memory_gib=round(p.total_memory / 2**30, 1), l2_bytes=getattr(p, "L2_cache_size", None))
+                    memory_gib=round(p.total_memory / 2**30, 1), l2_bytes=getattr(p, "L2_cache_size", None),
+                    uuid=str(getattr(p, "uuid", "")))
     return info
 
 
@@ -71,8 +72,25 @@ def self_test(device: str, info: dict[str, Any]) -> str:
     return "ok" if ev.ok else f"{ev.status}: {ev.message}"
 
 
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """A worker must never outlive its supervisor (a killed Ray actor, a crashed driver) and keep a
+    GPU busy: a daemon thread ends the process once it is orphaned, even mid-evaluation."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="cuforge-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    exit_with_parent()
     if "--compile-only" in argv:
         os.environ["CUFORGE_COMPILE_ONLY"] = "1"
         os.environ.setdefault("CUFORGE_ARCH", "sm_90a")

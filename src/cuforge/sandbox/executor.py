@@ -1,0 +1,135 @@
+"""Executors: where evaluations run. `local` keeps one supervised worker per visible GPU of this host;
+`ray` (sandbox/ray_executor.py) keeps one Ray actor per GPU of a cluster, each owning such a worker.
+
+Both give the same guarantees: one evaluation per GPU at a time (a GPU is a slot, and a slot is
+lent to one evaluation until it returns), and every evaluation times its baselines interleaved with
+the candidate in the same worker, so a speedup is always a ratio measured on one GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.supervisor import Supervisor
+
+EXECUTORS = ("local", "ray")
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot be built as asked (no such GPU, Ray missing, cluster unreachable)."""
+
+
+class Executor(Protocol):
+    slots: int
+
+    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation: ...
+
+    def close(self) -> None: ...
+
+
+def visible_gpus() -> list[str]:
+    """Physical ids of the GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else every GPU
+    nvidia-smi lists (no CUDA context is created in the driver process)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def select_gpus(spec: str, available: list[str]) -> list[str]:
+    """`all`, a count (`2`: the first two) or a comma list of indices into the visible GPUs -> physical ids."""
+    spec = spec.strip()
+    if spec == "all":
+        if not available:
+            raise ExecutorError("no GPU visible (CUDA_VISIBLE_DEVICES empty or nvidia-smi lists none); "
+                                "use --compile-only or --cpu on a machine without GPUs")
+        return list(available)
+    try:
+        picks = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise ExecutorError(f"--gpus takes 'all' or comma-separated GPU indices, not {spec!r}") from None
+    if not picks:
+        raise ExecutorError("--gpus names no GPU")
+    if len(set(picks)) != len(picks):
+        raise ExecutorError(f"--gpus {spec}: a GPU named twice would run two evaluations on it at once")
+    missing = [i for i in picks if not 0 <= i < len(available)]
+    if missing:
+        raise ExecutorError(f"--gpus {spec}: no GPU {missing[0]} here ({len(available)} visible)")
+    return [available[i] for i in picks]
+
+
+class SlotPool:
+    """Lends each slot to one evaluation at a time; thread-safe, blocking while every slot is busy."""
+
+    def __init__(self, slots: list[Any]) -> None:
+        self.all = list(slots)
+        self._free: queue.Queue[Any] = queue.Queue()
+        for s in self.all:
+            self._free.put(s)
+
+    def run(self, fn: Callable[[Any], Evaluation]) -> Evaluation:
+        slot = self._free.get()
+        try:
+            return fn(slot)
+        finally:
+            self._free.put(slot)
+
+
+class LocalExecutor:
+    """One supervised worker per GPU of this host (or N CPU workers in compile-only / CPU test mode)."""
+
+    def __init__(self, gpus: list[str], cpu_mode: bool = False, compile_only: bool = False,
+                 isolate_network: bool = True) -> None:
+        if not gpus:
+            raise ExecutorError("the local executor needs at least one GPU or worker")
+        self.gpus = gpus
+        self.supervisors = [Supervisor(gpu=g, cpu_mode=cpu_mode, compile_only=compile_only,
+                                       isolate_network=isolate_network) for g in gpus]
+        self.pool = SlotPool(self.supervisors)
+        self.slots = len(self.supervisors)
+
+    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+        return self.pool.run(lambda sup: tag_device(sup.evaluate(problem, candidate, config), sup.gpu, "local"))
+
+    def close(self) -> None:
+        for sup in self.supervisors:
+            sup.close()
+
+
+def tag_device(ev: Evaluation, gpu: Any, executor: str, host: str | None = None) -> Evaluation:
+    """Which GPU (physical id, host) measured this evaluation: speedups are only ever compared with
+    baselines timed on the same one."""
+    ev.device = {**ev.device, "gpu": None if gpu is None else str(gpu), "executor": executor,
+                 "host": host or os.uname().nodename}
+    return ev
+
+
+def make_executor(executor: str, gpus: str, cpu_mode: bool, compile_only: bool, ray_address: str | None = None,
+                  ray_resource: str = "GPU") -> Executor:
+    """The executor a run asked for. CPU modes take `gpus` as a worker count or list (default 1)."""
+    if executor not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        from cuforge.sandbox.ray_executor import RayExecutor
+
+        return RayExecutor(address=ray_address, resource=ray_resource, cpu_mode=cpu_mode, compile_only=compile_only,
+                           workers=None if gpus == "all" else len(select_gpus(gpus, [str(i) for i in range(1024)])))
+    if cpu_mode or compile_only:
+        count = 1 if gpus == "all" else len(select_gpus(gpus, [str(i) for i in range(1024)]))
+        return LocalExecutor([str(i) for i in range(count)], cpu_mode=cpu_mode, compile_only=compile_only)
+    return LocalExecutor(select_gpus(gpus, visible_gpus()))
