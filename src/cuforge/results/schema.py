@@ -99,4 +99,9 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX llm_calls_run ON llm_calls(run_id);
     """,
+    # 3: the problem's source beside its hash, so a run's winners can be exported (and re-checked)
+    # after its suite directory has moved or changed.
+    """
+    ALTER TABLE run_problems ADD COLUMN source TEXT;
+    """,
 ]

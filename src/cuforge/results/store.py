@@ -136,8 +136,13 @@ class Store:
 
     def add_run_problem(self, run_id: str, problem_id: str, source: str, meta: dict[str, Any]) -> None:
         with self.transaction() as c:
-            c.execute("INSERT OR IGNORE INTO run_problems (run_id, problem_id, problem_hash, meta) VALUES (?,?,?,?)",
-                      (run_id, problem_id, problem_hash(source), json.dumps(meta, default=str)))
+            c.execute("INSERT OR IGNORE INTO run_problems (run_id, problem_id, problem_hash, meta, source) "
+                      "VALUES (?,?,?,?,?)", (run_id, problem_id, problem_hash(source), json.dumps(meta, default=str), source))
+
+    def run_problem_sources(self, run_id: str) -> dict[str, tuple[str, str | None]]:
+        """problem id -> (hash, source); the source is None for runs stored before it was kept."""
+        return {r[0]: (r[1], r[2]) for r in self.conn.execute(
+            "SELECT problem_id, problem_hash, source FROM run_problems WHERE run_id = ?", (run_id,))}
 
     def run_problems(self, run_id: str) -> list[str]:
         return [r[0] for r in self.conn.execute(

@@ -1,0 +1,1 @@
+"""Files copied verbatim into exported torch packages (they import nothing from cuforge)."""

@@ -1,0 +1,83 @@
+"""Exports on a GPU, end to end: a real template search, then the exported torch package (its own
+generated tests, run against the references on this GPU) and the CMake library (built with nvcc,
+its C++ test run, and its C API called through ctypes against torch)."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cuforge.agent.config import RunConfig
+from cuforge.agent.run import execute
+from cuforge.export import export_run
+from cuforge.results.store import Store
+
+pytestmark = pytest.mark.gpu
+HGEMM = ["hgemm/64_64_64", "hgemm/128_128_128", "hgemm/256_64_1024", "hgemm/1024_1024_1024"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """Two real runs: hgemm shapes and the level1 softmax (a generic operator)."""
+    d = tmp_path_factory.mktemp("gpu-export")
+    store = Store(d / "cuforge.db")
+    hgemm_run, _ = execute(RunConfig(suite="hgemm-small", problems=HGEMM, islands=1, generations=4, gpus="0"),
+                           store, None, False)
+    softmax_run, _ = execute(RunConfig(suite="level1", problems=["softmax"], islands=1, generations=3, gpus="0"),
+                             store, None, False)
+    return d, hgemm_run, softmax_run
+
+
+def _install(pkg_dir, site):
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                        str(site), str(pkg_dir)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("which", ["hgemm", "softmax"])
+def test_exported_torch_package_passes_its_generated_gpu_tests(searched, which, tmp_path):
+    d, hgemm_run, softmax_run = searched
+    run_id = hgemm_run if which == "hgemm" else softmax_run
+    name = f"gpu_{which}_ops"
+    try:
+        result = export_run(d / "cuforge.db", run_id, "torch", tmp_path / "pkg", name)
+    except Exception as e:  # noqa: BLE001 - a run whose kernels all lost has nothing to export: say so
+        pytest.skip(f"nothing to export from this run: {e}")
+    assert result.plan.kernels
+    _install(tmp_path / "pkg", tmp_path / "site")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "pkg" / "tests")],
+                       capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert t.returncode == 0, t.stdout[-4000:] + t.stderr[-2000:]
+    assert "skipped" not in t.stdout.splitlines()[-1]  # every GPU test ran
+
+
+def test_exported_cmake_library_builds_passes_ctest_and_matches_torch(searched, tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed")
+    d, hgemm_run, _ = searched
+    result = export_run(d / "cuforge.db", hgemm_run, "cmake", tmp_path / "lib", "cuforge", archs="sm_90a")
+    build = tmp_path / "build"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    for cmd in (["cmake", "-S", str(tmp_path / "lib"), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release"],
+                ["cmake", "--build", str(build), "-j", "8"],
+                ["ctest", "--test-dir", str(build), "--output-on-failure"]):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    lib = ctypes.CDLL(str(build / "libcuforge.so"))
+    tuned = {e.shapes for op in result.plan.ops for e in op.entries}
+    for m, n, k in [(64, 64, 64), (128, 128, 128), (256, 64, 1024), (1024, 1024, 1024), (72, 40, 24)]:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        torch.cuda.synchronize()
+        rc = lib.cuforge_hgemm(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()), ctypes.c_void_p(c.data_ptr()),
+                               m, n, k, ctypes.c_void_p(0))
+        torch.cuda.synchronize()
+        assert rc == 0, (m, n, k, rc)
+        want = (a.double() @ b.double())
+        torch.testing.assert_close(c.double(), want, atol=1e-2, rtol=1e-2, msg=lambda s: f"{(m, n, k)} tuned={((m, k), (k, n)) in tuned}: {s}")
