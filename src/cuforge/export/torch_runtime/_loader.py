@@ -205,9 +205,9 @@ class Kernels:
         return self._driver
 
     def launch(self, device: int, symbol: str, grid: tuple[int, int, int], block: tuple[int, int, int],
-               shared_mem: int, stream: int, values: list[ctypes._SimpleCData]) -> None:
+               shared_mem: int, stream: int, params: ctypes.Array) -> None:
+        """params: an array of pointers to each argument's value (cuLaunchKernel copies them)."""
         fn = self.function(device, symbol, shared_mem)
         drv = self.driver()
         drv.make_current(self._ctx[device])
-        params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
         drv.launch(fn, grid, block, shared_mem, stream, params)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,42 @@ class _Reference:
                 setattr(torch.backends.cuda.matmul, f, v)
 
 
+class _Launch:
+    """One tuned shape's launch, prepared once (constant scalars, output specs, the kernel parameter
+    array); per call only the pointer slots are refilled. Buffers are per thread."""
+
+    def __init__(self, entry: dict[str, Any]) -> None:
+        self.symbol, self.smem = entry["symbol"], entry["shared_mem"]
+        self.grid, self.block = tuple(entry["grid"]), tuple(entry["block"])
+        self.outputs = [(tuple(shape), getattr(torch, dtype)) for shape, dtype in entry["outputs"]]
+        self.args = entry["args"]
+        self._local = threading.local()
+
+    def _buffers(self) -> tuple[list[tuple[ctypes.c_void_p, str, int]], ctypes.Array]:
+        b = getattr(self._local, "buffers", None)
+        if b is None:
+            values: list[Any] = []
+            pointers = []
+            for a in self.args:
+                if a["kind"] == "scalar":
+                    values.append(scalar(a["ctype"], a["value"]))
+                else:
+                    values.append(ctypes.c_void_p(0))
+                    pointers.append((values[-1], a["kind"], a["index"]))
+            params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            b = self._local.buffers = (pointers, params, values)
+        return b[0], b[1]
+
+    def __call__(self, inputs: tuple[torch.Tensor, ...], device: torch.device, index: int) -> list[torch.Tensor]:
+        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
+        pointers, params = self._buffers()
+        for holder, kind, i in pointers:
+            holder.value = (inputs[i] if kind == "input" else outs[i]).data_ptr()
+        KERNELS.launch(index, self.symbol, self.grid, self.block, self.smem, torch.cuda.current_stream(device).cuda_stream,
+                       params)
+        return outs
+
+
 class Op:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
@@ -71,6 +108,7 @@ class Op:
         self.dtypes = [getattr(torch, i["dtype"]) for i in spec["inputs"]]
         self.table = {tuple(tuple(s) for s in e["shapes"]): e for e in spec["entries"]}
         self.reference = _Reference((HERE / spec["reference"]).read_text(), self.name)
+        self.launches: dict[int, _Launch] = {}
 
     def schema(self) -> str:
         args = ", ".join(f"Tensor {i['name']}" for i in self.spec["inputs"])
@@ -98,19 +136,16 @@ class Op:
         entry, _ = self.pick(inputs)
         if entry is None:
             return self.reference(*inputs)
+        launch = self.launches.get(id(entry))
+        if launch is None:
+            launch = self.launches[id(entry)] = _Launch(entry)
         device = inputs[0].device
-        with torch.cuda.device(device):
-            outs = [torch.empty(shape, dtype=getattr(torch, dtype), device=device) for shape, dtype in entry["outputs"]]
-            values = []
-            for a in entry["args"]:
-                if a["kind"] == "scalar":
-                    values.append(scalar(a["ctype"], a["value"]))
-                else:
-                    t = inputs[a["index"]] if a["kind"] == "input" else outs[a["index"]]
-                    values.append(ctypes.c_void_p(t.data_ptr()))
-            stream = torch.cuda.current_stream(device).cuda_stream
-            KERNELS.launch(device.index if device.index is not None else torch.cuda.current_device(), entry["symbol"],
-                           tuple(entry["grid"]), tuple(entry["block"]), entry["shared_mem"], stream, values)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index == torch.cuda.current_device():
+            outs = launch(inputs, device, index)
+        else:
+            with torch.cuda.device(device):
+                outs = launch(inputs, device, index)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def cpu(self, *inputs: torch.Tensor) -> Any:
