@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from cuforge.agent.templates.families import Elementwise, GemmSm80
+from cuforge.agent.templates.families import Elementwise, GemmSm80, GemmSm90
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.evaluation import EvalConfig
@@ -38,6 +38,17 @@ def test_gemm_sm80_is_correct_on_awkward_shapes(sup, shape):
     p = hgemm_problem(*shape)
     for c in gemm_configs(p, 2 if shape[0] * shape[1] > 2**22 else 4):
         ev = sup.evaluate(p, GemmSm80().render(c, p), CFG)
+        assert ev.status == "ok", (shape, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
+                                   (200, 136, 8), (4096, 4096, 4096)])
+def test_gemm_sm90_is_correct_on_awkward_shapes(sup, shape):
+    """TMA zero-fills partial tiles (M, N, K not multiples of 128/BN/64; a box wider than the matrix)."""
+    p, g = hgemm_problem(*shape), GemmSm90()
+    configs = g.seeds(p) + [{"BN": 128, "STAGES": 2, "GROUP_M": 1}, {"BN": 256, "STAGES": 3, "GROUP_M": 16}]
+    for c in configs[: 3 if shape[0] * shape[1] > 2**22 else 5]:
+        ev = sup.evaluate(p, g.render(c, p), CFG)
         assert ev.status == "ok", (shape, c, ev.status, ev.message)
 
 

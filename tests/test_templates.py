@@ -6,7 +6,7 @@ import random
 import pytest
 
 from cuforge.agent.population import Member
-from cuforge.agent.templates.families import Elementwise, GemmSm80, config_of, family_for
+from cuforge.agent.templates.families import Elementwise, GemmSm80, GemmSm90, config_of, families_for, family_for
 from cuforge.agent.templates.proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.suites import load_problem
@@ -14,8 +14,8 @@ from cuforge.runtime import compile_cuda
 
 
 def test_coverage_and_clear_refusals():
-    assert family_for(hgemm_problem(1024, 512, 256))[0].name == "gemm_sm80"
-    assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm80"
+    assert [f.name for f in families_for(hgemm_problem(1024, 512, 256))[0]] == ["gemm_sm90", "gemm_sm80"]
+    assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm90"
     for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
     assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
@@ -32,6 +32,8 @@ def test_coverage_and_clear_refusals():
 def test_constraints_prune_before_compiling():
     g, p = GemmSm80(), hgemm_problem(4096, 4096, 4096)
     assert g.valid(dict(BM=128, BN=256, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8), p)
+    h = GemmSm90()
+    assert h.valid(dict(BN=256, STAGES=4, GROUP_M=8), p) and not h.valid(dict(BN=256, STAGES=5, GROUP_M=8), p)
     assert not g.valid(dict(BM=256, BN=256, BK=64, WM=2, WN=4, STAGES=6, GROUP_M=8), p)  # shared memory
     assert not g.valid(dict(BM=256, BN=256, BK=32, WM=2, WN=2, STAGES=2, GROUP_M=8), p)  # 256 accumulators
     assert not g.valid(dict(BM=64, BN=64, BK=32, WM=4, WN=4, STAGES=3, GROUP_M=8), p)  # 16 warps
@@ -43,18 +45,21 @@ def test_constraints_prune_before_compiling():
 def test_search_seeds_then_mutates_without_repeats():
     p = hgemm_problem(2048, 2048, 2048)
     tp = TemplateProposer(seed=3)
-    seeds = [config_of(tp.propose_candidate(p, "SEED", None, []).source) for _ in range(3)]
-    assert [s["BM"] for s in seeds[:2]] == [128, 128] and len({repr(s) for s in seeds}) == 3
-    parent_cand = tp.propose_candidate(p, "SEED", None, [])
-    parent = Member(1, "k", "ok", 0.2, 1.2, 0, 0, ("tensor_core",), source=parent_cand.source)
-    seen = set()
-    for _ in range(20):
-        child = config_of(tp.propose_candidate(p, "IMPROVE", parent, []).source)
-        pc = config_of(parent.source)
-        changed = [k for k in GemmSm80().knobs if child[k] != pc[k]]
-        assert 1 <= len(changed) <= 3  # one or two mutated knobs (a crossover may differ in more only with inspirations)
-        assert repr(child) not in seen
-        seen.add(repr(child))
+    seeds = [config_of(tp.propose_candidate(p, "SEED", None, []).source) for _ in range(4)]
+    # The covering families' seeds interleave, each family's best guess first.
+    assert [s["family"] for s in seeds] == ["gemm_sm90", "gemm_sm80", "gemm_sm90", "gemm_sm80"]
+    assert seeds[0]["BN"] == 256 and seeds[1]["BM"] == 128  # 16 x 8 tiles of 128 x 256 fill 132 SMs and len({repr(s) for s in seeds}) == 4
+    for fam, parent_cfg in ((GemmSm90(), seeds[0]), (GemmSm80(), seeds[1])):
+        parent_cand = fam.render(parent_cfg, p)
+        parent = Member(1, "k", "ok", 0.2, 1.2, 0, 0, ("tensor_core",), source=parent_cand.source)
+        seen = set()
+        for _ in range(8):
+            child = config_of(tp.propose_candidate(p, "IMPROVE", parent, []).source)
+            assert child["family"] == fam.name  # improving stays within the parent's family
+            changed = [k for k in fam.knobs if child[k] != parent_cfg[k]]
+            assert 1 <= len(changed) <= 3  # one or two mutated knobs
+            assert repr(child) not in seen
+            seen.add(repr(child))
 
 
 SMOKE = 6
@@ -66,7 +71,11 @@ def test_smoke_configs_compile_with_nvrtc(problem_ref):
     from cuforge.problems.suites import load_problem as lp
 
     p = lp(problem_ref)
-    fam, _ = family_for(p)
+    for fam in families_for(p)[0]:
+        _smoke_compile(fam, p)
+
+
+def _smoke_compile(fam, p):
     rng = random.Random(0)
     configs = fam.seeds(p)
     while len(configs) < len(fam.seeds(p)) + SMOKE:

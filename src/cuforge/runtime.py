@@ -358,6 +358,57 @@ def _ensure_context() -> None:
     Device(torch.cuda.current_device()).set_current()
 
 
+class TensorMap:
+    """A CUtensorMap (TMA descriptor) encoded on the host: 128 bytes, passed by value to a kernel
+    parameter declared as a 64-byte-aligned 128-byte struct (`const __grid_constant__`)."""
+
+    def __init__(self, raw: bytes) -> None:
+        assert len(raw) == 128
+        self.raw = raw
+
+
+_TMA_DTYPES = {"float16": 6, "bfloat16": 9, "float32": 7, "float64": 8, "int32": 3, "uint8": 0, "int64": 5}
+_TMA_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+_LIBCUDA: Any = None
+
+
+def _libcuda() -> Any:
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        import ctypes
+
+        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
+    return _LIBCUDA
+
+
+def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> TensorMap:
+    """A TMA descriptor over a contiguous 2-D CUDA tensor: tiles of box_outer rows x box_inner
+    elements, shared-memory swizzle of `swizzle` bytes, zero fill past the tensor's edges."""
+    import ctypes
+
+    if not getattr(tensor, "is_cuda", False) or tensor.dim() != 2 or not tensor.is_contiguous():
+        raise LaunchError("tma_2d needs a contiguous 2-D CUDA tensor")
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
+        raise LaunchError(f"tma_2d: unsupported dtype {dtype} or swizzle {swizzle}")
+    rows, cols = tensor.shape
+    elem = tensor.element_size()
+    if (cols * elem) % 16 or tensor.data_ptr() % 16:
+        raise LaunchError(f"tma_2d: rows of {cols * elem} bytes (and the base address) must be multiples of 16")
+    buf = ctypes.create_string_buffer(128 + 64)
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * elem)
+    box = (ctypes.c_uint32 * 2)(box_inner, box_outer)
+    ones = (ctypes.c_uint32 * 2)(1, 1)
+    err = _libcuda().cuTensorMapEncodeTiled(ctypes.c_void_p(addr), _TMA_DTYPES[dtype], 2, ctypes.c_void_p(tensor.data_ptr()),
+                                            dims, strides, box, ones, 0, _TMA_SWIZZLE[swizzle], 3, 0)
+    if err:
+        raise LaunchError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {rows}x{cols} {dtype} tensor, "
+                          f"box {box_outer}x{box_inner}, swizzle {swizzle}")
+    return TensorMap(ctypes.string_at(addr, 128))
+
+
 class CudaKernel:
     """A loaded kernel, callable as k(grid, block, *args, shared_mem=0) on torch's current stream."""
 
@@ -400,12 +451,50 @@ class CudaKernel:
             self._allow_dynamic_shared(shared_mem)
         grid_t = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
         block_t = tuple(block) if isinstance(block, (tuple, list)) else (int(block),)
-        config = LaunchConfig(grid=grid_t, block=block_t, shmem_size=int(shared_mem),
-                              **({"cluster": tuple(cluster)} if cluster else {}))
-        launch(_torch_stream(), config, self._kernel, *args)
+        if any(isinstance(a, TensorMap) for a in args):
+            self._launch_with_structs(grid_t, block_t, int(shared_mem), args)
+        else:
+            config = LaunchConfig(grid=grid_t, block=block_t, shmem_size=int(shared_mem),
+                                  **({"cluster": tuple(cluster)} if cluster else {}))
+            launch(_torch_stream(), config, self._kernel, *args)
         rec = self.record
         rec.launches += 1
         rec.last_dynamic_shared, rec.last_block, rec.last_grid = int(shared_mem), block_t, grid_t
+
+
+    def _launch_with_structs(self, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int,
+                             args: tuple[Any, ...]) -> None:
+        """cuLaunchKernel through the driver for arguments cuda.core does not marshal (TMA
+        descriptors by value): each argument's bytes in a buffer, aligned as the kernel expects."""
+        import ctypes
+
+        import torch
+        from cuda.bindings import driver
+
+        holders: list[Any] = []
+        for a in args:
+            if isinstance(a, TensorMap):
+                buf = ctypes.create_string_buffer(128 + 64)
+                addr = (ctypes.addressof(buf) + 63) & ~63
+                ctypes.memmove(addr, a.raw, 128)
+                holders.append((buf, addr))
+            else:
+                raw = np.asarray(a).tobytes()
+                buf = ctypes.create_string_buffer(raw, max(len(raw), 8))
+                holders.append((buf, ctypes.addressof(buf)))
+        params = (ctypes.c_void_p * len(holders))(*[addr for _, addr in holders])
+        handle = self._kernel.handle
+        if type(handle).__name__ == "CUkernel":
+            err, handle = driver.cuKernelGetFunction(handle)
+            if int(err) != 0:
+                raise LaunchError(f"{self.name}: cuKernelGetFunction failed ({err})")
+        g, b = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+        stream = torch.cuda.current_stream().cuda_stream
+        err = _libcuda().cuLaunchKernel(ctypes.c_void_p(int(handle)), *(ctypes.c_uint(x) for x in g),
+                                        *(ctypes.c_uint(x) for x in b), ctypes.c_uint(shared_mem),
+                                        ctypes.c_void_p(stream), params, None)
+        if err:
+            raise LaunchError(f"{self.name}: cuLaunchKernel failed (CUresult {err})")
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,12 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
         multi_processor_count = sm_count
 
     ns["torch"] = type("T", (), {"cuda": type("C", (), {"get_device_properties": staticmethod(lambda *_: _Props)})})
+
+    def no_tma(*_: Any) -> None:
+        raise NotExportable("TMA descriptors (gemm_sm90) are encoded per call on the host; exports do not ship "
+                            "that yet, so these shapes use the fallback")
+
+    ns["tma_2d"] = no_tma
     safe = {"__builtins__": {}}
     try:
         for name, expr in launch.bindings:
@@ -150,6 +156,8 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
         block = _dim3(eval(launch.block, safe, ns))
         smem = int(eval(launch.shared_mem, safe, ns))
         values = [eval(a, safe, ns) for a in launch.args]
+    except NotExportable:
+        raise
     except Exception as e:  # noqa: BLE001
         raise NotExportable(f"launch spec does not evaluate at these shapes: {type(e).__name__}: {e}") from None
     if len(values) != len(params):

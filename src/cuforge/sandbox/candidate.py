@@ -18,7 +18,7 @@ FORMATS = ("module", "kernel")
 class LaunchSpec:
     """How to call a raw kernel. Every field is a Python expression evaluated per forward over:
     in0, in1, ... (inputs), p_<name> (the reference model's parameters and buffers, dots as '_'),
-    the names in `bindings` (evaluated in order), cdiv, min, max."""
+    the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d (a TMA descriptor)."""
 
     entry: str
     grid: str
@@ -84,7 +84,7 @@ class Candidate:
 
 _WRAPPER = '''"""Format-B candidate wrapped by cuforge: kernel {entry!r} launched from ModelNew.forward."""
 import torch
-from cuforge.runtime import compile_cuda
+from cuforge.runtime import compile_cuda, tma_2d
 
 _KERNEL_SOURCE = {source!r}
 _kernel = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r}).kernel({entry!r})
@@ -107,7 +107,7 @@ class ModelNew(torch.nn.Module):
         self.ref = __cuforge_problem__.Model(*init_inputs)
 
     def forward(self, *inputs):
-        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch}}
+        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d}}
         ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
         for name, t in list(self.ref.named_parameters()) + list(self.ref.named_buffers()):
             ns["p_" + name.replace(".", "_")] = t

@@ -62,6 +62,62 @@ class Family:
         return {}
 
 
+def plain_hgemm(problem: Problem) -> str | None:
+    """None when the problem is C = A @ B over 2-D fp16 operands with 16-byte aligned rows."""
+    if problem.ops != ("mm",) or len(problem.inputs) != 2:
+        return "not a plain C = A @ B"
+    a, b = problem.inputs
+    if a.dtype != "float16" or b.dtype != "float16" or len(a.shape) != 2 or len(b.shape) != 2:
+        return "needs two 2-D fp16 operands"
+    if a.shape[1] % 8 or b.shape[1] % 8:
+        return f"needs K and N multiples of 8 for 16-byte loads (K={a.shape[1]}, N={b.shape[1]})"
+    return None
+
+
+class GemmSm90(Family):
+    """fp16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma m64nBNk16 from
+    shared memory, one producer warpgroup and two consumer warpgroups (128 x BN tiles) synchronised
+    by mbarriers over a multistage ring, grouped rasterization."""
+
+    BM, BK = 128, 64
+
+    def __init__(self) -> None:
+        super().__init__("gemm_sm90", {"BN": (64, 128, 256), "STAGES": (2, 3, 4, 5, 6), "GROUP_M": (1, 4, 8, 16)})
+
+    def supports(self, problem: Problem) -> str | None:
+        return plain_hgemm(problem)
+
+    @classmethod
+    def smem_bytes(cls, c: dict[str, Any]) -> int:
+        return c["STAGES"] * (cls.BM * cls.BK + cls.BK * c["BN"]) * 2 + 1024 + 16 * c["STAGES"]
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return self.smem_bytes(c) <= SMEM_LIMIT
+
+    SMS = 132
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        m, n = problem.inputs[0].shape[0], problem.inputs[1].shape[1]
+
+        def deepest(bn: int) -> dict[str, Any]:
+            stages = max(s for s in self.knobs["STAGES"] if self.valid({"BN": bn, "STAGES": s}, problem))
+            return {"BN": bn, "STAGES": stages, "GROUP_M": 8}
+
+        def fills(bn: int) -> bool:
+            return -(-m // self.BM) * -(-n // bn) >= 0.9 * self.SMS
+
+        # The widest tile that still fills the GPU; when none does, the narrowest (least padding).
+        by_fill = sorted((64, 128, 256), key=lambda bn: (not fills(bn), -bn if fills(bn) else bn))
+        return [deepest(bn) for bn in by_fill]
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {self.BM}) * cdiv(N, {c['BN']}),)", block="(384,)",
+                          shared_mem=str(self.smem_bytes(c)),
+                          args=(f"tma_2d(in0, {self.BK}, {self.BM})", f"tma_2d(in1, 64, {self.BK})", "out0", "M", "N", "K"),
+                          outputs=(("(M, N)", "float16"),),
+                          bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]")))
+
+
 class GemmSm80(Family):
     """fp16 GEMM, fp32 accumulation: mma.sync m16n8k16 + ldmatrix + a cp.async multistage pipeline,
     grouped rasterization; runs on sm_80 to sm_90."""
@@ -72,14 +128,7 @@ class GemmSm80(Family):
             "STAGES": (2, 3, 4, 5, 6), "GROUP_M": (1, 4, 8, 16)})
 
     def supports(self, problem: Problem) -> str | None:
-        if problem.ops != ("mm",) or len(problem.inputs) != 2:
-            return "not a plain C = A @ B"
-        a, b = problem.inputs
-        if a.dtype != "float16" or b.dtype != "float16" or len(a.shape) != 2 or len(b.shape) != 2:
-            return "needs two 2-D fp16 operands"
-        if a.shape[1] % 8 or b.shape[1] % 8:
-            return f"needs K and N multiples of 8 for 16-byte loads (K={a.shape[1]}, N={b.shape[1]})"
-        return None
+        return plain_hgemm(problem)
 
     @staticmethod
     def smem_bytes(c: dict[str, Any]) -> int:
@@ -243,14 +292,23 @@ class ReduceRows(RowFamily):
         return ("in0.shape[:-1]", "int64" if self.ops[problem.ops] == "argmax" else "float32")
 
 
-FAMILIES: list[Family] = [GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
+FAMILIES: list[Family] = [GemmSm90(), GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
 
 
-def family_for(problem: Problem) -> tuple[Family | None, str]:
-    reasons = []
+def families_for(problem: Problem) -> tuple[list[Family], str]:
+    """Every family that covers the problem (first = preferred), or why none does."""
+    found, reasons = [], []
     for fam in FAMILIES:
         why = fam.supports(problem)
         if why is None:
-            return fam, ""
-        reasons.append(f"{fam.name}: {why}")
-    return None, "not covered offline (" + "; ".join(reasons) + "): use an LLM provider"
+            found.append(fam)
+        else:
+            reasons.append(f"{fam.name}: {why}")
+    if found:
+        return found, ""
+    return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + "): use an LLM provider"
+
+
+def family_for(problem: Problem) -> tuple[Family | None, str]:
+    fams, why = families_for(problem)
+    return (fams[0] if fams else None), why

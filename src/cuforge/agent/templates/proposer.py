@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from cuforge.agent.templates.families import Family, config_of, family_for
+from cuforge.agent.templates.families import Family, config_of, families_for
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate
 
@@ -26,30 +26,40 @@ class TemplateProposer:
         self.tried: dict[str, set[str]] = {}
 
     def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any]) -> Candidate:
-        family, why = family_for(problem)
-        if family is None:
+        families, why = families_for(problem)
+        if not families:
             raise NotCovered(why)
         tried = self.tried.setdefault(problem.id, set())
         parent_cfg = config_of(parent.source) if parent is not None else None
+        by_name = {f.name: f for f in families}
         for _ in range(200):
-            if mode == "IMPROVE" and parent_cfg and parent_cfg.get("family") == family.name:
+            if mode == "IMPROVE" and parent_cfg and parent_cfg.get("family") in by_name:
+                family = by_name[parent_cfg["family"]]
                 other = self._inspiration_config(inspirations, family)
                 cfg = self.crossover(parent_cfg, other, family) if other and self.rng.random() < 0.3 else parent_cfg
                 cfg = self.mutate(cfg, family)
             else:
-                cfg = self._next_seed(family, problem, tried) or self.random_config(family)
-            key = repr(sorted((k, cfg[k]) for k in family.knobs))
+                family, cfg = self._next_seed(families, problem, tried)
+                if cfg is None:
+                    family = self.rng.choice(families)
+                    cfg = self.random_config(family)
+            key = family.name + repr(sorted((k, cfg[k]) for k in family.knobs))
             if key in tried or not family.valid(cfg, problem):
                 continue
             tried.add(key)
             return family.render(cfg, problem)
-        raise NotCovered(f"{family.name}: no untried valid config left for {problem.id}")
+        raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
 
-    def _next_seed(self, family: Family, problem: Problem, tried: set[str]) -> dict[str, Any] | None:
-        for cfg in family.seeds(problem):
-            if repr(sorted((k, cfg[k]) for k in family.knobs)) not in tried:
-                return cfg
-        return None
+    def _next_seed(self, families: list[Family], problem: Problem, tried: set[str]) -> tuple[Family, dict[str, Any] | None]:
+        """Seeds of every covering family, interleaved (each family's best guess first)."""
+        seeds = [fam.seeds(problem) for fam in families]
+        for i in range(max(len(s) for s in seeds)):
+            for fam, fam_seeds in zip(families, seeds):
+                if i < len(fam_seeds):
+                    cfg = fam_seeds[i]
+                    if fam.name + repr(sorted((k, cfg[k]) for k in fam.knobs)) not in tried and fam.valid(cfg, problem):
+                        return fam, cfg
+        return families[0], None
 
     def _inspiration_config(self, inspirations: list[Any], family: Family) -> dict[str, Any] | None:
         for better, _ in inspirations:
