@@ -12,6 +12,7 @@ carrying structured diagnostics. Scalars are converted to the C type the kernel'
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import re
@@ -359,17 +360,39 @@ def _ensure_context() -> None:
 
 
 class TensorMap:
-    """A CUtensorMap (TMA descriptor) encoded on the host: 128 bytes, passed by value to a kernel
-    parameter declared as a 64-byte-aligned 128-byte struct (`const __grid_constant__`)."""
+    """A CUtensorMap (TMA descriptor) encoded on the host: 128 bytes at a 64-byte aligned address
+    (`address`), passed by value to a kernel parameter declared as such a struct."""
 
-    def __init__(self, raw: bytes) -> None:
-        assert len(raw) == 128
-        self.raw = raw
+    def __init__(self, buffer: Any, address: int) -> None:
+        self.buffer, self.address = buffer, address
+
+    @property
+    def raw(self) -> bytes:
+        import ctypes
+
+        return ctypes.string_at(self.address, 128)
 
 
 _TMA_DTYPES = {"float16": 6, "bfloat16": 9, "float32": 7, "float64": 8, "int32": 3, "uint8": 0, "int64": 5}
 _TMA_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _LIBCUDA: Any = None
+_NUMPY_TO_CTYPES: dict[str, Any] = {}
+
+
+def _init_numpy_ctypes() -> None:
+    import ctypes
+
+    for np_t, c_t in ((np.uint64, ctypes.c_uint64), (np.int64, ctypes.c_int64), (np.int32, ctypes.c_int32),
+                      (np.uint32, ctypes.c_uint32), (np.int16, ctypes.c_int16), (np.uint16, ctypes.c_uint16),
+                      (np.int8, ctypes.c_int8), (np.uint8, ctypes.c_uint8), (np.float32, ctypes.c_float),
+                      (np.float64, ctypes.c_double), (np.bool_, ctypes.c_bool)):
+        _NUMPY_TO_CTYPES[np.dtype(np_t).str] = lambda v, c_t=c_t: c_t(v.item())
+    _NUMPY_TO_CTYPES[np.dtype(np.float16).str] = lambda v: ctypes.c_uint16(int(np.asarray(v).view(np.uint16)))
+
+
+_init_numpy_ctypes()
+# Descriptors by (address, shape, dtype, box): encoding costs microseconds of host time per call.
+_TMA_CACHE: collections.OrderedDict[tuple[Any, ...], TensorMap] = collections.OrderedDict()
 
 
 def _libcuda() -> Any:
@@ -392,6 +415,11 @@ def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> T
     if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
         raise LaunchError(f"tma_2d: unsupported dtype {dtype} or swizzle {swizzle}")
     rows, cols = tensor.shape
+    key = (tensor.data_ptr(), rows, cols, dtype, box_inner, box_outer, swizzle, tensor.device.index)
+    cached = _TMA_CACHE.get(key)
+    if cached is not None:
+        _TMA_CACHE.move_to_end(key)
+        return cached
     elem = tensor.element_size()
     if (cols * elem) % 16 or tensor.data_ptr() % 16:
         raise LaunchError(f"tma_2d: rows of {cols * elem} bytes (and the base address) must be multiples of 16")
@@ -406,7 +434,10 @@ def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> T
     if err:
         raise LaunchError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {rows}x{cols} {dtype} tensor, "
                           f"box {box_outer}x{box_inner}, swizzle {swizzle}")
-    return TensorMap(ctypes.string_at(addr, 128))
+    _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
+    if len(_TMA_CACHE) > 256:
+        _TMA_CACHE.popitem(last=False)
+    return tmap
 
 
 class CudaKernel:
@@ -417,6 +448,7 @@ class CudaKernel:
         self.name = name
         self.params = params
         self._max_dynamic_shared = 48 * 1024
+        self._function: int | None = None  # CUfunction for driver launches, resolved once
         attrs = kernel.attributes
         self.record = LAUNCHED.setdefault(name, KernelRecord(name))
         self.record.registers = attrs.num_regs
@@ -472,25 +504,26 @@ class CudaKernel:
         from cuda.bindings import driver
 
         holders: list[Any] = []
+        addresses = []
         for a in args:
             if isinstance(a, TensorMap):
-                buf = ctypes.create_string_buffer(128 + 64)
-                addr = (ctypes.addressof(buf) + 63) & ~63
-                ctypes.memmove(addr, a.raw, 128)
-                holders.append((buf, addr))
+                addresses.append(a.address)  # cuLaunchKernel copies the 128 bytes at launch
             else:
-                raw = np.asarray(a).tobytes()
-                buf = ctypes.create_string_buffer(raw, max(len(raw), 8))
-                holders.append((buf, ctypes.addressof(buf)))
-        params = (ctypes.c_void_p * len(holders))(*[addr for _, addr in holders])
-        handle = self._kernel.handle
-        if type(handle).__name__ == "CUkernel":
-            err, handle = driver.cuKernelGetFunction(handle)
-            if int(err) != 0:
-                raise LaunchError(f"{self.name}: cuKernelGetFunction failed ({err})")
+                c = _NUMPY_TO_CTYPES[np.asarray(a).dtype.str](a)
+                holders.append(c)
+                addresses.append(ctypes.addressof(c))
+        params = (ctypes.c_void_p * len(addresses))(*addresses)
+        handle = self._function
+        if handle is None:
+            handle = self._kernel.handle
+            if type(handle).__name__ == "CUkernel":
+                err, handle = driver.cuKernelGetFunction(handle)
+                if int(err) != 0:
+                    raise LaunchError(f"{self.name}: cuKernelGetFunction failed ({err})")
+            self._function = handle = int(handle)
         g, b = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
         stream = torch.cuda.current_stream().cuda_stream
-        err = _libcuda().cuLaunchKernel(ctypes.c_void_p(int(handle)), *(ctypes.c_uint(x) for x in g),
+        err = _libcuda().cuLaunchKernel(ctypes.c_void_p(handle), *(ctypes.c_uint(x) for x in g),
                                         *(ctypes.c_uint(x) for x in b), ctypes.c_uint(shared_mem),
                                         ctypes.c_void_p(stream), params, None)
         if err:

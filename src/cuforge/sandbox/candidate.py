@@ -88,12 +88,11 @@ from cuforge.runtime import compile_cuda, tma_2d
 
 _KERNEL_SOURCE = {source!r}
 _kernel = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r}).kernel({entry!r})
-_BINDINGS = {bindings}
-_OUTPUTS = {outputs}
-_GRID = compile({grid!r}, "<grid>", "eval")
-_BLOCK = compile({block!r}, "<block>", "eval")
-_SHARED = compile({shared!r}, "<shared_mem>", "eval")
-_ARGS = [compile(a, "<arg>", "eval") for a in {args!r}]
+# The launch expressions run as two compiled blocks per forward (bindings, output shapes, grid,
+# block and shared memory; then the arguments, once the outputs exist) instead of one eval each.
+# Outputs are allocated here, in a frame with normal builtins: torch may import lazily.
+_PLAN = compile({plan!r}, "<launch spec>", "exec")
+_ARGS = compile({args!r}, "<launch args>", "eval")
 
 
 def cdiv(a, b):
@@ -111,23 +110,31 @@ class ModelNew(torch.nn.Module):
         ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
         for name, t in list(self.ref.named_parameters()) + list(self.ref.named_buffers()):
             ns["p_" + name.replace(".", "_")] = t
-        for name, expr in _BINDINGS:
-            ns[name] = eval(expr, {{"__builtins__": {{}}}}, ns)
-        device = inputs[0].device
-        outs = []
-        for i, (shape, dtype) in enumerate(_OUTPUTS):
-            outs.append(torch.empty(eval(shape, {{"__builtins__": {{}}}}, ns), dtype=getattr(torch, dtype), device=device))
-            ns[f"out{{i}}"] = outs[-1]
         g = {{"__builtins__": {{}}}}
-        _kernel(eval(_GRID, g, ns), eval(_BLOCK, g, ns), *[eval(a, g, ns) for a in _ARGS],
-                shared_mem=int(eval(_SHARED, g, ns)))
+        exec(_PLAN, g, ns)
+        outs = []
+        for i, (shape, dtype) in enumerate(ns["_out_specs"]):
+            outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
+            ns[f"out{{i}}"] = outs[-1]
+        _kernel(ns["_grid"], ns["_block"], *eval(_ARGS, g, ns), shared_mem=int(ns["_shared"]))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
 '''
 
 
+def launch_plan(launch: LaunchSpec) -> str:
+    """Bindings in order, then output specs, grid, block and shared memory, as one Python block."""
+    lines = [f"{name} = {expr}" for name, expr in launch.bindings]
+    lines.append("_out_specs = [" + ", ".join(f"({shape}, {dtype!r})" for shape, dtype in launch.outputs) + "]")
+    lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}"]
+    return "\n".join(lines) + "\n"
+
+
+def launch_args(launch: LaunchSpec) -> str:
+    return "(" + "".join(f"{a}, " for a in launch.args) + ")"
+
+
 def wrap_kernel(source: str, launch: LaunchSpec) -> str:
-    return _WRAPPER.format(
-        entry=launch.entry, source=source, options=tuple(launch.options), names=tuple(launch.name_expressions),
-        bindings=repr(tuple(launch.bindings)), outputs=repr(tuple(launch.outputs)), grid=launch.grid,
-        block=launch.block, shared=launch.shared_mem, args=tuple(launch.args),
-    )
+    # A malformed expression fails when the wrapper is imported, like any candidate's syntax error.
+    return _WRAPPER.format(entry=launch.entry, source=source, options=tuple(launch.options),
+                           names=tuple(launch.name_expressions), plan=launch_plan(launch), args=launch_args(launch))

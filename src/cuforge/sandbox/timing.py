@@ -24,6 +24,7 @@ _perf_counter = time.perf_counter
 _CUDAGraph = torch.cuda.CUDAGraph
 _graph = torch.cuda.graph
 _sleep = torch.cuda._sleep
+_perf_counter = time.perf_counter
 
 # A device-side spin before each timed launch keeps the GPU busy while the host enqueues the start
 # event and the contender, so host launch latency never shows up inside the events (about 100 us
@@ -88,24 +89,35 @@ class EventTimer:
     def __init__(self, fn: Contender, n_sets: int, flush: L2Flusher) -> None:
         self.fn, self.n_sets, self.flush = fn, n_sets, flush
         self.calls = 0
+        self.spin_cycles = SPIN_CYCLES
         self.outputs: dict[int, Any] = {}  # the latest output for each of the first two sets
 
     def samples(self, count: int) -> list[float]:
         pairs = []
         for _ in range(count):
             self.flush()
-            _sleep(SPIN_CYCLES)
+            _sleep(self.spin_cycles)
             k = self.calls % self.n_sets
             start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            t0 = _perf_counter()
             start.record()
             out = self.fn(k)
             end.record()
+            self._fit_spin(_perf_counter() - t0)
             if k < 2:
                 self.outputs[k] = out
             self.calls += 1
             pairs.append((start, end))
         _synchronize()
         return [s.elapsed_time(e) for s, e in pairs]
+
+
+    def _fit_spin(self, host_s: float) -> None:
+        """A contender whose host side takes longer than the spin would leave the GPU idle inside
+        its events: lengthen the spin to 1.5x its host time (counted at 2 GHz, above any boost)."""
+        need = int(host_s * 2.0e9 * 1.5)
+        if need > self.spin_cycles:
+            self.spin_cycles = min(need, 50 * SPIN_CYCLES)
 
 
 class GraphTimer:
