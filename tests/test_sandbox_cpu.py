@@ -206,3 +206,16 @@ def test_error_shape_separates_precision_loss_from_bugs():
     assert not verdict.ok and verdict.kind == "wrong_output"
     # Plain wrong values.
     assert compare(ref.half() * 1.5, ref, torch.float16, tol).kind == "wrong_output"
+
+
+def test_escaped_work_needs_the_host_to_wait_for_the_device():
+    from cuforge.sandbox.timing import EscapeCheck, escaped_work
+
+    # A slow Python launch path (0.3 ms of host time for a 10 us kernel) that returns while a queued
+    # device spin still runs is not escaped work; the same host time spent waiting for the device is.
+    slow_host = EscapeCheck(wall_ms=0.31, host_ms=0.3, event_ms=0.01, blocked_ms=0.3, spin_ms=5.0)
+    assert escaped_work(slow_host) is None
+    waits = EscapeCheck(wall_ms=0.31, host_ms=0.3, event_ms=0.01, blocked_ms=5.2, spin_ms=5.0)
+    assert "waited for" in escaped_work(waits)
+    hidden = EscapeCheck(wall_ms=2.0, host_ms=0.05, event_ms=0.01, blocked_ms=0.05, spin_ms=5.0)
+    assert "escapes the timed stream" in escaped_work(hidden)
