@@ -51,7 +51,8 @@ def test_plan_keeps_winners_and_says_why_the_rest_fall_back(store_path):
     assert set(ops) == {"hgemm", "softmax_small"}
     hgemm = ops["hgemm"]
     assert [e.shapes for e in hgemm.entries] == [((64, 64), (64, 64)), ((128, 64), (64, 256))]
-    assert hgemm.entries[0].speedups["cublas"] == 1.25  # the faster of the two 64^3 configs won
+    assert hgemm.entries[0].speedups["cublas"] == 1.25  # the fastest exportable 64^3 kernel won
+    assert len(hgemm.notes) == 1 and "1.600x" in hgemm.notes[0] and "TMA descriptors" in hgemm.notes[0]
     assert hgemm.entries[0].symbol != hgemm.entries[1].symbol and len(plan.kernels) == 3
     (lost,) = hgemm.skipped
     assert lost["problem_id"] == "hgemm/1024_1024_1024" and "fallback is faster" in lost["reason"]

@@ -43,10 +43,9 @@ def test_exported_torch_package_passes_its_generated_gpu_tests(searched, which, 
     d, hgemm_run, softmax_run = searched
     run_id = hgemm_run if which == "hgemm" else softmax_run
     name = f"gpu_{which}_ops"
-    try:
-        result = export_run(d / "cuforge.db", run_id, "torch", tmp_path / "pkg", name)
-    except Exception as e:  # noqa: BLE001 - a run whose kernels all lost has nothing to export: say so
-        pytest.skip(f"nothing to export from this run: {e}")
+    # min_speedup 0: every correct exportable kernel goes in, whether or not it won, so this test
+    # checks the export's mechanics deterministically (benchmarks/export_speed.py measures speed).
+    result = export_run(d / "cuforge.db", run_id, "torch", tmp_path / "pkg", name, min_speedup=0.0)
     assert result.plan.kernels
     _install(tmp_path / "pkg", tmp_path / "site")
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
@@ -60,7 +59,8 @@ def test_exported_cmake_library_builds_passes_ctest_and_matches_torch(searched, 
     if shutil.which("cmake") is None:
         pytest.skip("cmake not installed")
     d, hgemm_run, _ = searched
-    result = export_run(d / "cuforge.db", hgemm_run, "cmake", tmp_path / "lib", "cuforge", archs="sm_90a")
+    result = export_run(d / "cuforge.db", hgemm_run, "cmake", tmp_path / "lib", "cuforge", archs="sm_90a",
+                        min_speedup=0.0)
     build = tmp_path / "build"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     for cmd in (["cmake", "-S", str(tmp_path / "lib"), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release"],

@@ -79,6 +79,7 @@ class Op:
     tolerance: dict[str, float]
     entries: list[Entry] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # tuned problems left to the fallback, and why
+    notes: list[str] = field(default_factory=list)  # e.g. a faster kernel that could not be exported
 
 
 @dataclass

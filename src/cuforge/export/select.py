@@ -76,7 +76,7 @@ def provenance(store: Store, run_id: str) -> dict[str, Any]:
 def build_plan(store: Store, run_id: str, min_speedup: float = 1.0) -> Plan:
     run = store.run(run_id)
     problems = resolve_problems(store, run_id, run.suite)
-    best: dict[str, tuple[float, dict[str, Any], Candidate]] = {}
+    ranked: dict[str, list[tuple[float, dict[str, Any], Candidate]]] = {}
     notes: dict[str, str] = {}
     for row in store.evaluations(run_id):
         if row["status"] != "ok" or row["problem_id"] not in problems:
@@ -86,11 +86,10 @@ def build_plan(store: Store, run_id: str, min_speedup: float = 1.0) -> Plan:
             continue
         cand = Candidate.from_dict(store.candidate_source(row["candidate_id"]))
         if cand.format != "kernel":
-            if score > best.get(row["problem_id"], (0.0,))[0]:
+            if score > max((r[0] for r in ranked.get(row["problem_id"], [])), default=0.0):
                 notes[row["problem_id"]] = f"its best candidate ({score:.3f}x) is a Python module, not a standalone kernel"
             continue
-        if row["problem_id"] not in best or score > best[row["problem_id"]][0]:
-            best[row["problem_id"]] = (score, row, cand)
+        ranked.setdefault(row["problem_id"], []).append((score, row, cand))
     ops: dict[str, Op] = {}
     kernels: dict[str, Kernel] = {}
     for pid, problem in sorted(problems.items()):
@@ -104,34 +103,42 @@ def build_plan(store: Store, run_id: str, min_speedup: float = 1.0) -> Plan:
         elif (op.input_dtypes, op.input_ranks, op.output_dtypes) != signature:
             raise ExportError(f"problems {op.entries[0].problem_id if op.entries else '?'} and {pid} both export as "
                               f"op {name!r} with different signatures")
-        _add_entry(op, kernels, problem, best.get(pid), notes.get(pid), min_speedup)
+        _add_entry(op, kernels, problem, sorted(ranked.get(pid, []), key=lambda r: -r[0]), notes.get(pid), min_speedup)
     for op in ops.values():
         op.entries.sort(key=lambda e: e.shapes)
     return Plan(provenance(store, run_id), [ops[k] for k in sorted(ops)], dict(sorted(kernels.items())))
 
 
-def _add_entry(op: Op, kernels: dict[str, Kernel], problem: Problem, winner: tuple[float, dict[str, Any], Candidate] | None,
-               note: str | None, min_speedup: float) -> None:
-    shapes = tuple(tuple(t.shape) for t in problem.inputs)
-    if winner is None:
-        op.skipped.append({"problem_id": problem.id, "shapes": [list(x) for x in shapes],
-                           "reason": note or "no correct kernel-format candidate in the run"})
-        return
-    score, row, cand = winner
-    if score < min_speedup:
-        why = f"best kernel {score:.3f}x of the fallback (< {min_speedup:g}x): the fallback is faster"
-        op.skipped.append({"problem_id": problem.id, "shapes": [list(x) for x in shapes], "reason": why + (f"; {note}" if note else "")})
-        return
-    try:
-        kernel, launch = lower(problem, cand, int(row["device"].get("sm_count") or 132))
-    except NotExportable as e:
-        op.skipped.append({"problem_id": problem.id, "shapes": [list(x) for x in shapes], "reason": str(e)})
-        return
+def _add_entry(op: Op, kernels: dict[str, Kernel], problem: Problem,
+               ranked: list[tuple[float, dict[str, Any], Candidate]], note: str | None, min_speedup: float) -> None:
+    """The fastest candidate that can be exported (a faster one that cannot is named in the note)."""
     from dataclasses import replace
 
-    kernels.setdefault(kernel.symbol, replace(kernel, candidate_id=row["candidate_id"], config=cand.meta.get("config")))
-    cand_ms = row["median_ms"] or 0.0
-    timings = {"candidate": cand_ms, **{b: round(s * cand_ms, 6) for b, s in row["speedups"].items()}}
-    op.entries.append(Entry(shapes, kernel.symbol, launch["grid"], launch["block"], launch["shared_mem"], launch["args"],
-                            launch["outputs"], problem.id, {k: round(v, 4) for k, v in sorted(row["speedups"].items())},
-                            timings))
+    shapes = tuple(tuple(t.shape) for t in problem.inputs)
+    left = {"problem_id": problem.id, "shapes": [list(x) for x in shapes]}
+    if not ranked:
+        op.skipped.append({**left, "reason": note or "no correct kernel-format candidate in the run"})
+        return
+    unexportable: list[str] = []
+    for score, row, cand in ranked:
+        if score < min_speedup:
+            why = f"best kernel {score:.3f}x of the fallback (< {min_speedup:g}x): the fallback is faster"
+            extra = [note] if note else []
+            extra += [f"faster kernels not exportable: {unexportable[0]}"] if unexportable else []
+            op.skipped.append({**left, "reason": "; ".join([why, *extra])})
+            return
+        try:
+            kernel, launch = lower(problem, cand, int(row["device"].get("sm_count") or 132))
+        except NotExportable as e:
+            unexportable.append(f"{score:.3f}x ({e})")
+            continue
+        kernels.setdefault(kernel.symbol, replace(kernel, candidate_id=row["candidate_id"], config=cand.meta.get("config")))
+        cand_ms = row["median_ms"] or 0.0
+        timings = {"candidate": cand_ms, **{b: round(s * cand_ms, 6) for b, s in row["speedups"].items()}}
+        op.entries.append(Entry(shapes, kernel.symbol, launch["grid"], launch["block"], launch["shared_mem"],
+                                launch["args"], launch["outputs"], problem.id,
+                                {k: round(v, 4) for k, v in sorted(row["speedups"].items())}, timings))
+        if unexportable:
+            op.notes.append(f"{problem.id}: a faster kernel was not exportable: {unexportable[0]}")
+        return
+    op.skipped.append({**left, "reason": "no exportable kernel: " + unexportable[0]})

@@ -41,7 +41,7 @@ def manifest(plan: Plan, fatbins: dict[str, FatbinResult], name: str, archs: lis
                     "inputs": [{"name": n, "dtype": d, "rank": r}
                                for n, d, r in zip(input_names(op), op.input_dtypes, op.input_ranks)],
                     "outputs": list(op.output_dtypes), "tolerance": op.tolerance,
-                    "entries": [entry_dict(e) for e in op.entries], "skipped": op.skipped})
+                    "entries": [entry_dict(e) for e in op.entries], "skipped": op.skipped, "notes": op.notes})
     kernels = {s: {"options": list(k.options), "archs": fatbins[s].archs, "arch_failures": fatbins[s].failures,
                    "candidate_id": k.candidate_id, "config": k.config} for s, k in plan.kernels.items()}
     return {"package": name, "namespace": name, "archs": archs, "provenance": plan.run, "ops": ops, "kernels": kernels}
@@ -93,6 +93,8 @@ def speed_table(plan: Plan) -> list[str]:
                          + " | ".join(cells) + f" | {e.timings_ms.get('candidate', 0):.4f} |")
         if not op.entries:
             lines.append("| (none) | | | | | |")
+        if op.notes:
+            lines += ["", *[f"Note: {n}" for n in op.notes]]
         if op.skipped:
             lines += ["", "Left to the fallback:", ""]
             lines += [f"- `{s['problem_id']}`: {s['reason']}" for s in op.skipped]
