@@ -84,7 +84,8 @@ class Candidate:
 
 _WRAPPER = '''"""Format-B candidate wrapped by cuforge: kernel {entry!r} launched from ModelNew.forward."""
 import torch
-from cuforge.runtime import compile_cuda, tma_2d
+from cuforge.runtime import compile_cuda
+from cuforge.tma import tma_2d
 
 _KERNEL_SOURCE = {source!r}
 _kernel = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r}).kernel({entry!r})

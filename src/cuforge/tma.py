@@ -1,0 +1,126 @@
+"""TMA descriptors and driver launches: what cuda.core does not marshal. `tma_2d` encodes a
+CUtensorMap on the host (cached by address, shape and box); kernels that take one by value are
+launched through the driver's cuLaunchKernel with each argument's bytes laid out as the kernel
+expects."""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+from typing import Any
+
+import numpy as np
+
+
+def _launch_error(message: str) -> Exception:
+    from cuforge.runtime import LaunchError
+
+    return LaunchError(message)
+
+
+class TensorMap:
+    """A CUtensorMap (TMA descriptor) encoded on the host: 128 bytes at a 64-byte aligned address
+    (`address`), passed by value to a kernel parameter declared as such a struct."""
+
+    def __init__(self, buffer: Any, address: int) -> None:
+        self.buffer, self.address = buffer, address
+
+    @property
+    def raw(self) -> bytes:
+        return ctypes.string_at(self.address, 128)
+
+
+_TMA_DTYPES = {"float16": 6, "bfloat16": 9, "float32": 7, "float64": 8, "int32": 3, "uint8": 0, "int64": 5}
+_TMA_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+_LIBCUDA: Any = None
+_NUMPY_TO_CTYPES: dict[str, Any] = {}
+
+
+def _init_numpy_ctypes() -> None:
+    for np_t, c_t in ((np.uint64, ctypes.c_uint64), (np.int64, ctypes.c_int64), (np.int32, ctypes.c_int32),
+                      (np.uint32, ctypes.c_uint32), (np.int16, ctypes.c_int16), (np.uint16, ctypes.c_uint16),
+                      (np.int8, ctypes.c_int8), (np.uint8, ctypes.c_uint8), (np.float32, ctypes.c_float),
+                      (np.float64, ctypes.c_double), (np.bool_, ctypes.c_bool)):
+        _NUMPY_TO_CTYPES[np.dtype(np_t).str] = lambda v, c_t=c_t: c_t(v.item())
+    _NUMPY_TO_CTYPES[np.dtype(np.float16).str] = lambda v: ctypes.c_uint16(int(np.asarray(v).view(np.uint16)))
+
+
+_init_numpy_ctypes()
+# Descriptors by (address, shape, dtype, box): encoding costs microseconds of host time per call.
+_TMA_CACHE: collections.OrderedDict[tuple[Any, ...], TensorMap] = collections.OrderedDict()
+
+
+def _libcuda() -> Any:
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
+    return _LIBCUDA
+
+
+def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> TensorMap:
+    """A TMA descriptor over a contiguous 2-D CUDA tensor: tiles of box_outer rows x box_inner
+    elements, shared-memory swizzle of `swizzle` bytes, zero fill past the tensor's edges."""
+    if not getattr(tensor, "is_cuda", False) or tensor.dim() != 2 or not tensor.is_contiguous():
+        raise _launch_error("tma_2d needs a contiguous 2-D CUDA tensor")
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
+        raise _launch_error(f"tma_2d: unsupported dtype {dtype} or swizzle {swizzle}")
+    rows, cols = tensor.shape
+    key = (tensor.data_ptr(), rows, cols, dtype, box_inner, box_outer, swizzle, tensor.device.index)
+    cached = _TMA_CACHE.get(key)
+    if cached is not None:
+        _TMA_CACHE.move_to_end(key)
+        return cached
+    elem = tensor.element_size()
+    if (cols * elem) % 16 or tensor.data_ptr() % 16:
+        raise _launch_error(f"tma_2d: rows of {cols * elem} bytes (and the base address) must be multiples of 16")
+    buf = ctypes.create_string_buffer(128 + 64)
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * elem)
+    box = (ctypes.c_uint32 * 2)(box_inner, box_outer)
+    ones = (ctypes.c_uint32 * 2)(1, 1)
+    err = _libcuda().cuTensorMapEncodeTiled(ctypes.c_void_p(addr), _TMA_DTYPES[dtype], 2, ctypes.c_void_p(tensor.data_ptr()),
+                                            dims, strides, box, ones, 0, _TMA_SWIZZLE[swizzle], 3, 0)
+    if err:
+        raise _launch_error(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {rows}x{cols} {dtype} tensor, "
+                            f"box {box_outer}x{box_inner}, swizzle {swizzle}")
+    _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
+    if len(_TMA_CACHE) > 256:
+        _TMA_CACHE.popitem(last=False)
+    return tmap
+
+
+def function_handle(handle: Any, name: str) -> int:
+    """A CUfunction (as an int) for cuLaunchKernel, from cuda.core's kernel handle."""
+    from cuda.bindings import driver
+
+    if type(handle).__name__ == "CUkernel":
+        err, handle = driver.cuKernelGetFunction(handle)
+        if int(err) != 0:
+            raise _launch_error(f"{name}: cuKernelGetFunction failed ({err})")
+    return int(handle)
+
+
+def launch_through_driver(function: int, name: str, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int,
+                          args: tuple[Any, ...]) -> None:
+    """cuLaunchKernel on torch's current stream; args are TensorMaps or numpy scalars (pointers as uint64)."""
+    import torch
+
+    holders: list[Any] = []
+    addresses = []
+    for a in args:
+        if isinstance(a, TensorMap):
+            addresses.append(a.address)  # cuLaunchKernel copies the 128 bytes at launch
+        else:
+            c = _NUMPY_TO_CTYPES[np.asarray(a).dtype.str](a)
+            holders.append(c)
+            addresses.append(ctypes.addressof(c))
+    params = (ctypes.c_void_p * len(addresses))(*addresses)
+    g, b = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
+    stream = torch.cuda.current_stream().cuda_stream
+    err = _libcuda().cuLaunchKernel(ctypes.c_void_p(function), *(ctypes.c_uint(x) for x in g),
+                                    *(ctypes.c_uint(x) for x in b), ctypes.c_uint(shared_mem),
+                                    ctypes.c_void_p(stream), params, None)
+    if err:
+        raise _launch_error(f"{name}: cuLaunchKernel failed (CUresult {err})")
