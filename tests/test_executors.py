@@ -39,6 +39,19 @@ def test_select_gpus_maps_indices_to_physical_ids():
         select_gpus("all", [])
 
 
+def test_gpus_counts_workers_where_there_are_no_gpu_indices():
+    from cuforge.sandbox.executor import make_executor, worker_count
+
+    assert worker_count("all") is None and worker_count("4") == 4 and worker_count("0,1,2") == 3
+    with pytest.raises(ExecutorError, match="at least one worker"):
+        worker_count("0")
+    ex = make_executor("local", "3", cpu_mode=False, compile_only=True)
+    try:
+        assert ex.slots == 3  # --compile-only --gpus 3: three compile workers
+    finally:
+        ex.close()
+
+
 def test_worker_gpu_follows_the_drivers_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     assert physical_gpu(1) == "6" and physical_gpu("2") == "2"

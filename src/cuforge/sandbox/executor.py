@@ -128,8 +128,21 @@ def make_executor(executor: str, gpus: str, cpu_mode: bool, compile_only: bool, 
         from cuforge.sandbox.ray_executor import RayExecutor
 
         return RayExecutor(address=ray_address, resource=ray_resource, cpu_mode=cpu_mode, compile_only=compile_only,
-                           workers=None if gpus == "all" else len(select_gpus(gpus, [str(i) for i in range(1024)])))
+                           workers=worker_count(gpus))
     if cpu_mode or compile_only:
-        count = 1 if gpus == "all" else len(select_gpus(gpus, [str(i) for i in range(1024)]))
+        count = worker_count(gpus) or 1
         return LocalExecutor([str(i) for i in range(count)], cpu_mode=cpu_mode, compile_only=compile_only)
     return LocalExecutor(select_gpus(gpus, visible_gpus()))
+
+
+def worker_count(spec: str) -> int | None:
+    """Where --gpus counts workers (CPU modes, Ray): `all` -> None (as many as there are), `4` -> 4,
+    a comma list -> its length."""
+    spec = spec.strip()
+    if spec == "all":
+        return None
+    if spec.isdigit():
+        if int(spec) < 1:
+            raise ExecutorError("--gpus needs at least one worker")
+        return int(spec)
+    return len(select_gpus(spec, [str(i) for i in range(1024)]))
