@@ -61,6 +61,10 @@ def test_leaderboard_counts_missing_results_as_failures(tmp_path):
     h = {r["problem_id"]: r for r in board.hgemm}
     assert h["hgemm/64_64_64"]["measured_vs_cublaslt"] == pytest.approx(1.25)
     assert h["hgemm/64_64_64"]["cuda_l2_reported_vs_cublas"] == cuda_l2_reported()[(64, 64, 64)]["cublas"]
+    # Issue #5's size classes: 64^3 (2^18) and 1024^3 (2^30) are both "small"; none is >= 2^36.
+    tg = board.hgemm_targets
+    assert tg["shapes"] == 2 and tg["with_result"] == 2 and tg["small_shapes"] == 2 and tg["large_shapes"] == 0
+    assert tg["geomean_vs_cublas_small"] == pytest.approx((1.5 * 0.5) ** 0.5) and tg["geomean_vs_cublas_large"] is None
 
 
 def test_cuda_l2_reference_covers_the_grid():

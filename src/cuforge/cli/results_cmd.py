@@ -73,6 +73,11 @@ def leaderboard(
             h.add_row(str(r["M"]), str(r["N"]), str(r["K"]), fmt(r["measured_vs_cublas"]), fmt(r["measured_vs_cublaslt"]),
                       fmt(r["cuda_l2_reported_vs_cublas"]), fmt(r["cuda_l2_reported_vs_cublaslt"]))
         console.print(h)
+        tg = board.hgemm_targets
+        console.print(f"hgemm geomean vs cuBLAS {fmt(tg['geomean_vs_cublas'])} over {tg['with_result']}/{tg['shapes']} "
+                      f"shapes with a result (M*N*K <= 2^30: {fmt(tg['geomean_vs_cublas_small'])}, >= 2^36: "
+                      f"{fmt(tg['geomean_vs_cublas_large'])}); vs cuBLASLt-autotune {fmt(tg['geomean_vs_cublaslt'])}",
+                      highlight=False)
 
 
 @app.command()

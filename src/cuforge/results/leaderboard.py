@@ -40,6 +40,7 @@ class Leaderboard:
     fast: dict[str, float]
     geomean_speedup: float | None
     hgemm: list[dict[str, Any]] = field(default_factory=list)
+    hgemm_targets: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -62,6 +63,7 @@ def build_leaderboard(evaluations: list[dict[str, Any]], problems: list[str], ru
     board = Leaderboard(run_id, baseline, rows, ids, fast, geomean(v for v in best.values() if v))
     if any(p.startswith("hgemm/") for p in ids):
         board.hgemm = hgemm_table(rows)
+        board.hgemm_targets = hgemm_targets(board.hgemm)
     return board
 
 
@@ -109,3 +111,22 @@ def hgemm_table(rows: list[ProblemRow]) -> list[dict[str, Any]]:
             "cuda_l2_reported_vs_cublaslt": rep.get("cublaslt"),
         })
     return table
+
+
+SMALL_MNK, LARGE_MNK = 2**30, 2**36  # issue #5's size classes for the hgemm targets
+
+
+def hgemm_targets(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geomean speedups of the per-shape table: all shapes, M*N*K <= 2^30 and M*N*K >= 2^36, vs cuBLAS
+    and cuBLASLt-autotune. A shape without a correct result counts as missing, never as 1.0."""
+    small = [r for r in table if r["M"] * r["N"] * r["K"] <= SMALL_MNK]
+    large = [r for r in table if r["M"] * r["N"] * r["K"] >= LARGE_MNK]
+
+    def gm(rows: list[dict[str, Any]], key: str) -> float | None:
+        vals = [r[key] for r in rows if r[key]]
+        return geomean(vals) if vals else None
+
+    return {"shapes": len(table), "with_result": sum(1 for r in table if r["measured_vs_cublas"]),
+            "geomean_vs_cublas": gm(table, "measured_vs_cublas"), "geomean_vs_cublaslt": gm(table, "measured_vs_cublaslt"),
+            "small_shapes": len(small), "geomean_vs_cublas_small": gm(small, "measured_vs_cublas"),
+            "large_shapes": len(large), "geomean_vs_cublas_large": gm(large, "measured_vs_cublas")}
