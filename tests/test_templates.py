@@ -87,3 +87,13 @@ def _smoke_compile(fam, p):
         mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
         assert fam.name in mod.signatures and len(mod.cubin) > 0, c
         compile(cand.module_source(), "<wrapper>", "exec")
+
+
+def test_families_for_another_gpu_are_left_out_once_the_gpu_is_known():
+    p = hgemm_problem(2048, 2048, 2048)
+    tp = TemplateProposer(seed=1)
+    on_a100 = [config_of(tp.propose_candidate(p, "SEED", None, [], "8.0").source)["family"] for _ in range(3)]
+    assert on_a100 == ["gemm_sm80"] * 3
+    assert config_of(TemplateProposer().propose_candidate(p, "SEED", None, [], "9.0").source)["family"] == "gemm_sm90"
+    with pytest.raises(NotCovered, match="not for compute capability 7.5"):
+        TemplateProposer().propose_candidate(p, "SEED", None, [], "7.5")

@@ -264,7 +264,8 @@ class Search:
 
         inspirations = st.population.inspirations(parent.candidate_id if parent else None, self.cfg.inspirations)
         try:
-            cand = proposer.propose_candidate(st.problem, mode, parent, inspirations)
+            cand = proposer.propose_candidate(st.problem, mode, parent, inspirations,
+                                              self.device.get("compute_capability"))
         except NotCovered as e:
             st.finished = str(e)
             st.proposed -= 1

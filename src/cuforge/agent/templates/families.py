@@ -61,6 +61,10 @@ class Family:
     def extra(self, problem: Problem) -> dict[str, Any]:
         return {}
 
+    def runs_on(self, compute_capability: str) -> bool:
+        """Whether this family's kernels compile and run on a GPU of this compute capability."""
+        return tuple(int(x) for x in compute_capability.split(".")) >= (8, 0)
+
 
 def plain_hgemm(problem: Problem) -> str | None:
     """None when the problem is C = A @ B over 2-D fp16 operands with 16-byte aligned rows."""
@@ -86,6 +90,9 @@ class GemmSm90(Family):
 
     def supports(self, problem: Problem) -> str | None:
         return plain_hgemm(problem)
+
+    def runs_on(self, compute_capability: str) -> bool:
+        return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
 
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:

@@ -25,8 +25,16 @@ class TemplateProposer:
         self.rng = random.Random(seed)
         self.tried: dict[str, set[str]] = {}
 
-    def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any]) -> Candidate:
+    def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any],
+                          compute_capability: str | None = None) -> Candidate:
+        """compute_capability ("9.0"): the evaluating GPU's, once known; families built for another
+        architecture (gemm_sm90 on an A100) are then left out."""
         families, why = families_for(problem)
+        if compute_capability:
+            fitting = [f for f in families if f.runs_on(compute_capability)]
+            if families and not fitting:
+                raise NotCovered(f"{', '.join(f.name for f in families)}: not for compute capability {compute_capability}")
+            families = fitting
         if not families:
             raise NotCovered(why)
         tried = self.tried.setdefault(problem.id, set())
