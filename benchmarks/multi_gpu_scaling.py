@@ -12,6 +12,7 @@ per minute of the run's wall time (worker start included), and the steady-state 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sqlite3
@@ -37,8 +38,6 @@ def one_run(suite: str, gpus: str, islands: int, generations: int, db: str) -> d
     stamps = [r[0] for r in rows]
     k = min(10, len(stamps) - 1)
     steady = (len(stamps) - 1 - k) / (stamps[-1] - stamps[k]) * 60 if len(stamps) > k + 1 else None
-    import json
-
     per_gpu: dict[str, int] = {}
     for r in rows:
         g = json.loads(r[2]).get("gpu") or "?"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def resolve_problems(store: Store, run_id: str, suite: str | None) -> dict[str, 
                 loaded, skipped = load_files([path])
             if skipped:
                 raise ExportError(f"problem {pid} no longer loads: {skipped[0].reason}")
-            out[pid] = _with_id(loaded[0], pid)
+            out[pid] = replace(loaded[0], id=pid, path=None)
             continue
         if suite_problems is None:
             from cuforge.problems.suites import load_suite
@@ -50,12 +51,6 @@ def resolve_problems(store: Store, run_id: str, suite: str | None) -> dict[str, 
             raise ExportError(f"problem {pid} is not in suite {suite!r} as it was during run {run_id}")
         out[pid] = p
     return out
-
-
-def _with_id(p: Problem, pid: str) -> Problem:
-    from dataclasses import replace
-
-    return replace(p, id=pid, path=None)
 
 
 def fallback_speedup(speedups: dict[str, float]) -> float | None:
@@ -112,8 +107,6 @@ def build_plan(store: Store, run_id: str, min_speedup: float = 1.0) -> Plan:
 def _add_entry(op: Op, kernels: dict[str, Kernel], problem: Problem,
                ranked: list[tuple[float, dict[str, Any], Candidate]], note: str | None, min_speedup: float) -> None:
     """The fastest candidate that can be exported (a faster one that cannot is named in the note)."""
-    from dataclasses import replace
-
     shapes = tuple(tuple(t.shape) for t in problem.inputs)
     left = {"problem_id": problem.id, "shapes": [list(x) for x in shapes]}
     if not ranked:

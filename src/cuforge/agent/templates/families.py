@@ -66,6 +66,18 @@ class Family:
         return tuple(int(x) for x in compute_capability.split(".")) >= (8, 0)
 
 
+SEED_SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
+
+
+def tiles(m: int, n: int, bm: int, bn: int) -> int:
+    return -(-m // bm) * -(-n // bn)
+
+
+def fills_gpu(tile_count: int) -> bool:
+    """Enough output tiles for (nearly) one block per multiprocessor."""
+    return tile_count >= 0.9 * SEED_SMS
+
+
 def plain_hgemm(problem: Problem) -> str | None:
     """None when the problem is C = A @ B over 2-D fp16 operands with 16-byte aligned rows."""
     if problem.ops != ("mm",) or len(problem.inputs) != 2:
@@ -101,8 +113,6 @@ class GemmSm90(Family):
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         return self.smem_bytes(c) <= SMEM_LIMIT
 
-    SMS = 132
-
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m, n = problem.inputs[0].shape[0], problem.inputs[1].shape[1]
 
@@ -111,7 +121,7 @@ class GemmSm90(Family):
             return {"BN": bn, "STAGES": stages, "GROUP_M": 8}
 
         def fills(bn: int) -> bool:
-            return -(-m // self.BM) * -(-n // bn) >= 0.9 * self.SMS
+            return fills_gpu(tiles(m, n, self.BM, bn))
 
         # The widest tile that still fills the GPU; when none does, the narrowest (least padding).
         by_fill = sorted((64, 128, 256), key=lambda bn: (not fills(bn), -bn if fills(bn) else bn))
@@ -161,19 +171,17 @@ class GemmSm80(Family):
         dict(BM=32, BN=64, BK=64, WM=1, WN=2, STAGES=3, GROUP_M=1),
         dict(BM=32, BN=32, BK=64, WM=1, WN=2, STAGES=4, GROUP_M=1),
     )
-    SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
-
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m = problem.inputs[0].shape[0]
         n = problem.inputs[1].shape[1]
         valid = [c for c in self.PRESETS if self.valid(c, problem)]
 
         def blocks(c: dict[str, Any]) -> int:
-            return -(-m // c["BM"]) * -(-n // c["BN"])
+            return tiles(m, n, c["BM"], c["BN"])
 
-        filling = [c for c in valid if blocks(c) >= 0.9 * self.SMS]
+        filling = [c for c in valid if fills_gpu(blocks(c))]
         first = filling[0] if filling else valid[-1]
-        rest = sorted((c for c in valid if c is not first), key=lambda c: abs(blocks(c) - self.SMS))
+        rest = sorted((c for c in valid if c is not first), key=lambda c: abs(blocks(c) - SEED_SMS))
         return [first, *rest]
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
