@@ -4,6 +4,8 @@ side in every evaluation) with CUDA-L2's reported numbers beside ours, and the g
 sets floors for (all shapes; M*N*K <= 2^30; M*N*K >= 2^36).
 
     python benchmarks/hgemm_suite.py --suite hgemm-125 --generations 2 --wall-time 540
+    python benchmarks/hgemm_suite.py --shard 1/2 ...; python benchmarks/hgemm_suite.py --shard 2/2 ...
+    python benchmarks/hgemm_suite.py --merge     # one table and geomeans over every shard's result
     python benchmarks/hgemm_suite.py --suite hgemm-small --problem hgemm/64_64_64 --compile-only   # smoke, no GPU
 """
 
@@ -26,35 +28,84 @@ def main() -> None:
     ap.add_argument("--wall-time", type=float, default=None, help="stop the search after this many seconds")
     ap.add_argument("--gpus", default="all")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--shard", default=None, help="I/N: only every N-th shape starting at the I-th (one device call each)")
+    ap.add_argument("--merge", action="store_true", help="combine the shard results into hgemm_suite.json")
     a = ap.parse_args()
+    if a.merge:
+        merge()
+        return
     from cuforge.agent.config import RunConfig
+    from cuforge.agent.templates.families import config_of
     from cuforge.agent.run import execute
     from cuforge.results.leaderboard import build_leaderboard
     from cuforge.results.store import Store
 
+    problems = list(a.problem)
+    name = "hgemm_suite"
+    if a.shard:
+        from cuforge.problems.hgemm import hgemm_shapes
+
+        i, n = (int(x) for x in a.shard.split("/"))
+        problems = [f"hgemm/{m}_{nn}_{k}" for m, nn, k in hgemm_shapes(a.suite)[i - 1::n]]
+        name = f"hgemm_suite_shard{i}of{n}"
     db = os.path.join(tempfile.mkdtemp(prefix="cuforge-hgemm-suite-"), "cuforge.db")
     store = Store(db)
-    cfg = RunConfig(suite=a.suite, problems=a.problem, islands=a.islands, generations=a.generations,
+    cfg = RunConfig(suite=a.suite, problems=problems, islands=a.islands, generations=a.generations,
                     wall_time_s=a.wall_time, gpus=a.gpus, compile_only=a.compile_only, baseline="cublas")
     t0 = time.perf_counter()
     run_id, search = execute(cfg, store, None, False)
     wall = time.perf_counter() - t0
     board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "cublas")
     families: dict[str, int] = {}
+    best_config: dict[str, dict] = {}
     for row in board.rows:
         if row.best_candidate_id is not None:
-            src = store.candidate_source(row.best_candidate_id)["source"]
-            fam = src.split('"family": "', 1)[-1].split('"', 1)[0] if '"family": "' in src else "?"
-            families[fam] = families.get(fam, 0) + 1
+            cfg_of_best = config_of(store.candidate_source(row.best_candidate_id)["source"]) or {"family": "?"}
+            families[cfg_of_best["family"]] = families.get(cfg_of_best["family"], 0) + 1
+            best_config[row.problem_id] = cfg_of_best
+    tried: dict[str, list] = {}
+    for e in store.evaluations(run_id):  # every config the search timed, for tuning the seeds
+        c = config_of(store.candidate_source(e["candidate_id"])["source"]) or {}
+        tried.setdefault(e["problem_id"], []).append(
+            {"config": " ".join(f"{k}={v}" for k, v in sorted(c.items())), "status": e["status"],
+             "ms": e["median_ms"], "vs_cublas": (e["speedups"] or {}).get("cublas")})
+    for r in board.hgemm:
+        r["best_config"] = best_config.get(r["problem_id"])
+        r["tried"] = tried.get(r["problem_id"], [])
     tg = board.hgemm_targets
     print(f"{search.stats.evaluations} evaluations in {wall:.0f} s ({search.stats.stop_reason}); targets: {tg}")
     for r in board.hgemm:
         print(f"{r['M']}x{r['N']}x{r['K']}: vs cuBLAS {r['measured_vs_cublas']}, vs cuBLASLt {r['measured_vs_cublaslt']}, "
               f"CUDA-L2 reported {r['cuda_l2_reported_vs_cublas']}")
-    write_result("hgemm_suite", {"suite": a.suite, "run_id": run_id, "evaluations": search.stats.evaluations,
+    write_result(name, {"suite": a.suite, "run_id": run_id, "evaluations": search.stats.evaluations,
                                  "wall_s": round(wall, 1), "stop_reason": search.stats.stop_reason,
                                  "islands": a.islands, "generations": a.generations, "targets": tg,
                                  "best_families": families, "per_shape": board.hgemm})
+
+
+def merge() -> None:
+    """The shards' per-shape rows as one table, with the issue's geomeans over all of them."""
+    import json
+
+    from _common import ROOT
+
+    from cuforge.results.leaderboard import hgemm_targets
+
+    shards = sorted((ROOT / "benchmarks" / "results").glob("hgemm_suite_shard*of*.json"))
+    if not shards:
+        raise SystemExit("no hgemm_suite_shard*.json results to merge")
+    runs = [json.loads(p.read_text()) for p in shards]
+    table = sorted((r for run in runs for r in run["per_shape"]), key=lambda r: (r["M"], r["N"], r["K"]))
+    families: dict[str, int] = {}
+    for run in runs:
+        for fam, count in run["best_families"].items():
+            families[fam] = families.get(fam, 0) + count
+    write_result("hgemm_suite", {"suite": runs[0]["suite"], "shards": [p.name for p in shards],
+                                 "evaluations": sum(r["evaluations"] for r in runs),
+                                 "wall_s": round(sum(r["wall_s"] for r in runs), 1),
+                                 "stop_reasons": sorted({r["stop_reason"] for r in runs}),
+                                 "generations": runs[0]["generations"], "targets": hgemm_targets(table),
+                                 "best_families": families, "per_shape": table})
 
 
 if __name__ == "__main__":

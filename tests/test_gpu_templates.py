@@ -41,13 +41,24 @@ def test_gemm_sm80_is_correct_on_awkward_shapes(sup, shape):
         assert ev.status == "ok", (shape, c, ev.status, ev.message)
 
 
+SM90_EXTRA = [dict(BM=64, BN=64, STAGES=4, GROUP_M=1, SPLIT_K=4, REDUCE="ordered", EPI="tma"),
+              dict(BM=256, BN=128, STAGES=3, GROUP_M=4, SPLIT_K=1, REDUCE="ordered", EPI="direct"),
+              dict(BM=64, BN=256, STAGES=3, GROUP_M=16, SPLIT_K=2, REDUCE="atomic", EPI="tma"),
+              dict(BM=128, BN=192, STAGES=2, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma"),
+              dict(BM=64, BN=192, STAGES=5, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct"),
+              dict(BM=128, BN=128, STAGES=4, GROUP_M=1, SPLIT_K=8, REDUCE="atomic", EPI="tma"),
+              dict(BM=64, BN=64, STAGES=3, GROUP_M=8, SPLIT_K=64, REDUCE="atomic", EPI="direct")]
+
+
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
-                                   (200, 136, 8), (4096, 4096, 4096)])
+                                   (200, 136, 8), (64, 64, 16384), (100, 200, 4104), (4096, 4096, 4096)])
 def test_gemm_sm90_is_correct_on_awkward_shapes(sup, shape):
-    """TMA zero-fills partial tiles (M, N, K not multiples of 128/BN/64; a box wider than the matrix)."""
+    """TMA zero-fills partial tiles (M, N, K not multiples of the tile; a box wider than the matrix)
+    and clips stores; every layout, split-K with uneven k ranges, both epilogues; persistent blocks
+    that take several work units (777 x 1032 in 64 x 64 tiles is 221 units on 132 SMs)."""
     p, g = hgemm_problem(*shape), GemmSm90()
-    configs = g.seeds(p) + [{"BN": 128, "STAGES": 2, "GROUP_M": 1}, {"BN": 256, "STAGES": 3, "GROUP_M": 16}]
-    for c in configs[: 3 if shape[0] * shape[1] > 2**22 else 5]:
+    configs = g.seeds(p) + [c for c in SM90_EXTRA if g.valid(c, p)]
+    for c in configs[: 3 if shape[0] * shape[1] > 2**22 else len(configs)]:
         ev = sup.evaluate(p, g.render(c, p), CFG)
         assert ev.status == "ok", (shape, c, ev.status, ev.message)
 

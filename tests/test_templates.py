@@ -33,7 +33,15 @@ def test_constraints_prune_before_compiling():
     g, p = GemmSm80(), hgemm_problem(4096, 4096, 4096)
     assert g.valid(dict(BM=128, BN=256, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8), p)
     h = GemmSm90()
-    assert h.valid(dict(BN=256, STAGES=4, GROUP_M=8), p) and not h.valid(dict(BN=256, STAGES=5, GROUP_M=8), p)
+    big = dict(BM=128, BN=256, STAGES=4, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma")
+    assert h.valid(big, p) and not h.valid({**big, "STAGES": 5}, p)  # shared memory
+    assert not h.valid({**big, "BN": 192, "STAGES": 5}, p) and h.valid({**big, "BN": 192, "STAGES": 5, "EPI": "direct"}, p)  # no epilogue buffers: a stage more
+    assert not h.valid({**big, "BM": 256}, p)  # 128 x 256 accumulators per thread
+    assert not h.valid({**big, "SPLIT_K": 8}, p)  # 8 x 4096 x 4096 fp32 partials exceed the workspace cap
+    assert h.valid({**big, "SPLIT_K": 16}, hgemm_problem(64, 64, 16384))
+    assert not h.valid({**big, "SPLIT_K": 16}, hgemm_problem(64, 64, 512))  # more splits than k-tiles
+    assert h.valid({**big, "SPLIT_K": 8, "REDUCE": "atomic"}, p)  # one fp32 sum, not eight partials
+    assert not h.valid({**big, "REDUCE": "atomic"}, p)  # nothing to reduce without split-K
     assert not g.valid(dict(BM=256, BN=256, BK=64, WM=2, WN=4, STAGES=6, GROUP_M=8), p)  # shared memory
     assert not g.valid(dict(BM=256, BN=256, BK=32, WM=2, WN=2, STAGES=2, GROUP_M=8), p)  # 256 accumulators
     assert not g.valid(dict(BM=64, BN=64, BK=32, WM=4, WN=4, STAGES=3, GROUP_M=8), p)  # 16 warps
@@ -46,10 +54,11 @@ def test_search_seeds_then_mutates_without_repeats():
     p = hgemm_problem(2048, 2048, 2048)
     tp = TemplateProposer(seed=3)
     seeds = [config_of(tp.propose_candidate(p, "SEED", None, []).source) for _ in range(4)]
-    # The covering families' seeds interleave, each family's best guess first.
-    assert [s["family"] for s in seeds] == ["gemm_sm90", "gemm_sm80", "gemm_sm90", "gemm_sm80"]
-    assert seeds[0]["BN"] == 256 and seeds[1]["BM"] == 128  # 16 x 8 tiles of 128 x 256 fill 132 SMs and len({repr(s) for s in seeds}) == 4
-    for fam, parent_cfg in ((GemmSm90(), seeds[0]), (GemmSm80(), seeds[1])):
+    # The preferred family's two best guesses, then the families' seeds interleave.
+    assert [s["family"] for s in seeds] == ["gemm_sm90", "gemm_sm90", "gemm_sm80", "gemm_sm80"]
+    assert (seeds[0]["BM"], seeds[0]["BN"]) == (128, 256)  # 16 x 8 tiles of 128 x 256 fill 132 SMs
+    assert seeds[2]["BM"] == 128 and len({repr(s) for s in seeds}) == 4
+    for fam, parent_cfg in ((GemmSm90(), seeds[0]), (GemmSm80(), seeds[2])):
         parent_cand = fam.render(parent_cfg, p)
         parent = Member(1, "k", "ok", 0.2, 1.2, 0, 0, ("tensor_core",), source=parent_cand.source)
         seen = set()
@@ -87,6 +96,32 @@ def _smoke_compile(fam, p):
         mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
         assert fam.name in mod.signatures and len(mod.cubin) > 0, c
         compile(cand.module_source(), "<wrapper>", "exec")
+
+
+def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
+    g = GemmSm90()
+    first, second = g.seeds(hgemm_problem(64, 64, 16384))[:2]
+    assert first["SPLIT_K"] == 64 and (first["BM"], first["BN"]) == (64, 64) and first["REDUCE"] == "atomic"
+    assert {**first, "REDUCE": "ordered"} == second  # the deterministic reduction is the next seed
+    # 32 tiles of 128 x 256 split 4 ways beat 128 one-wave tiles of 128 x 64 on a long K
+    assert [g.seeds(hgemm_problem(1024, 1024, 16384))[0][k] for k in ("BM", "BN", "SPLIT_K")] == [128, 256, 4]
+    assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(4096, 4096, 4096)))
+    assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(64, 64, 256)))  # K too short to split
+    for shape in ((64, 64, 64), (16384, 16384, 16384), (1000, 704, 336), (64, 16384, 1024)):
+        p = hgemm_problem(*shape)
+        assert g.seeds(p) and all(g.valid(c, p) for c in g.seeds(p))
+
+
+def test_split_k_launch_allocates_zeroed_scratch_inside_the_call():
+    g, p = GemmSm90(), hgemm_problem(64, 64, 16384)
+    cand = g.render(g.seeds(p)[0], p)
+    # atomic: one zeroed buffer (one memset per call) holds the fp32 sum and the per-tile counters
+    assert cand.launch.scratch == (("(M * N + cdiv(M, 64) * cdiv(N, 64),)", "float32", "zeros"),)
+    ordered = g.render(g.seeds(p)[1], p)  # every split writes its own partial: only the counters are zeroed
+    assert ordered.launch.scratch == (("(64, M, N)", "float32", "empty"), ("(cdiv(M, 64) * cdiv(N, 64),)", "int32", "zeros"))
+    assert "scratch0" in cand.launch.args and "getattr(torch, init)" in cand.module_source()
+    plain = g.render(g.seeds(hgemm_problem(4096, 4096, 4096))[0], hgemm_problem(4096, 4096, 4096))
+    assert plain.launch.scratch == () and "scratch0" not in plain.launch.args
 
 
 def test_families_for_another_gpu_are_left_out_once_the_gpu_is_known():

@@ -130,6 +130,8 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
     params = sigs[launch.entry]
     if launch.name_expressions:
         raise NotExportable("templated kernels (name expressions) are not exported")
+    if launch.scratch:
+        raise NotExportable("kernels with scratch workspaces (split-K) are not exported yet")
     inputs = _meta_inputs(problem)
     ns: dict[str, Any] = {"cdiv": lambda a, b: (a + b - 1) // b, "min": min, "max": max, "SMS": sm_count}
     ns.update({f"in{i}": x for i, x in enumerate(inputs)})

@@ -105,6 +105,7 @@ def hgemm_table(rows: list[ProblemRow]) -> list[dict[str, Any]]:
         rep = reported.get((m, n, k), {})
         table.append({
             "problem_id": r.problem_id, "M": m, "N": n, "K": k,
+            "best_ms": r.best_median_ms,
             "measured_vs_cublas": r.speedups_of_best.get("cublas"),
             "measured_vs_cublaslt": r.speedups_of_best.get("cublaslt"),
             "cuda_l2_reported_vs_cublas": rep.get("cublas"),

@@ -18,7 +18,9 @@ FORMATS = ("module", "kernel")
 class LaunchSpec:
     """How to call a raw kernel. Every field is a Python expression evaluated per forward over:
     in0, in1, ... (inputs), p_<name> (the reference model's parameters and buffers, dots as '_'),
-    the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d (a TMA descriptor)."""
+    the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d (a TMA descriptor).
+    `scratch` buffers (shape expression, dtype, "zeros" or "empty") are allocated per forward, inside
+    the timed call, and named scratch0, ...: a kernel's workspace (split-K partial sums, tile counters)."""
 
     entry: str
     grid: str
@@ -29,6 +31,7 @@ class LaunchSpec:
     shared_mem: str = "0"
     options: tuple[str, ...] = ()
     name_expressions: tuple[str, ...] = ()
+    scratch: tuple[tuple[str, str, str], ...] = ()
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> LaunchSpec:
@@ -37,6 +40,7 @@ class LaunchSpec:
             outputs=tuple((s, t) for s, t in d["outputs"]), bindings=tuple((a, b) for a, b in d.get("bindings", ())),
             shared_mem=str(d.get("shared_mem", "0")), options=tuple(d.get("options", ())),
             name_expressions=tuple(d.get("name_expressions", ())),
+            scratch=tuple((s[0], s[1], s[2] if len(s) > 2 else "zeros") for s in d.get("scratch", ())),
         )
 
 
@@ -66,7 +70,10 @@ class Candidate:
         h = hashlib.sha256(normalize_source(self.source).encode())
         h.update(self.format.encode())
         if self.launch is not None:
-            h.update(repr(asdict(self.launch)).encode())
+            spec = asdict(self.launch)
+            if not spec["scratch"]:
+                del spec["scratch"]  # ids of candidates from before scratch buffers existed stay the same
+            h.update(repr(spec).encode())
         return h.hexdigest()[:16]
 
     def module_source(self) -> str:
@@ -117,6 +124,8 @@ class ModelNew(torch.nn.Module):
         for i, (shape, dtype) in enumerate(ns["_out_specs"]):
             outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
             ns[f"out{{i}}"] = outs[-1]
+        for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
+            ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
         _kernel(ns["_grid"], ns["_block"], *eval(_ARGS, g, ns), shared_mem=int(ns["_shared"]))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -127,6 +136,10 @@ def launch_plan(launch: LaunchSpec) -> str:
     """Bindings in order, then output specs, grid, block and shared memory, as one Python block."""
     lines = [f"{name} = {expr}" for name, expr in launch.bindings]
     lines.append("_out_specs = [" + ", ".join(f"({shape}, {dtype!r})" for shape, dtype in launch.outputs) + "]")
+    for _, _, init in launch.scratch:
+        if init not in ("zeros", "empty"):
+            raise ValueError(f"scratch buffers are 'zeros' or 'empty', not {init!r}")
+    lines.append("_scratch_specs = [" + ", ".join(f"({shape}, {dtype!r}, {init!r})" for shape, dtype, init in launch.scratch) + "]")
     lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}"]
     return "\n".join(lines) + "\n"
 

@@ -53,12 +53,17 @@ class Family:
 
     def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
         cfg = {k: config[k] for k in self.knobs}
-        source = _ENV.get_template(f"{self.name}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem))
+        source = _ENV.get_template(f"{self.name}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
+                                                                 **self.derived(cfg))
         header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
         return Candidate(header + source, "kernel", self.launch(cfg, problem), proposer="template",
                          meta={"family": self.name, "config": cfg})
 
     def extra(self, problem: Problem) -> dict[str, Any]:
+        return {}
+
+    def derived(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Template values that follow from the config (not knobs of their own)."""
         return {}
 
     def runs_on(self, compute_capability: str) -> bool:
@@ -91,14 +96,21 @@ def plain_hgemm(problem: Problem) -> str | None:
 
 
 class GemmSm90(Family):
-    """fp16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma m64nBNk16 from
-    shared memory, one producer warpgroup and two consumer warpgroups (128 x BN tiles) synchronised
-    by mbarriers over a multistage ring, grouped rasterization."""
+    """fp16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma from shared
+    memory, a producer warpgroup and one or two consumer warpgroups over an mbarrier ring, a
+    persistent grid walking work units in grouped order, optional split-K (fp32 partials in a
+    workspace, summed in split order by the tile's last split) and a TMA-store or direct epilogue."""
 
-    BM, BK = 128, 64
+    BK = 64
+    WS_LIMIT = 256 << 20  # split-K workspace bytes
+    # Tile shapes, largest first, with a rough per-flop efficiency of each (bigger tiles reuse more).
+    LAYOUTS = {(128, 256): 1.0, (256, 128): 1.0, (128, 192): 0.97, (128, 128): 0.9, (64, 256): 0.85,
+               (128, 64): 0.75, (64, 128): 0.75, (64, 192): 0.8, (64, 64): 0.55}
 
     def __init__(self) -> None:
-        super().__init__("gemm_sm90", {"BN": (64, 128, 256), "STAGES": (2, 3, 4, 5, 6), "GROUP_M": (1, 4, 8, 16)})
+        super().__init__("gemm_sm90", {"BM": (64, 128, 256), "BN": (64, 128, 192, 256), "STAGES": (2, 3, 4, 5, 6, 7, 8),
+                                       "GROUP_M": (1, 4, 8, 16), "SPLIT_K": (1, 2, 4, 8, 16, 32, 64),
+                                       "REDUCE": ("ordered", "atomic"), "EPI": ("tma", "direct")})
 
     def supports(self, problem: Problem) -> str | None:
         return plain_hgemm(problem)
@@ -106,33 +118,89 @@ class GemmSm90(Family):
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
 
+    @staticmethod
+    def consumers(c: dict[str, Any]) -> tuple[int, int]:
+        """(consumer warpgroups, how many of them sit side by side along N)."""
+        if c["BM"] == 64:
+            return (2, 2) if c["BN"] in (128, 256) else (1, 1)
+        return 2, 1
+
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
-        return c["STAGES"] * (cls.BM * cls.BK + cls.BK * c["BN"]) * 2 + 1024 + 16 * c["STAGES"]
+        nc = cls.consumers(c)[0]
+        epilogue = nc * 2 * 64 * 64 * 2 if c["EPI"] == "tma" else 0
+        return c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2 + epilogue + 1024 + 16 * c["STAGES"] + 16
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        if c["BM"] == 256 and c["BN"] > 128:  # 128 x BN accumulators per thread would spill
+            return False
+        m, k, n = problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.inputs[1].shape[1]
+        if c["SPLIT_K"] > 1:
+            partials = 1 if c["REDUCE"] == "atomic" else c["SPLIT_K"]
+            if c["SPLIT_K"] > -(-k // self.BK) or partials * m * n * 4 > self.WS_LIMIT:
+                return False
+        elif c["REDUCE"] != "ordered":  # no reduction without split-K: one spelling per kernel
+            return False
         return self.smem_bytes(c) <= SMEM_LIMIT
 
+    def config(self, problem: Problem, bm: int, bn: int, split: int = 1, epi: str = "tma",
+               reduce: str = "ordered") -> dict[str, Any]:
+        base = {"BM": bm, "BN": bn, "GROUP_M": 8, "SPLIT_K": split, "REDUCE": reduce, "EPI": epi}
+        stages = [s for s in self.knobs["STAGES"] if self.valid({**base, "STAGES": s}, problem)]
+        return {**base, "STAGES": max(stages) if stages else 2}
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        m, n = problem.inputs[0].shape[0], problem.inputs[1].shape[1]
+        m, k, n = problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.inputs[1].shape[1]
+        k_tiles = -(-k // self.BK)
 
-        def deepest(bn: int) -> dict[str, Any]:
-            stages = max(s for s in self.knobs["STAGES"] if self.valid({"BN": bn, "STAGES": s}, problem))
-            return {"BN": bn, "STAGES": stages, "GROUP_M": 8}
+        def cost(plan: tuple[int, int, int]) -> float:
+            """Waves of work units x one unit's k-tiles x tile area / efficiency, plus the reduction."""
+            bm, bn, split = plan
+            units = tiles(m, n, bm, bn) * split
+            mainloop = -(-units // SEED_SMS) * -(-k_tiles // split) * bm * bn / self.LAYOUTS[(bm, bn)]
+            return mainloop + (bm * bn * (2 + split / 8) if split > 1 else 0)
 
-        def fills(bn: int) -> bool:
-            return fills_gpu(tiles(m, n, self.BM, bn))
-
-        # The widest tile that still fills the GPU; when none does, the narrowest (least padding).
-        by_fill = sorted((64, 128, 256), key=lambda bn: (not fills(bn), -bn if fills(bn) else bn))
-        return [deepest(bn) for bn in by_fill]
+        splits = [s for s in self.knobs["SPLIT_K"] if s == 1 or k_tiles >= 4 * s]  # a few k-tiles per split
+        plans = sorted(((bm, bn, s) for bm, bn in self.LAYOUTS for s in splits),
+                       key=lambda p: (cost(p), p[2], -p[0] * p[1]))
+        best = plans[0]
+        runner_up = next(p for p in plans if p[:2] != best[:2])
+        out = []
+        for bm, bn, split in (best, runner_up):
+            if split > 1:
+                out += [self.config(problem, bm, bn, split, reduce="atomic"), self.config(problem, bm, bn, split)]
+            else:
+                out.append(self.config(problem, bm, bn))
+        if best[2] > 1:  # the same tiles without splitting
+            out.append(self.config(problem, *best[:2]))
+        out.append(self.config(problem, *best[:2], split=best[2], epi="direct",
+                               reduce="atomic" if best[2] > 1 else "ordered"))
+        return [c for c in out if self.valid(c, problem)]
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {self.BM}) * cdiv(N, {c['BN']}),)", block="(384,)",
-                          shared_mem=str(self.smem_bytes(c)),
-                          args=(f"tma_2d(in0, {self.BK}, {self.BM})", f"tma_2d(in1, 64, {self.BK})", "out0", "M", "N", "K"),
-                          outputs=(("(M, N)", "float16"),),
-                          bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]")))
+        bm, bn, split = c["BM"], c["BN"], c["SPLIT_K"]
+        units = f"cdiv(M, {bm}) * cdiv(N, {bn}) * {split}"
+        args = [f"tma_2d(in0, {self.BK}, {bm})", f"tma_2d(in1, 64, {self.BK})"]
+        if c["EPI"] == "tma":
+            args.append("tma_2d(out0, 64, 64)")
+        args.append("out0")
+        scratch: tuple[tuple[str, str, str], ...] = ()
+        counters = f"cdiv(M, {bm}) * cdiv(N, {bn})"
+        if split > 1 and c["REDUCE"] == "atomic":  # one zeroed buffer: the fp32 sum, then per-tile counters
+            args.append("scratch0")
+            scratch = ((f"(M * N + {counters},)", "float32", "zeros"),)
+        elif split > 1:  # every split's fp32 partial (each fully written), and zeroed per-tile counters
+            args += ["scratch0", "scratch1"]
+            scratch = ((f"({split}, M, N)", "float32", "empty"), (f"({counters},)", "int32", "zeros"))
+        return LaunchSpec(entry=self.name, grid=f"(max(1, min({units}, SMS)),)", block=f"({128 * (self.consumers(c)[0] + 1)},)",
+                          shared_mem=str(self.smem_bytes(c)), args=(*args, "M", "N", "K"),
+                          outputs=(("(M, N)", "float16"),), scratch=scratch,
+                          bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]"),
+                                    ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
+
+    def derived(self, config: dict[str, Any]) -> dict[str, Any]:
+        nc, cn = self.consumers(config)
+        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn}
 
 
 class GemmSm80(Family):

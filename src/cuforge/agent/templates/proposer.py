@@ -59,14 +59,15 @@ class TemplateProposer:
         raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
 
     def _next_seed(self, families: list[Family], problem: Problem, tried: set[str]) -> tuple[Family, dict[str, Any] | None]:
-        """Seeds of every covering family, interleaved (each family's best guess first)."""
+        """Seeds of every covering family: the preferred family's two best guesses, then the rest
+        interleaved (each family's best guess before any family's next)."""
         seeds = [fam.seeds(problem) for fam in families]
+        order = [(families[0], c) for c in seeds[0][:2]]
         for i in range(max(len(s) for s in seeds)):
-            for fam, fam_seeds in zip(families, seeds):
-                if i < len(fam_seeds):
-                    cfg = fam_seeds[i]
-                    if fam.name + repr(sorted((k, cfg[k]) for k in fam.knobs)) not in tried and fam.valid(cfg, problem):
-                        return fam, cfg
+            order += [(fam, fam_seeds[i]) for fam, fam_seeds in zip(families, seeds) if i < len(fam_seeds)]
+        for fam, cfg in order:
+            if fam.name + repr(sorted((k, cfg[k]) for k in fam.knobs)) not in tried and fam.valid(cfg, problem):
+                return fam, cfg
         return families[0], None
 
     def _inspiration_config(self, inspirations: list[Any], family: Family) -> dict[str, Any] | None:
