@@ -138,3 +138,43 @@ def test_reduction_family_is_correct_on_odd_rows(sup, tmp_path):
 
     exprs = {"sum": "torch.sum(x, dim=-1)", "max": "torch.max(x, dim=-1).values", "argmax": "torch.argmax(x, dim=-1)"}
     check_row_family(sup, tmp_path, ReduceRows(), exprs, ((5, 1), (33, 1001), (256, 65536)))
+
+
+LINEAR = """
+import torch
+import torch.nn.functional as F
+M, K, N = {m}, {k}, {n}
+CUFORGE = {{"policy": "custom", "dtype": "float16"}}
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(K, N, dtype=torch.float16)
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.randn(M, K, dtype=torch.float16)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path):
+    """x @ W^T + b then ReLU / SiLU / GELU / nothing, with W read K-major from the parameter; partial
+    tiles, split-K (the epilogue runs once, after the reduction), both epilogue paths."""
+    from cuforge.agent.templates.families import LinearSm90
+
+    g = LinearSm90()
+    exprs = {"relu": "torch.relu(self.linear(x))", "silu": "F.silu(self.linear(x))", "gelu": "F.gelu(self.linear(x))",
+             "none": "self.linear(x)"}
+    extra = [dict(BM=64, BN=256, STAGES=3, GROUP_M=8, SPLIT_K=4, REDUCE="atomic", EPI="direct"),
+             dict(BM=256, BN=128, STAGES=3, GROUP_M=4, SPLIT_K=2, REDUCE="ordered", EPI="tma"),
+             dict(BM=64, BN=192, STAGES=4, GROUP_M=1, SPLIT_K=1, REDUCE="ordered", EPI="tma")]
+    for op, expr in exprs.items():
+        for m, k, n in ((100, 1032, 136), (1, 64, 64), (777, 1024, 520)):
+            f = tmp_path / f"linear_{op}_{m}_{k}_{n}.py"
+            f.write_text(LINEAR.format(m=m, k=k, n=n, expr=expr))
+            (p,), skipped = load_files([f])
+            assert not skipped and g.supports(p) is None, (op, p.ops)
+            for c in g.seeds(p)[:2] + [c for c in extra if g.valid(c, p)]:
+                ev = sup.evaluate(p, g.render(c, p), CFG)
+                assert ev.status == "ok", (op, (m, k, n), c, ev.status, ev.message)

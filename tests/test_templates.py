@@ -16,6 +16,9 @@ from cuforge.runtime import compile_cuda
 def test_coverage_and_clear_refusals():
     assert [f.name for f in families_for(hgemm_problem(1024, 512, 256))[0]] == ["gemm_sm90", "gemm_sm80"]
     assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm90"
+    for name in ("gemm_bias_relu", "gemm_bias_silu"):  # fp16 linear + bias + activation: one fused kernel
+        assert [f.name for f in families_for(load_problem(f"level2/{name}"))[0]] == ["linear_sm90"], name
+    assert "not covered offline" in family_for(load_problem("level2/gemm_bias_gelu"))[1]  # fp32: no family yet
     for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
     assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
@@ -74,7 +77,7 @@ def test_search_seeds_then_mutates_without_repeats():
 SMOKE = 6
 
 
-@pytest.mark.parametrize("problem_ref", ["hgemm/1024_1024_1024", "level1/relu", "level1/gelu_fp16", "level1/silu",
+@pytest.mark.parametrize("problem_ref", ["hgemm/1024_1024_1024", "level2/gemm_bias_silu", "level1/relu", "level1/gelu_fp16", "level1/silu",
                                          "level1/softmax", "level1/log_softmax", "level1/sum_dim", "level1/argmax_dim"])
 def test_smoke_configs_compile_with_nvrtc(problem_ref):
     from cuforge.problems.suites import load_problem as lp

@@ -17,7 +17,8 @@ FORMATS = ("module", "kernel")
 @dataclass(frozen=True)
 class LaunchSpec:
     """How to call a raw kernel. Every field is a Python expression evaluated per forward over:
-    in0, in1, ... (inputs), p_<name> (the reference model's parameters and buffers, dots as '_'),
+    in0, in1, ... (inputs), p_<name> (the reference model's parameters and buffers, dots as '_';
+    also param0, param1, ... in the order of Problem.params),
     the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d (a TMA descriptor).
     `scratch` buffers (shape expression, dtype, "zeros" or "empty") are allocated per forward, inside
     the timed call, and named scratch0, ...: a kernel's workspace (split-K partial sums, tile counters)."""
@@ -116,8 +117,8 @@ class ModelNew(torch.nn.Module):
     def forward(self, *inputs):
         ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d}}
         ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
-        for name, t in list(self.ref.named_parameters()) + list(self.ref.named_buffers()):
-            ns["p_" + name.replace(".", "_")] = t
+        for i, (name, t) in enumerate(list(self.ref.named_parameters()) + list(self.ref.named_buffers())):
+            ns["p_" + name.replace(".", "_")] = ns[f"param{{i}}"] = t
         g = {{"__builtins__": {{}}}}
         exec(_PLAN, g, ns)
         outs = []

@@ -53,7 +53,7 @@ class Family:
 
     def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
         cfg = {k: config[k] for k in self.knobs}
-        source = _ENV.get_template(f"{self.name}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
+        source = _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
                                                                  **self.derived(cfg))
         header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
         return Candidate(header + source, "kernel", self.launch(cfg, problem), proposer="template",
@@ -107,8 +107,10 @@ class GemmSm90(Family):
     LAYOUTS = {(128, 256): 1.0, (256, 128): 1.0, (128, 192): 0.97, (128, 128): 0.9, (64, 256): 0.85,
                (128, 64): 0.75, (64, 128): 0.75, (64, 192): 0.8, (64, 64): 0.55}
 
-    def __init__(self) -> None:
-        super().__init__("gemm_sm90", {"BM": (64, 128, 256), "BN": (64, 128, 192, 256), "STAGES": (2, 3, 4, 5, 6, 7, 8),
+    template = "gemm_sm90"
+
+    def __init__(self, name: str = "gemm_sm90") -> None:
+        super().__init__(name, {"BM": (64, 128, 256), "BN": (64, 128, 192, 256), "STAGES": (2, 3, 4, 5, 6, 7, 8),
                                        "GROUP_M": (1, 4, 8, 16), "SPLIT_K": (1, 2, 4, 8, 16, 32, 64),
                                        "REDUCE": ("ordered", "atomic"), "EPI": ("tma", "direct")})
 
@@ -117,6 +119,11 @@ class GemmSm90(Family):
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
+
+    @staticmethod
+    def shape(problem: Problem) -> tuple[int, int, int]:
+        """(M, K, N) of C[M, N] = A[M, K] @ B[K, N]."""
+        return problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.inputs[1].shape[1]
 
     @staticmethod
     def consumers(c: dict[str, Any]) -> tuple[int, int]:
@@ -134,7 +141,7 @@ class GemmSm90(Family):
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         if c["BM"] == 256 and c["BN"] > 128:  # 128 x BN accumulators per thread would spill
             return False
-        m, k, n = problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.inputs[1].shape[1]
+        m, k, n = self.shape(problem)
         if c["SPLIT_K"] > 1:
             partials = 1 if c["REDUCE"] == "atomic" else c["SPLIT_K"]
             if c["SPLIT_K"] > -(-k // self.BK) or partials * m * n * 4 > self.WS_LIMIT:
@@ -150,7 +157,7 @@ class GemmSm90(Family):
         return {**base, "STAGES": max(stages) if stages else 2}
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        m, k, n = problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.inputs[1].shape[1]
+        m, k, n = self.shape(problem)
         k_tiles = -(-k // self.BK)
 
         def cost(plan: tuple[int, int, int]) -> float:
@@ -177,13 +184,21 @@ class GemmSm90(Family):
                                reduce="atomic" if best[2] > 1 else "ordered"))
         return [c for c in out if self.valid(c, problem)]
 
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        return {"B_KMAJOR": False, "BIAS": False, "ACT": "none"}
+
+    def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+        """(B's TMA descriptor, N's binding, extra kernel arguments after C)."""
+        return f"tma_2d(in1, 64, {self.BK})", "in1.shape[1]", ()
+
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         bm, bn, split = c["BM"], c["BN"], c["SPLIT_K"]
         units = f"cdiv(M, {bm}) * cdiv(N, {bn}) * {split}"
-        args = [f"tma_2d(in0, {self.BK}, {bm})", f"tma_2d(in1, 64, {self.BK})"]
+        b_desc, n_binding, epilogue_args = self.b_operand(c)
+        args = [f"tma_2d(in0, {self.BK}, {bm})", b_desc]
         if c["EPI"] == "tma":
             args.append("tma_2d(out0, 64, 64)")
-        args.append("out0")
+        args += ["out0", *epilogue_args]
         scratch: tuple[tuple[str, str, str], ...] = ()
         counters = f"cdiv(M, {bm}) * cdiv(N, {bn})"
         if split > 1 and c["REDUCE"] == "atomic":  # one zeroed buffer: the fp32 sum, then per-tile counters
@@ -195,12 +210,50 @@ class GemmSm90(Family):
         return LaunchSpec(entry=self.name, grid=f"(max(1, min({units}, SMS)),)", block=f"({128 * (self.consumers(c)[0] + 1)},)",
                           shared_mem=str(self.smem_bytes(c)), args=(*args, "M", "N", "K"),
                           outputs=(("(M, N)", "float16"),), scratch=scratch,
-                          bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]"),
+                          bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", n_binding),
                                     ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
 
     def derived(self, config: dict[str, Any]) -> dict[str, Any]:
         nc, cn = self.consumers(config)
         return {"NC": nc, "CN": cn, "TN": config["BN"] // cn}
+
+
+LINEAR_ACTS = {"relu": "relu", "silu": "silu", "gelu": "gelu"}
+
+
+class LinearSm90(GemmSm90):
+    """A linear layer with its epilogue fused, for Hopper: act(x @ W^T + b) with x [M, K], W [N, K] and
+    b [N] fp16 (nn.Linear's layout: W is read K-major straight from the parameter, no transpose), the
+    bias and activation (ReLU, SiLU, exact GELU) applied to the fp32 accumulators before the one store."""
+
+    def __init__(self) -> None:
+        super().__init__("linear_sm90")
+
+    def supports(self, problem: Problem) -> str | None:
+        ops = problem.ops
+        if not ops or ops[0] != "addmm" or len(ops) > 2 or (len(ops) == 2 and ops[1] not in LINEAR_ACTS):
+            return f"not a linear layer (addmm) with an optional {'/'.join(LINEAR_ACTS)} after it"
+        if len(problem.inputs) != 1 or len(problem.params) != 2:
+            return "needs one input and the layer's weight and bias as its only parameters"
+        x, (w, b) = problem.inputs[0], problem.params
+        if any(t.dtype != "float16" for t in (x, w, b)) or len(x.shape) != 2 or len(w.shape) != 2 or len(b.shape) != 1:
+            return "needs a 2-D fp16 input, a 2-D fp16 weight and a 1-D fp16 bias"
+        if w.shape[1] != x.shape[1] or b.shape[0] != w.shape[0]:
+            return "weight and bias shapes do not match the input"
+        if x.shape[1] % 8 or w.shape[0] % 8:
+            return f"needs in and out features multiples of 8 for TMA (K={x.shape[1]}, N={w.shape[0]})"
+        return None
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        act = LINEAR_ACTS[problem.ops[1]] if len(problem.ops) == 2 else "none"
+        return {"B_KMAJOR": True, "BIAS": True, "ACT": act}
+
+    def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+        return f"tma_2d(param0, {self.BK}, {c['BN']})", "param0.shape[0]", ("param1",)
+
+    @staticmethod
+    def shape(problem: Problem) -> tuple[int, int, int]:
+        return problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.params[0].shape[0]
 
 
 class GemmSm80(Family):
@@ -375,7 +428,7 @@ class ReduceRows(RowFamily):
         return ("in0.shape[:-1]", "int64" if self.ops[problem.ops] == "argmax" else "float32")
 
 
-FAMILIES: list[Family] = [GemmSm90(), GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
+FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:
