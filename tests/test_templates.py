@@ -43,7 +43,8 @@ def test_constraints_prune_before_compiling():
     assert not h.valid({**big, "SPLIT_K": 8}, p)  # 8 x 4096 x 4096 fp32 partials exceed the workspace cap
     assert h.valid({**big, "SPLIT_K": 16}, hgemm_problem(64, 64, 16384))
     assert not h.valid({**big, "SPLIT_K": 16}, hgemm_problem(64, 64, 512))  # more splits than k-tiles
-    assert h.valid({**big, "SPLIT_K": 8, "REDUCE": "atomic"}, p)  # one fp32 sum, not eight partials
+    mid = hgemm_problem(1024, 1024, 16384)  # 32 tiles: split-K may fill the GPU
+    assert h.valid({**big, "SPLIT_K": 4, "REDUCE": "atomic"}, mid) and not h.valid({**big, "SPLIT_K": 32}, mid)
     assert not h.valid({**big, "REDUCE": "atomic"}, p)  # nothing to reduce without split-K
     assert not g.valid(dict(BM=256, BN=256, BK=64, WM=2, WN=4, STAGES=6, GROUP_M=8), p)  # shared memory
     assert not g.valid(dict(BM=256, BN=256, BK=32, WM=2, WN=2, STAGES=2, GROUP_M=8), p)  # 256 accumulators
@@ -103,9 +104,15 @@ def _smoke_compile(fam, p):
 
 def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
     g = GemmSm90()
-    first, second = g.seeds(hgemm_problem(64, 64, 16384))[:2]
+    seeds = g.seeds(hgemm_problem(64, 64, 16384))
+    first = seeds[0]
     assert first["SPLIT_K"] == 64 and (first["BM"], first["BN"]) == (64, 64) and first["REDUCE"] == "atomic"
-    assert {**first, "REDUCE": "ordered"} == second  # the deterministic reduction is the next seed
+    assert {**first, "SPLIT_K": 1, "REDUCE": "ordered"} == seeds[1]  # the same tiles unsplit come next
+    assert {**first, "REDUCE": "ordered"} in seeds  # and the deterministic reduction
+    # 16384 x 4096 in 128 x 256 tiles already fills the GPU: no split seeds, split configs pruned
+    big = hgemm_problem(16384, 4096, 1024)
+    assert all(c["SPLIT_K"] == 1 for c in g.seeds(big))
+    assert not g.valid({**g.seeds(big)[0], "SPLIT_K": 2, "REDUCE": "atomic"}, big)
     # 32 tiles of 128 x 256 split 4 ways beat 128 one-wave tiles of 128 x 64 on a long K
     assert [g.seeds(hgemm_problem(1024, 1024, 16384))[0][k] for k in ("BM", "BN", "SPLIT_K")] == [128, 256, 4]
     assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(4096, 4096, 4096)))
@@ -120,7 +127,7 @@ def test_split_k_launch_allocates_zeroed_scratch_inside_the_call():
     cand = g.render(g.seeds(p)[0], p)
     # atomic: one zeroed buffer (one memset per call) holds the fp32 sum and the per-tile counters
     assert cand.launch.scratch == (("(M * N + cdiv(M, 64) * cdiv(N, 64),)", "float32", "zeros"),)
-    ordered = g.render(g.seeds(p)[1], p)  # every split writes its own partial: only the counters are zeroed
+    ordered = g.render(g.seeds(p)[3], p)  # every split writes its own partial: only the counters are zeroed
     assert ordered.launch.scratch == (("(64, M, N)", "float32", "empty"), ("(cdiv(M, 64) * cdiv(N, 64),)", "int32", "zeros"))
     assert "scratch0" in cand.launch.args and "getattr(torch, init)" in cand.module_source()
     plain = g.render(g.seeds(hgemm_problem(4096, 4096, 4096))[0], hgemm_problem(4096, 4096, 4096))

@@ -146,6 +146,8 @@ class GemmSm90(Family):
             partials = 1 if c["REDUCE"] == "atomic" else c["SPLIT_K"]
             if c["SPLIT_K"] > -(-k // self.BK) or partials * m * n * 4 > self.WS_LIMIT:
                 return False
+            if tiles(m, n, c["BM"], c["BN"]) * c["SPLIT_K"] > 4 * SEED_SMS:  # the tiles already fill the GPU
+                return False
         elif c["REDUCE"] != "ordered":  # no reduction without split-K: one spelling per kernel
             return False
         return self.smem_bytes(c) <= SMEM_LIMIT
@@ -167,21 +169,26 @@ class GemmSm90(Family):
             mainloop = -(-units // SEED_SMS) * -(-k_tiles // split) * bm * bn / self.LAYOUTS[(bm, bn)]
             return mainloop + (bm * bn * (2 + split / 8) if split > 1 else 0)
 
-        splits = [s for s in self.knobs["SPLIT_K"] if s == 1 or k_tiles >= 4 * s]  # a few k-tiles per split
-        plans = sorted(((bm, bn, s) for bm, bn in self.LAYOUTS for s in splits),
+        def splits(bm: int, bn: int) -> list[int]:
+            """Split K only when the tiles leave multiprocessors idle (the partials' traffic grows with
+            M x N), into at most about two units per multiprocessor, a few k-tiles each."""
+            count = tiles(m, n, bm, bn)
+            return [s for s in self.knobs["SPLIT_K"]
+                    if s == 1 or (count < SEED_SMS and count * s <= 2 * SEED_SMS and k_tiles >= 4 * s)]
+
+        plans = sorted(((bm, bn, s) for bm, bn in self.LAYOUTS for s in splits(bm, bn)),
                        key=lambda p: (cost(p), p[2], -p[0] * p[1]))
         best = plans[0]
         runner_up = next(p for p in plans if p[:2] != best[:2])
-        out = []
-        for bm, bn, split in (best, runner_up):
-            if split > 1:
-                out += [self.config(problem, bm, bn, split, reduce="atomic"), self.config(problem, bm, bn, split)]
-            else:
-                out.append(self.config(problem, bm, bn))
-        if best[2] > 1:  # the same tiles without splitting
+        split = best[2]
+        out = [self.config(problem, *best[:2], split=split, reduce="atomic" if split > 1 else "ordered")]
+        if split > 1:  # the same tiles unsplit: split-K's fixed costs can outweigh its parallelism
             out.append(self.config(problem, *best[:2]))
-        out.append(self.config(problem, *best[:2], split=best[2], epi="direct",
-                               reduce="atomic" if best[2] > 1 else "ordered"))
+        out.append(self.config(problem, *runner_up[:2], split=runner_up[2],
+                               reduce="atomic" if runner_up[2] > 1 else "ordered"))
+        if split > 1:
+            out.append(self.config(problem, *best[:2], split=split))  # deterministic (ordered) reduction
+        out.append(self.config(problem, *best[:2], split=split, epi="direct", reduce="atomic" if split > 1 else "ordered"))
         return [c for c in out if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
