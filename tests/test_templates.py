@@ -59,7 +59,7 @@ def test_search_seeds_then_mutates_without_repeats():
     tp = TemplateProposer(seed=3)
     seeds = [config_of(tp.propose_candidate(p, "SEED", None, []).source) for _ in range(4)]
     # The preferred family's two best guesses, then the families' seeds interleave.
-    assert [s["family"] for s in seeds] == ["gemm_sm90", "gemm_sm90", "gemm_sm80", "gemm_sm80"]
+    assert [s["family"] for s in seeds] == ["gemm_sm90", "gemm_sm90", "gemm_sm80", "gemm_sm90"]
     assert (seeds[0]["BM"], seeds[0]["BN"]) == (128, 256)  # 16 x 8 tiles of 128 x 256 fill 132 SMs
     assert seeds[2]["BM"] == 128 and len({repr(s) for s in seeds}) == 4
     for fam, parent_cfg in ((GemmSm90(), seeds[0]), (GemmSm80(), seeds[2])):
@@ -142,3 +142,19 @@ def test_families_for_another_gpu_are_left_out_once_the_gpu_is_known():
     assert config_of(TemplateProposer().propose_candidate(p, "SEED", None, [], "9.0").source)["family"] == "gemm_sm90"
     with pytest.raises(NotCovered, match="not for compute capability 7.5"):
         TemplateProposer().propose_candidate(p, "SEED", None, [], "7.5")
+
+
+def test_the_first_proposals_are_seeds_even_once_one_is_correct():
+    """The population asks to IMPROVE as soon as one seed is correct; the template search still tries
+    its next heuristic seeds first (here: the unsplit tiles after a split-K seed), then mutates."""
+    p = hgemm_problem(1024, 64, 1024)
+    tp = TemplateProposer(seed=0, seeds_first=4)
+    first = tp.propose_candidate(p, "SEED", None, [], "9.0")
+    parent = Member(1, "k", "ok", 0.2, 1.2, 0, 0, ("tensor_core",), source=first.source)
+    nxt = [config_of(tp.propose_candidate(p, "IMPROVE", parent, [], "9.0").source) for _ in range(5)]
+    seeds = [dict(c, family="gemm_sm90") for c in GemmSm90().seeds(p)]
+    assert config_of(first.source) == seeds[0] and nxt[0] == seeds[1] and nxt[0]["SPLIT_K"] == 1
+    assert nxt[1]["family"] == "gemm_sm80" and nxt[2] == seeds[2]  # the other family's best guess, then ours
+    # four seeds, then mutations of the parent (one or two knobs changed; it may land on a later seed)
+    changed = [k for k in GemmSm90().knobs if nxt[3][k] != seeds[0][k]]
+    assert nxt[3]["family"] == "gemm_sm90" and 1 <= len(changed) <= 2 and nxt[3] not in nxt[:3]

@@ -21,9 +21,13 @@ class TemplateProposer:
     model = "families"
     name = "template"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, seeds_first: int = 4) -> None:
         self.rng = random.Random(seed)
         self.tried: dict[str, set[str]] = {}
+        # The first proposals for a problem are its heuristic seeds, whatever the population's mode:
+        # one correct seed must not end the seeding (its mutations are often worse than the next seed).
+        self.seeds_first = seeds_first
+        self.seeded: dict[str, int] = {}
 
     def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any],
                           compute_capability: str | None = None) -> Candidate:
@@ -40,6 +44,10 @@ class TemplateProposer:
         tried = self.tried.setdefault(problem.id, set())
         parent_cfg = config_of(parent.source) if parent is not None else None
         by_name = {f.name: f for f in families}
+        if mode == "IMPROVE" and self.seeded.get(problem.id, 0) < self.seeds_first:
+            family, cfg = self._next_seed(families, problem, tried)
+            if cfg is not None:
+                return self._take(family, cfg, problem, tried)
         for _ in range(200):
             if mode == "IMPROVE" and parent_cfg and parent_cfg.get("family") in by_name:
                 family = by_name[parent_cfg["family"]]
@@ -51,22 +59,32 @@ class TemplateProposer:
                 if cfg is None:
                     family = self.rng.choice(families)
                     cfg = self.random_config(family)
-            key = family.name + repr(sorted((k, cfg[k]) for k in family.knobs))
-            if key in tried or not family.valid(cfg, problem):
+            if self._key(family, cfg) in tried or not family.valid(cfg, problem):
                 continue
-            tried.add(key)
-            return family.render(cfg, problem)
+            return self._take(family, cfg, problem, tried)
         raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
 
+    @staticmethod
+    def _key(family: Family, cfg: dict[str, Any]) -> str:
+        return family.name + repr(sorted((k, cfg[k]) for k in family.knobs))
+
+    def _take(self, family: Family, cfg: dict[str, Any], problem: Problem, tried: set[str]) -> Candidate:
+        tried.add(self._key(family, cfg))
+        if any(self._key(family, cfg) == self._key(family, s) for s in family.seeds(problem)):
+            self.seeded[problem.id] = self.seeded.get(problem.id, 0) + 1
+        return family.render(cfg, problem)
+
     def _next_seed(self, families: list[Family], problem: Problem, tried: set[str]) -> tuple[Family, dict[str, Any] | None]:
-        """Seeds of every covering family: the preferred family's two best guesses, then the rest
-        interleaved (each family's best guess before any family's next)."""
+        """Seeds of every covering family: the preferred family's two best guesses, then each other
+        family's next guess followed by the preferred family's next, in rounds."""
         seeds = [fam.seeds(problem) for fam in families]
         order = [(families[0], c) for c in seeds[0][:2]]
         for i in range(max(len(s) for s in seeds)):
-            order += [(fam, fam_seeds[i]) for fam, fam_seeds in zip(families, seeds) if i < len(fam_seeds)]
+            order += [(fam, fam_seeds[i]) for fam, fam_seeds in zip(families[1:], seeds[1:]) if i < len(fam_seeds)]
+            if i + 2 < len(seeds[0]):
+                order.append((families[0], seeds[0][i + 2]))
         for fam, cfg in order:
-            if fam.name + repr(sorted((k, cfg[k]) for k in fam.knobs)) not in tried and fam.valid(cfg, problem):
+            if self._key(fam, cfg) not in tried and fam.valid(cfg, problem):
                 return fam, cfg
         return families[0], None
 
