@@ -1,0 +1,68 @@
+"""Benchmark for issue #5's level1/level2 target: the offline template search over the built-in
+level1 and level2 suites on one GPU; fast_1 vs torch eager over the problems the families cover (and
+over all problems), each best kernel's speedup vs torch eager and torch.compile (timed side by side),
+and every problem no family covers with the reason.
+
+    python benchmarks/level_suites.py --generations 4 --wall-time 240
+    python benchmarks/level_suites.py --compile-only --generations 1      # smoke, no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+from _common import write_result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--suite", action="append", default=[], help="level1, level2 (default both)")
+    ap.add_argument("--generations", type=int, default=4)
+    ap.add_argument("--wall-time", type=float, default=None)
+    ap.add_argument("--compile-only", action="store_true")
+    a = ap.parse_args()
+    from cuforge.agent.config import RunConfig
+    from cuforge.agent.run import execute
+    from cuforge.agent.templates.families import families_for
+    from cuforge.problems.suites import load_suite
+    from cuforge.results.leaderboard import build_leaderboard
+    from cuforge.results.store import Store
+    from cuforge.rewards import fast_p, geomean
+
+    out: dict = {"generations": a.generations, "suites": {}}
+    for suite in a.suite or ["level1", "level2"]:
+        problems = load_suite(suite).problems
+        covered = {p.id for p in problems if families_for(p)[0]}
+        uncovered = {p.id: families_for(p)[1] for p in problems if p.id not in covered}
+        store = Store(os.path.join(tempfile.mkdtemp(prefix=f"cuforge-{suite}-"), "cuforge.db"))
+        cfg = RunConfig(suite=suite, problems=sorted(covered), islands=1, generations=a.generations,
+                        wall_time_s=a.wall_time, compile_only=a.compile_only, baseline="torch")
+        t0 = time.perf_counter()
+        run_id, search = execute(cfg, store, None, False)
+        board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
+        best = {r.problem_id: r.best_speedup for r in board.rows}
+        rows = [{"problem": r.problem_id, "evaluations": r.evaluations, "correct": r.correct,
+                 "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": r.speedups_of_best.get("torch.compile"),
+                 "best_ms": r.best_median_ms} for r in board.rows]
+        compiled = [r["vs_torch_compile"] for r in rows if r["vs_torch_compile"]]
+        out["suites"][suite] = {
+            "problems": len(problems), "covered": len(covered), "evaluations": search.stats.evaluations,
+            "wall_s": round(time.perf_counter() - t0, 1), "stop_reason": search.stats.stop_reason,
+            "fast_1_covered": fast_p(best, sorted(covered), 1.0),
+            "fast_1_all": fast_p(best, [p.id for p in problems], 1.0),
+            "geomean_vs_torch": geomean(v for v in best.values() if v),
+            "geomean_vs_torch_compile": geomean(compiled) if compiled else None,
+            "rows": rows, "not_covered": uncovered}
+        s = out["suites"][suite]
+        print(f"{suite}: {s['covered']}/{s['problems']} covered, fast_1 {s['fast_1_covered']:.2f} over covered, "
+              f"{s['fast_1_all']:.2f} over all; {s['evaluations']} evaluations in {s['wall_s']} s", flush=True)
+        for r in rows:
+            print(f"  {r['problem']}: vs torch {r['vs_torch']}, vs torch.compile {r['vs_torch_compile']}", flush=True)
+    write_result("level_suites", out)
+
+
+if __name__ == "__main__":
+    main()
