@@ -45,7 +45,11 @@ def main() -> None:
     if a.shard:
         from cuforge.problems.hgemm import hgemm_shapes
 
-        i, n = (int(x) for x in a.shard.split("/"))
+        try:
+            i, n = (int(x) for x in a.shard.split("/"))
+            assert 1 <= i <= n
+        except (ValueError, AssertionError):
+            raise SystemExit(f"--shard takes I/N with 1 <= I <= N (e.g. 2/4), not {a.shard!r}") from None
         problems = [f"hgemm/{m}_{nn}_{k}" for m, nn, k in hgemm_shapes(a.suite)[i - 1::n]]
         name = f"hgemm_suite_shard{i}of{n}"
     db = os.path.join(tempfile.mkdtemp(prefix="cuforge-hgemm-suite-"), "cuforge.db")
@@ -78,9 +82,9 @@ def main() -> None:
         print(f"{r['M']}x{r['N']}x{r['K']}: vs cuBLAS {r['measured_vs_cublas']}, vs cuBLASLt {r['measured_vs_cublaslt']}, "
               f"CUDA-L2 reported {r['cuda_l2_reported_vs_cublas']}")
     write_result(name, {"suite": a.suite, "run_id": run_id, "evaluations": search.stats.evaluations,
-                                 "wall_s": round(wall, 1), "stop_reason": search.stats.stop_reason,
-                                 "islands": a.islands, "generations": a.generations, "targets": tg,
-                                 "best_families": families, "per_shape": board.hgemm})
+                        "wall_s": round(wall, 1), "stop_reason": search.stats.stop_reason,
+                        "islands": a.islands, "generations": a.generations, "targets": tg,
+                        "best_families": families, "per_shape": board.hgemm})
 
 
 def merge() -> None:
@@ -94,6 +98,11 @@ def merge() -> None:
     shards = sorted((ROOT / "benchmarks" / "results").glob("hgemm_suite_shard*of*.json"))
     if not shards:
         raise SystemExit("no hgemm_suite_shard*.json results to merge")
+    # One complete set only: shards of another split would count shapes twice or leave some out.
+    found = {tuple(int(x) for x in p.stem.removeprefix("hgemm_suite_shard").split("of")) for p in shards}
+    total = {n for _, n in found}
+    if len(total) != 1 or {i for i, _ in found} != set(range(1, max(total) + 1)):
+        raise SystemExit(f"shard results are not one complete set I/N: {sorted(found)}; remove stale ones")
     runs = [json.loads(p.read_text()) for p in shards]
     table = sorted((r for run in runs for r in run["per_shape"]), key=lambda r: (r["M"], r["N"], r["K"]))
     families: dict[str, int] = {}

@@ -1,14 +1,16 @@
 """The sandbox on the CPU: supervisor (timeouts, crashes, respawn, memory), isolation, status
 classification and the anti-cheat checks that need no GPU, with misbehaving candidates."""
 
+import hashlib
 import textwrap
+from dataclasses import asdict
 
 import pytest
 
 from conftest import relu_problem_source
 
 from cuforge.problems.loader import load_files
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, normalize_source, wrap_kernel
+from cuforge.sandbox.candidate import Candidate, LaunchSpec, launch_plan, normalize_source, wrap_kernel
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.supervisor import Supervisor
 
@@ -178,6 +180,23 @@ def test_format_b_wrapper_is_valid_python_and_its_kernel_compiles():
     assert normalize_source("a  /* x */ b // y\n c") == "a b c"
     with pytest.raises(ValueError):
         Candidate(kernel, "kernel")
+    # A spec without scratch buffers keeps the id it had before they existed.
+    old_recipe = hashlib.sha256(normalize_source(kernel).encode())
+    old_recipe.update(b"kernel")
+    old_recipe.update(repr({k: v for k, v in asdict(spec).items() if k != "scratch"}).encode())
+    assert cand.id == old_recipe.hexdigest()[:16]
+
+
+def test_scratch_buffers_are_allocated_per_call_and_checked():
+    spec = LaunchSpec(entry="k", grid="(1,)", block="(32,)", args=("in0", "scratch0", "scratch1"),
+                      outputs=(("in0.shape", "float32"),), bindings=(("n", "in0.numel()"),),
+                      scratch=(("(4, n)", "float32", "empty"), ("(n,)", "int32", "zeros")))
+    ns = {"in0": type("T", (), {"numel": lambda self: 5, "shape": (5,)})()}
+    exec(launch_plan(spec), {"__builtins__": {}}, ns)
+    assert ns["_scratch_specs"] == [((4, 5), "float32", "empty"), ((5,), "int32", "zeros")]
+    assert LaunchSpec.from_dict({**asdict(spec), "scratch": [["(n,)", "int32"]]}).scratch == (("(n,)", "int32", "zeros"),)
+    with pytest.raises(ValueError, match="'zeros' or 'empty'"):
+        LaunchSpec(entry="k", grid="(1,)", block="(32,)", args=(), outputs=(), scratch=(("(n,)", "int32", "ones"),))
 
 
 def test_error_shape_separates_precision_loss_from_bugs():

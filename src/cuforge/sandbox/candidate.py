@@ -34,6 +34,11 @@ class LaunchSpec:
     name_expressions: tuple[str, ...] = ()
     scratch: tuple[tuple[str, str, str], ...] = ()
 
+    def __post_init__(self) -> None:
+        for entry in self.scratch:
+            if len(entry) != 3 or entry[2] not in ("zeros", "empty"):
+                raise ValueError(f"a scratch buffer is (shape, dtype, 'zeros' or 'empty'), not {entry!r}")
+
     @staticmethod
     def from_dict(d: dict[str, Any]) -> LaunchSpec:
         return LaunchSpec(
@@ -137,9 +142,6 @@ def launch_plan(launch: LaunchSpec) -> str:
     """Bindings in order, then output specs, grid, block and shared memory, as one Python block."""
     lines = [f"{name} = {expr}" for name, expr in launch.bindings]
     lines.append("_out_specs = [" + ", ".join(f"({shape}, {dtype!r})" for shape, dtype in launch.outputs) + "]")
-    for _, _, init in launch.scratch:
-        if init not in ("zeros", "empty"):
-            raise ValueError(f"scratch buffers are 'zeros' or 'empty', not {init!r}")
     lines.append("_scratch_specs = [" + ", ".join(f"({shape}, {dtype!r}, {init!r})" for shape, dtype, init in launch.scratch) + "]")
     lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}"]
     return "\n".join(lines) + "\n"
