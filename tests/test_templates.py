@@ -18,18 +18,18 @@ def test_coverage_and_clear_refusals():
     assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm90"
     for name in ("gemm_bias_relu", "gemm_bias_silu"):  # fp16 linear + bias + activation: one fused kernel
         assert [f.name for f in families_for(load_problem(f"level2/{name}"))[0]] == ["linear_sm90"], name
-    assert "not covered offline" in family_for(load_problem("level2/gemm_bias_gelu"))[1]  # fp32: no family yet
+    assert family_for(load_problem("level2/gemm_bias_gelu"))[0].name == "gemm_f32"  # fp32: 3xTF32 + fused epilogue
     for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
     assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
     assert family_for(load_problem("level1/log_softmax"))[0].name == "softmax_rows"
     for name in ("sum_dim", "max_dim", "argmax_dim"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "reduce_rows", name
-    fam, why = family_for(load_problem("level1/layernorm"))
+    fam, why = family_for(load_problem("level1/cumsum"))
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
     assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
     with pytest.raises(NotCovered, match="not covered offline"):
-        TemplateProposer().propose_candidate(load_problem("level1/layernorm"), "SEED", None, [])
+        TemplateProposer().propose_candidate(load_problem("level1/cumsum"), "SEED", None, [])
 
 
 def test_constraints_prune_before_compiling():

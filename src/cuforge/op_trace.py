@@ -1,28 +1,121 @@
-"""Recording the aten ops a piece of PyTorch code dispatches (from Python or C++ extensions)."""
+"""Recording the aten ops a piece of PyTorch code dispatches (from Python or C++ extensions), and,
+optionally, its dataflow graph: which tensors (inputs, parameters, earlier results) and constants
+each op consumed. The graph is what offline kernel families match (a GEMM followed by an
+elementwise epilogue, a norm written out op by op) and where constants such as an eps come from."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from cuforge.op_graph import OpNode
+
+# Views that hand back the same values under the same shape (refs pass straight through).
+_SAME_VALUES = frozenset({"detach", "alias", "contiguous", "clone", "lift_fresh", "lift_fresh_copy", "_to_copy"})
+
+
+def op_name(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The aten op's name, refined where one name covers different kernels."""
+    name = func.overloadpacket.__name__
+    if name == "gelu" and kwargs.get("approximate") == "tanh":
+        return "gelu_tanh"  # a different function, not a flavour of the same one
+    if name in ("_softmax", "_log_softmax") and len(args) > 1 and hasattr(args[0], "dim"):
+        if int(args[1]) % max(args[0].dim(), 1) == args[0].dim() - 1:
+            return name + "_lastdim"  # row-wise kernels cover the last dimension only
+    if name in ("sum", "max", "argmax") and len(args) > 1 and hasattr(args[0], "dim") and args[0].dim() > 0:
+        dims = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+        keepdim = bool(args[2]) if len(args) > 2 else bool(kwargs.get("keepdim", False))
+        if len(dims) == 1 and isinstance(dims[0], int) and dims[0] % args[0].dim() == args[0].dim() - 1 and not keepdim:
+            return name + "_lastdim"
+    return name
 
 
 class OpRecorder(TorchDispatchMode):
-    """Use as a context manager; `ops` lists every aten op name dispatched inside it."""
+    """Use as a context manager; `ops` lists every aten op name dispatched inside it. With
+    graph=True, name the forward's tensors first (`name_tensors`), and `nodes` holds the graph."""
 
-    def __init__(self) -> None:
+    def __init__(self, graph: bool = False) -> None:
         super().__init__()
         self.ops: list[str] = []
+        self.graph = graph
+        self.nodes: list[OpNode] = []
+        self._refs: dict[int, str] = {}
+        self._alive: list[Any] = []  # keeps traced tensors alive so their ids stay unique
+
+    def name_tensors(self, prefix: str, tensors: list[Any]) -> None:
+        for i, t in enumerate(tensors):
+            self._bind(t, f"{prefix}{i}")
+
+    def ref(self, t: Any) -> str | None:
+        return self._refs.get(id(t))
+
+    def _bind(self, t: Any, ref: str) -> None:
+        self._refs[id(t)] = ref
+        self._alive.append(t)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        name = func.overloadpacket.__name__
-        if name == "gelu" and (kwargs or {}).get("approximate") == "tanh":
-            name = "gelu_tanh"  # a different function, not a flavour of the same one
-        elif name in ("_softmax", "_log_softmax") and len(args) > 1 and hasattr(args[0], "dim"):
-            if int(args[1]) % max(args[0].dim(), 1) == args[0].dim() - 1:
-                name += "_lastdim"  # row-wise kernels cover the last dimension only
-        elif name in ("sum", "max", "argmax") and len(args) > 1 and hasattr(args[0], "dim") and args[0].dim() > 0:
-            dims = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
-            keepdim = bool(args[2]) if len(args) > 2 else bool((kwargs or {}).get("keepdim", False))
-            if len(dims) == 1 and isinstance(dims[0], int) and dims[0] % args[0].dim() == args[0].dim() - 1 and not keepdim:
-                name += "_lastdim"
+        kwargs = kwargs or {}
+        name = op_name(func, args, kwargs)
         self.ops.append(name)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **kwargs)
+        if self.graph:
+            self._record(name, args, kwargs, out)
+        return out
+
+    def _record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        import torch
+
+        first = out[0] if isinstance(out, (tuple, list)) and out else out
+        if not isinstance(first, torch.Tensor):
+            return
+        src = self.ref(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+        if src is not None and self._passes_through(name, args, first):
+            self._bind(first, src if name in _SAME_VALUES or first.dim() < 2 or not self._swaps(name, args, first)
+                       else (src[:-2] if src.endswith(".T") else src + ".T"))
+            return
+        ref = f"{'t' if any(isinstance(a, torch.Tensor) for a in args) else 'c'}{len(self.nodes)}"
+        self.nodes.append(OpNode(name, tuple(self._const(a) for a in args),
+                                 tuple((k, self._const(v)) for k, v in sorted(kwargs.items())), ref, tuple(first.shape)))
+        self._bind(first, ref)
+        if isinstance(out, (tuple, list)):
+            for i, o in enumerate(out[1:], 1):
+                if isinstance(o, torch.Tensor):
+                    self._bind(o, f"{ref}.{i}")
+
+    @staticmethod
+    def _swaps(name: str, args: tuple[Any, ...], out: Any) -> bool:
+        """Whether a view op swapped the last two dims (t, transpose(-1, -2), permute(..., -1, -2))."""
+        n = out.dim()
+        if name == "t":
+            return n == 2
+        if name in ("transpose", "swapaxes") and len(args) >= 3:
+            return sorted((int(args[1]) % n, int(args[2]) % n)) == [n - 2, n - 1]
+        if name == "permute" and len(args) >= 2:
+            dims = [int(d) % n for d in args[1]]
+            return dims == list(range(n - 2)) + [n - 1, n - 2]
+        return False
+
+    def _passes_through(self, name: str, args: tuple[Any, ...], out: Any) -> bool:
+        """Views and copies whose result is the source's values, or its transpose."""
+        if name in _SAME_VALUES:
+            return tuple(out.shape) == tuple(args[0].shape) and out.dtype == args[0].dtype
+        if name in ("t", "transpose", "swapaxes", "permute"):
+            return self._swaps(name, args, out)
+        if name in ("view", "_unsafe_view", "reshape", "expand"):
+            return tuple(out.shape) == tuple(args[0].shape)
+        return False
+
+    def _const(self, a: Any) -> Any:
+        import torch
+
+        if isinstance(a, torch.Tensor):
+            ref = self.ref(a)
+            if ref is None:  # a tensor the graph never saw made (a captured global): opaque
+                ref = f"c{len(self.nodes)}x"
+            return ref
+        if isinstance(a, (bool, int, float, str)) or a is None:
+            return a
+        if isinstance(a, (list, tuple)):
+            return tuple(self._const(v) for v in a)
+        return repr(a)

@@ -132,6 +132,8 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
         raise NotExportable("templated kernels (name expressions) are not exported")
     if launch.scratch:
         raise NotExportable("kernels with scratch workspaces (split-K) are not exported yet")
+    if any(len(o) > 2 for o in launch.outputs):
+        raise NotExportable("kernels that accumulate into zeroed outputs (row sums) are not exported yet")
     inputs = _meta_inputs(problem)
     ns: dict[str, Any] = {"cdiv": lambda a, b: (a + b - 1) // b, "min": min, "max": max, "SMS": sm_count}
     ns.update({f"in{i}": x for i, x in enumerate(inputs)})
@@ -151,7 +153,7 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
         for name, expr in launch.bindings:
             ns[name] = eval(expr, safe, ns)  # noqa: S307 - our own launch specs, as the sandbox evaluates them
         outputs = []
-        for i, (shape, dtype) in enumerate(launch.outputs):
+        for i, (shape, dtype, *_) in enumerate(launch.outputs):
             out = torch.empty(tuple(eval(shape, safe, ns)), dtype=getattr(torch, dtype), device="meta")
             ns[f"out{i}"] = out
             outputs.append(out)

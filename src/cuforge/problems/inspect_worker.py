@@ -125,7 +125,9 @@ def _trace(module, init: list[Any], inputs: list[Any], device: str | None):  # n
             model = module.Model(*init)
         except Exception as e:  # noqa: BLE001
             raise _Bad(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
-    recorder = OpRecorder()
+    recorder = OpRecorder(graph=True)
+    recorder.name_tensors("in", inputs)
+    recorder.name_tensors("param", list(model.parameters()) + list(model.buffers()))
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter, recorder:
         out = model(*inputs)
@@ -133,7 +135,8 @@ def _trace(module, init: list[Any], inputs: list[Any], device: str | None):  # n
     for i, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
             raise _Bad(f"forward returned a non-tensor at position {i} ({type(o).__name__})")
-    return model, outs, recorder.ops, counter.get_total_flops()
+    graph = {"nodes": [n.to_json() for n in recorder.nodes], "outputs": [recorder.ref(o) for o in outs]}
+    return model, outs, recorder.ops, counter.get_total_flops(), graph
 
 
 def _is_meta_gap(e: BaseException) -> bool:
@@ -149,10 +152,11 @@ def inspect(path: str) -> dict[str, Any]:
     outputs: list[dict[str, Any]] | None = None
     ops: list[str] = []
     flops = 0
+    graph: dict[str, Any] = {"nodes": [], "outputs": []}
     params: list[dict[str, Any]] = []
     note = ""
     try:
-        model, outs, ops, flops = _trace(module, init, inputs, "meta")
+        model, outs, ops, flops, graph = _trace(module, init, inputs, "meta")
         outputs = [_spec(o) for o in outs]
         params = _param_specs(model)
     except _Bad:
@@ -177,6 +181,7 @@ def inspect(path: str) -> dict[str, Any]:
         "params": params,
         "init_inputs": _jsonable(init),
         "ops": derived_ops,
+        "graph": graph,
         "note": note,
     }
 
@@ -199,7 +204,7 @@ def validate(path: str) -> dict[str, Any]:
     torch.manual_seed(0)
     init, inputs = _call_inputs(module, None)
     try:
-        model, outs, _ops, flops = _trace(module, init, inputs, None)
+        model, outs, _ops, flops, _graph = _trace(module, init, inputs, None)
     except _Bad:
         raise
     except Exception as e:  # noqa: BLE001

@@ -19,6 +19,7 @@ from typing import Any
 
 from cuforge import __version__
 from cuforge.procenv import scrubbed_env
+from cuforge.op_graph import OpNode
 from cuforge.problems.problem import (
     Problem,
     ProblemError,
@@ -39,7 +40,7 @@ def cache_dir() -> Path:
 
 def _cache_key(mode: str, source: bytes) -> str:
     h = hashlib.sha256()
-    h.update(f"{mode}|{__version__}|{_torch_version()}|v4|".encode())  # v4: replies carry ops (reduction dims)
+    h.update(f"{mode}|{__version__}|{_torch_version()}|v5|".encode())  # v5: replies carry the op graph
     h.update(source)
     return h.hexdigest()
 
@@ -172,6 +173,8 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
         path=path,
         suite=suite,
         ops=tuple(data.get("ops") or ()),
+        graph=tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
+        graph_outputs=tuple((data.get("graph") or {}).get("outputs", ())),
     )
 
 

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cuforge.op_graph import OpNode
+
 FAMILIES = ("gemm", "conv", "elementwise", "reduction", "norm", "softmax", "scan", "fused")
 POLICIES = ("custom", "any")
 BASELINES = ("torch", "torch.compile", "cublas", "cublaslt")
@@ -114,6 +116,8 @@ class Problem:
     path: Path | None = None
     suite: str | None = None
     ops: tuple[str, ...] = ()  # compute aten ops of one forward, in order (from the meta-device trace)
+    graph: tuple[OpNode, ...] = ()  # every op of that trace with its operands (see cuforge.op_trace)
+    graph_outputs: tuple[str | None, ...] = ()  # the refs forward returned
 
     @property
     def name(self) -> str:

@@ -21,13 +21,15 @@ class LaunchSpec:
     also param0, param1, ... in the order of Problem.params),
     the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d (a TMA descriptor).
     `scratch` buffers (shape expression, dtype, "zeros" or "empty") are allocated per forward, inside
-    the timed call, and named scratch0, ...: a kernel's workspace (split-K partial sums, tile counters)."""
+    the timed call, and named scratch0, ...: a kernel's workspace (split-K partial sums, tile counters).
+    An output is (shape, dtype), allocated uninitialized, or (shape, dtype, "zeros") for kernels that
+    accumulate into it (a row sum by atomics); zeroing is part of the timed call either way."""
 
     entry: str
     grid: str
     block: str
     args: tuple[str, ...]
-    outputs: tuple[tuple[str, str], ...]  # (shape expression, dtype name)
+    outputs: tuple[tuple[str, ...], ...]  # (shape expression, dtype name[, "zeros"])
     bindings: tuple[tuple[str, str], ...] = ()
     shared_mem: str = "0"
     options: tuple[str, ...] = ()
@@ -35,6 +37,9 @@ class LaunchSpec:
     scratch: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        for out in self.outputs:
+            if len(out) not in (2, 3) or (len(out) == 3 and out[2] != "zeros"):
+                raise ValueError(f"an output is (shape, dtype) or (shape, dtype, 'zeros'), not {out!r}")
         for entry in self.scratch:
             if len(entry) != 3 or entry[2] not in ("zeros", "empty"):
                 raise ValueError(f"a scratch buffer is (shape, dtype, 'zeros' or 'empty'), not {entry!r}")
@@ -43,7 +48,7 @@ class LaunchSpec:
     def from_dict(d: dict[str, Any]) -> LaunchSpec:
         return LaunchSpec(
             entry=d["entry"], grid=d["grid"], block=d["block"], args=tuple(d["args"]),
-            outputs=tuple((s, t) for s, t in d["outputs"]), bindings=tuple((a, b) for a, b in d.get("bindings", ())),
+            outputs=tuple(tuple(o) for o in d["outputs"]), bindings=tuple((a, b) for a, b in d.get("bindings", ())),
             shared_mem=str(d.get("shared_mem", "0")), options=tuple(d.get("options", ())),
             name_expressions=tuple(d.get("name_expressions", ())),
             scratch=tuple((s[0], s[1], s[2] if len(s) > 2 else "zeros") for s in d.get("scratch", ())),
@@ -127,8 +132,8 @@ class ModelNew(torch.nn.Module):
         g = {{"__builtins__": {{}}}}
         exec(_PLAN, g, ns)
         outs = []
-        for i, (shape, dtype) in enumerate(ns["_out_specs"]):
-            outs.append(torch.empty(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
+        for i, (shape, dtype, init) in enumerate(ns["_out_specs"]):
+            outs.append(getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
             ns[f"out{{i}}"] = outs[-1]
         for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
             ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
@@ -141,7 +146,8 @@ class ModelNew(torch.nn.Module):
 def launch_plan(launch: LaunchSpec) -> str:
     """Bindings in order, then output specs, grid, block and shared memory, as one Python block."""
     lines = [f"{name} = {expr}" for name, expr in launch.bindings]
-    lines.append("_out_specs = [" + ", ".join(f"({shape}, {dtype!r})" for shape, dtype in launch.outputs) + "]")
+    lines.append("_out_specs = [" + ", ".join(f"({o[0]}, {o[1]!r}, {(o[2] if len(o) > 2 else 'empty')!r})"
+                                              for o in launch.outputs) + "]")
     lines.append("_scratch_specs = [" + ", ".join(f"({shape}, {dtype!r}, {init!r})" for shape, dtype, init in launch.scratch) + "]")
     lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}"]
     return "\n".join(lines) + "\n"

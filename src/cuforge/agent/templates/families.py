@@ -4,89 +4,19 @@ configs before compiling, per-shape seed configs, and rendering a config into a 
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import jinja2
-
+from cuforge.agent.templates.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import Candidate, LaunchSpec
-
-# CUDA's inline assembly uses {%, {{ and [%, so the kernel templates use [[ ]] and {| |} instead.
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent)), undefined=jinja2.StrictUndefined,
-                          variable_start_string="[[", variable_end_string="]]", block_start_string="{|",
-                          block_end_string="|}", comment_start_string="{#|", comment_end_string="|#}",
-                          keep_trailing_newline=True)
-CONFIG_TAG = "// cuforge-config: "
-SMEM_LIMIT = 227 * 1024  # Hopper's per-block opt-in maximum; checked against the device at launch
-
-
-def config_of(source: str) -> dict[str, Any] | None:
-    """The config a template candidate was rendered from (its first line)."""
-    first = source.split("\n", 1)[0]
-    if first.startswith(CONFIG_TAG):
-        try:
-            return json.loads(first[len(CONFIG_TAG):])
-        except json.JSONDecodeError:
-            return None
-    return None
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    knobs: dict[str, tuple[Any, ...]]
-
-    def supports(self, problem: Problem) -> str | None:  # None: covered; else why not
-        raise NotImplementedError
-
-    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
-        raise NotImplementedError
-
-    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
-        raise NotImplementedError
-
-    def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
-        cfg = {k: config[k] for k in self.knobs}
-        source = _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
-                                                                 **self.derived(cfg))
-        header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
-        return Candidate(header + source, "kernel", self.launch(cfg, problem), proposer="template",
-                         meta={"family": self.name, "config": cfg})
-
-    def extra(self, problem: Problem) -> dict[str, Any]:
-        return {}
-
-    def derived(self, config: dict[str, Any]) -> dict[str, Any]:
-        """Template values that follow from the config (not knobs of their own)."""
-        return {}
-
-    def runs_on(self, compute_capability: str) -> bool:
-        """Whether this family's kernels compile and run on a GPU of this compute capability."""
-        return tuple(int(x) for x in compute_capability.split(".")) >= (8, 0)
-
-
-SEED_SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
-
-
-def tiles(m: int, n: int, bm: int, bn: int) -> int:
-    return -(-m // bm) * -(-n // bn)
-
-
-def fills_gpu(tile_count: int) -> bool:
-    """Enough output tiles for (nearly) one block per multiprocessor."""
-    return tile_count >= 0.9 * SEED_SMS
+from cuforge.sandbox.candidate import LaunchSpec
 
 
 def plain_hgemm(problem: Problem) -> str | None:
     """None when the problem is C = A @ B over 2-D fp16 operands with 16-byte aligned rows."""
     if problem.ops != ("mm",) or len(problem.inputs) != 2:
         return "not a plain C = A @ B"
+    if problem.graph and problem.graph[0].args[:2] != ("in0", "in1"):
+        return "operands are not the two inputs as given (transposed or swapped)"
     a, b = problem.inputs
     if a.dtype != "float16" or b.dtype != "float16" or len(a.shape) != 2 or len(b.shape) != 2:
         return "needs two 2-D fp16 operands"
@@ -243,6 +173,8 @@ class LinearSm90(GemmSm90):
             return f"not a linear layer (addmm) with an optional {'/'.join(LINEAR_ACTS)} after it"
         if len(problem.inputs) != 1 or len(problem.params) != 2:
             return "needs one input and the layer's weight and bias as its only parameters"
+        if problem.graph and problem.graph[0].args[:3] != ("param1", "in0", "param0.T"):
+            return "not x @ weight.T + bias over the layer's own parameters"
         x, (w, b) = problem.inputs[0], problem.params
         if any(t.dtype != "float16" for t in (x, w, b)) or len(x.shape) != 2 or len(w.shape) != 2 or len(b.shape) != 1:
             return "needs a 2-D fp16 input, a 2-D fp16 weight and a 1-D fp16 bias"
@@ -436,7 +368,11 @@ class ReduceRows(RowFamily):
         return ("in0.shape[:-1]", "int64" if self.ops[problem.ops] == "argmax" else "float32")
 
 
-FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Elementwise(), SoftmaxRows(), ReduceRows()]
+from cuforge.agent.templates.fp32 import GemmF32, Gemv  # noqa: E402 - they build on this module's names
+from cuforge.agent.templates.norms import NormRows  # noqa: E402
+
+FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
+                          SoftmaxRows(), ReduceRows()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

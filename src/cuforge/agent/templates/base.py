@@ -1,0 +1,82 @@
+"""What every kernel family shares: the jinja2 environment (CUDA-friendly delimiters), the config tag
+a rendered candidate starts with, the Family interface, and the seeds' notion of the GPU's size."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate, LaunchSpec
+
+# CUDA's inline assembly uses {%, {{ and [%, so the kernel templates use [[ ]] and {| |} instead.
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent)), undefined=jinja2.StrictUndefined,
+                          variable_start_string="[[", variable_end_string="]]", block_start_string="{|",
+                          block_end_string="|}", comment_start_string="{#|", comment_end_string="|#}",
+                          keep_trailing_newline=True)
+CONFIG_TAG = "// cuforge-config: "
+SMEM_LIMIT = 227 * 1024  # Hopper's per-block opt-in maximum; checked against the device at launch
+
+
+def config_of(source: str) -> dict[str, Any] | None:
+    """The config a template candidate was rendered from (its first line)."""
+    first = source.split("\n", 1)[0]
+    if first.startswith(CONFIG_TAG):
+        try:
+            return json.loads(first[len(CONFIG_TAG):])
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    knobs: dict[str, tuple[Any, ...]]
+
+    def supports(self, problem: Problem) -> str | None:  # None: covered; else why not
+        raise NotImplementedError
+
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        raise NotImplementedError
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
+        raise NotImplementedError
+
+    def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
+        cfg = {k: config[k] for k in self.knobs}
+        source = _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
+                                                                 **self.derived(cfg))
+        header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
+        return Candidate(header + source, "kernel", self.launch(cfg, problem), proposer="template",
+                         meta={"family": self.name, "config": cfg})
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        return {}
+
+    def derived(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Template values that follow from the config (not knobs of their own)."""
+        return {}
+
+    def runs_on(self, compute_capability: str) -> bool:
+        """Whether this family's kernels compile and run on a GPU of this compute capability."""
+        return tuple(int(x) for x in compute_capability.split(".")) >= (8, 0)
+
+
+SEED_SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
+
+
+def tiles(m: int, n: int, bm: int, bn: int) -> int:
+    return -(-m // bm) * -(-n // bn)
+
+
+def fills_gpu(tile_count: int) -> bool:
+    """Enough output tiles for (nearly) one block per multiprocessor."""
+    return tile_count >= 0.9 * SEED_SMS

@@ -1,0 +1,167 @@
+"""Matching a traced forward (Problem.graph) into what the kernel families fuse: an anchor op (a GEMM,
+a norm) followed by a chain of elementwise ops, compiled into C statements that run on each output
+value in registers before the one store (and optionally summed over the last dim)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem, TensorSpec
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """C statements that turn `v` (the anchor's fp32 value at flat row r, column c) into the output
+    value, reading `tensors` (kernel arguments e0, e1, ... indexed per element, per column or per row)."""
+
+    body: str = ""
+    tensors: tuple[tuple[str, str], ...] = ()  # (ref, "rc" | "c" | "r")
+    rowsum: bool = False  # the output is the epilogue value summed over the last dim
+
+    def params(self) -> str:
+        """The extra parameters of a kernel (and of its epilogue function)."""
+        return "".join(f", const float* __restrict__ e{i}" for i in range(len(self.tensors)))
+
+    def args(self) -> str:
+        return "".join(f", e{i}" for i in range(len(self.tensors)))
+
+    def launch_args(self) -> tuple[str, ...]:
+        return tuple(ref for ref, _ in self.tensors)
+
+
+def literal(x: float | int | bool) -> str:
+    """A C float literal for a traced constant."""
+    x = float(x)
+    if math.isnan(x):
+        return "__int_as_float(0x7fffffff)"
+    if math.isinf(x):
+        return "__int_as_float(0x7f800000)" if x > 0 else "__int_as_float(0xff800000)"
+    return f"{x!r}f"
+
+
+def _unary(op: str, node: OpNode, x: str) -> str | None:
+    table = {
+        "relu": f"fmaxf({x}, 0.f)",
+        "gelu": f"0.5f * {x} * (1.f + erff({x} * 0.7071067811865476f))",
+        "gelu_tanh": f"0.5f * {x} * (1.f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x})))",
+        "silu": f"{x} / (1.f + expf(-{x}))",
+        "sigmoid": f"1.f / (1.f + expf(-{x}))",
+        "tanh": f"tanhf({x})",
+        "exp": f"expf({x})",
+        "neg": f"-{x}",
+        "abs": f"fabsf({x})",
+        "rsqrt": f"rsqrtf({x})",
+        "sqrt": f"sqrtf({x})",
+    }
+    if op in table:
+        return table[op]
+    if op == "leaky_relu":
+        slope = literal(node.args[1] if len(node.args) > 1 else 0.01)
+        return f"({x} > 0.f ? {x} : {x} * {slope})"
+    if op in ("clamp", "hardtanh"):
+        lo = node.args[1] if len(node.args) > 1 else node.kwarg("min", -1.0 if op == "hardtanh" else None)
+        hi = node.args[2] if len(node.args) > 2 else node.kwarg("max", 1.0 if op == "hardtanh" else None)
+        if is_ref(lo) or is_ref(hi):
+            return None
+        out = x if lo is None else f"fmaxf({x}, {literal(lo)})"
+        return out if hi is None else f"fminf({out}, {literal(hi)})"
+    return None
+
+
+def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
+    alpha = node.kwarg("alpha", 1)
+    scaled = y if alpha == 1 else f"({literal(alpha)} * {y})"
+    if op == "add":
+        return f"{x} + {scaled}"
+    if op == "sub":
+        return f"{x} - {scaled}"
+    if op == "mul":
+        return f"{x} * {y}"
+    if op == "div" and node.kwarg("rounding_mode") is None:
+        return f"{x} / {y}"
+    return None
+
+
+ELEMENTWISE = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "rsqrt", "sqrt",
+               "leaky_relu", "clamp", "hardtanh", "add", "sub", "mul", "div")
+
+
+def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
+    """The spec of an input or parameter ref (None for anything else, transposed views included)."""
+    for prefix, specs in (("in", problem.inputs), ("param", problem.params)):
+        if ref.startswith(prefix) and ref[len(prefix):].isdigit():
+            i = int(ref[len(prefix):])
+            return specs[i] if i < len(specs) else None
+    return None
+
+
+def indexing(spec: TensorSpec, full: tuple[int, ...]) -> str | None:
+    """How a leaf tensor broadcasts against the output: per element, per column or per row."""
+    shape = tuple(spec.shape)
+    if shape == full:
+        return "rc"
+    if shape in ((full[-1],), (1, full[-1])) and len(full) >= 1:
+        return "c"
+    if len(full) >= 2 and shape == full[:-1] + (1,):
+        return "r"
+    return None
+
+
+def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
+                  dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None) -> Epilogue | str:
+    """The chain after an anchor as an Epilogue, or why it is not one. `nodes` are the graph's nodes
+    after the anchor; `full` is the anchor's output shape; leaf tensors must have `dtype`; a `bias`
+    (a per-column vector, addmm's) is added first."""
+    env = {anchor_out: "v"}
+    lines: list[str] = ["v = v + e0[c];"] if bias else []
+    tensors: list[tuple[str, str]] = [(bias, "c")] if bias else []
+    rowsum = False
+    for k, node in enumerate(nodes):
+        if node.op == "sum_lastdim" and allow_rowsum and k == len(nodes) - 1 and node.args[0] in env and len(full) >= 1:
+            rowsum = True
+            env[node.out] = env[node.args[0]]
+            continue
+        if node.op not in ELEMENTWISE:
+            return f"{node.op} after the anchor is not an elementwise epilogue op"
+        if tuple(node.shape) != full:
+            return f"{node.op} changes the shape to {list(node.shape)}"
+        operands: list[str] = []
+        tensor_args = [a for a in node.args if is_ref(a)]
+        for a in node.args[: 2 if node.op in ("add", "sub", "mul", "div") else 1]:
+            if not is_ref(a):
+                if isinstance(a, (int, float)):  # bools too
+                    operands.append(literal(a))
+                    continue
+                return f"{node.op} has a non-numeric operand {a!r}"
+            if a in env:
+                operands.append(env[a])
+                continue
+            spec = leaf_spec(problem, a)
+            if spec is None:
+                return f"{node.op} reads {a}, which is neither an input, a parameter nor part of the chain"
+            if spec.dtype != dtype:
+                return f"{node.op} reads {a} of dtype {spec.dtype} (the kernel computes {dtype})"
+            how = indexing(spec, full)
+            if how is None:
+                return f"{node.op} reads {a} of shape {list(spec.shape)}, which does not broadcast simply to {list(full)}"
+            if (a, how) not in tensors:
+                tensors.append((a, how))
+            i = tensors.index((a, how))
+            operands.append(f"e{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r'}[how] }]")
+        if not tensor_args:
+            return f"{node.op} reads no tensor"
+        expr = _unary(node.op, node, operands[0]) if len(operands) == 1 else _binary(node.op, node, *operands)
+        if expr is None:
+            return f"{node.op} with these arguments is not supported in an epilogue"
+        name = f"x{k}"
+        lines.append(f"const float {name} = {expr};")
+        env[node.out] = name
+    outs = problem.graph_outputs
+    last = nodes[-1].out if nodes else anchor_out
+    if len(outs) != 1 or outs[0] != last:
+        return "the forward's output is not the end of the chain"
+    result = env[last]
+    body = "\n".join(lines + ([f"v = {result};"] if result != "v" else []))
+    return Epilogue(body, tuple(tensors), rowsum)

@@ -1,0 +1,220 @@
+"""fp32 matrix families: a GEMM (3xTF32 tensor cores or plain FFMA) with transposed operands, batches
+and a fused elementwise epilogue (bias, activations, scale, residual, a row sum), and a GEMV for
+matrix-vector products. Both match the traced graph: mm / bmm / addmm, then the chain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.agent.templates.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
+from cuforge.agent.templates.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.op_graph import is_ref
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+@dataclass(frozen=True)
+class GemmMatch:
+    """C = epilogue(op(A) @ op(B)) read off the graph: A and B are input/parameter names, ta/tb say
+    they are used transposed (stored [K, M] / [N, K])."""
+
+    a: str
+    ta: bool
+    b: str
+    tb: bool
+    batched: bool
+    m: int
+    k: int
+    n: int
+    epilogue: Epilogue
+    out_shape: tuple[int, ...]
+
+
+def _operand(problem: Problem, ref: Any, dims: int) -> tuple[str, bool] | str:
+    if not is_ref(ref):
+        return f"operand {ref!r} is not a tensor"
+    base, transposed = (ref[:-2], True) if ref.endswith(".T") else (ref, False)
+    spec = leaf_spec(problem, base)
+    if spec is None:
+        return f"operand {ref} is not an input or a parameter"
+    if spec.dtype != "float32" or len(spec.shape) != dims:
+        return f"operand {ref} is not a {dims}-D fp32 tensor"
+    return base, transposed
+
+
+def match_gemm(problem: Problem) -> GemmMatch | str:
+    """The problem as an fp32 GEMM with an epilogue, or why it is not one."""
+    if not problem.graph:
+        return "no traced graph"
+    first = problem.graph[0]
+    if first.op not in ("mm", "bmm", "addmm"):
+        return "does not start with mm, bmm or addmm"
+    bias = None
+    args = first.args
+    if first.op == "addmm":
+        if first.kwarg("beta", 1) != 1 or first.kwarg("alpha", 1) != 1:
+            return "addmm with beta or alpha other than 1"
+        bias, args = args[0], args[1:]
+    dims = 3 if first.op == "bmm" else 2
+    ops = [_operand(problem, r, dims) for r in args[:2]]
+    for o in ops:
+        if isinstance(o, str):
+            return o
+    (a, ta), (b, tb) = ops  # type: ignore[misc]
+    sa, sb = leaf_spec(problem, a).shape, leaf_spec(problem, b).shape  # type: ignore[union-attr]
+    m, k = (sa[-1], sa[-2]) if ta else (sa[-2], sa[-1])
+    n = sb[-2] if tb else sb[-1]
+    if dims == 3 and sa[0] != sb[0]:
+        return "batch sizes differ"
+    nodes = problem.graph[1:]
+    if bias is not None:
+        spec = leaf_spec(problem, bias) if is_ref(bias) else None
+        if spec is None or spec.dtype != "float32" or tuple(spec.shape) not in ((n,), (1, n)):
+            return "addmm's bias is not an fp32 vector over the output columns"
+    epi = compile_chain(problem, nodes, first.out, tuple(first.shape), bias=bias)
+    if isinstance(epi, str):
+        return epi
+    out_shape = tuple(first.shape[:-1]) if epi.rowsum else tuple(first.shape)
+    return GemmMatch(a, ta, b, tb, dims == 3, m, k, n, epi, out_shape)
+
+
+def _shape_expr(shape: tuple[int, ...], m: str, n: str, batched: bool, rowsum: bool) -> str:
+    dims = (["BATCH"] if batched else []) + [m] + ([] if rowsum else [n])
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+class GemmF32(Family):
+    """fp32 GEMM on tensor cores or CUDA cores: tf32x3 (mma.sync m16n8k8 on TF32 big/small splits of
+    each operand, three products per step: fp32-level accuracy) or ffma; cp.async multistage
+    pipeline, grouped rasterization, transposed operands read in place, batches over gridDim.y, and the
+    traced epilogue applied in registers (row sums by warp shuffles and one atomic per row and warp)."""
+
+    def __init__(self) -> None:
+        super().__init__("gemm_f32", {
+            "BM": (32, 64, 128, 256), "BN": (32, 64, 128, 256), "BK": (16, 32), "WM": (1, 2, 4), "WN": (1, 2, 4),
+            "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8), "MATH": ("tf32x3", "ffma")})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_gemm(problem)
+        return found if isinstance(found, str) else None
+
+    @staticmethod
+    def smem_bytes(c: dict[str, Any]) -> int:
+        # The larger of the two paddings, so one size serves every operand layout.
+        return c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BN"] * (c["BK"] + 8) + 8 * (c["BM"] + c["BN"])) * 4
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        warps = c["WM"] * c["WN"]
+        if warps not in (2, 4, 8) or c["BM"] % c["WM"] or c["BN"] % c["WN"]:
+            return False
+        wtm, wtn = c["BM"] // c["WM"], c["BN"] // c["WN"]
+        if c["MATH"] == "tf32x3":
+            if wtm % 16 or wtn % 8:
+                return False
+            accumulators = (wtm // 16) * (wtn // 8) * 4
+        else:
+            if wtm % 4 or wtn % 8:
+                return False
+            accumulators = (wtm // 4) * (wtn // 8)
+        return 16 <= accumulators <= 128 and self.smem_bytes(c) <= SMEM_LIMIT
+
+    PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="tf32x3"),
+        dict(BM=128, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, MATH="tf32x3"),
+        dict(BM=64, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, MATH="tf32x3"),
+        dict(BM=64, BN=32, BK=32, WM=2, WN=1, STAGES=4, GROUP_M=1, MATH="tf32x3"),
+        dict(BM=32, BN=32, BK=32, WM=1, WN=2, STAGES=4, GROUP_M=1, MATH="tf32x3"),
+    )
+    FFMA = dict(BM=128, BN=128, BK=16, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="ffma")
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        found = match_gemm(problem)
+        assert not isinstance(found, str)
+        batch = leaf_spec(problem, found.a).shape[0] if found.batched else 1  # type: ignore[union-attr]
+        valid = [c for c in self.PRESETS if self.valid(c, problem)]
+
+        def blocks(c: dict[str, Any]) -> int:
+            return tiles(found.m, found.n, c["BM"], c["BN"]) * batch
+
+        filling = [c for c in valid if fills_gpu(blocks(c))]
+        first = filling[0] if filling else valid[-1]
+        rest = sorted((c for c in valid if c is not first), key=lambda c: abs(blocks(c) - SEED_SMS))
+        ffma = {**self.FFMA, "BM": first["BM"], "BN": first["BN"], "WM": first["WM"], "WN": first["WN"]}
+        ffma = ffma if self.valid(ffma, problem) else self.FFMA
+        return [first, *rest[:1], ffma, *rest[1:]]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        found = match_gemm(problem)
+        assert not isinstance(found, str)
+        # 16-byte copies need the contiguous dim of each stored operand to be a multiple of 4.
+        va = 4 if (found.m if found.ta else found.k) % 4 == 0 else 1
+        vb = 4 if (found.k if found.tb else found.n) % 4 == 0 else 1
+        return {"TA": found.ta, "TB": found.tb, "VA": va, "VB": vb, "BATCHED": found.batched, "EPI": found.epilogue}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = match_gemm(problem)
+        assert not isinstance(f, str)
+        bindings = [("M", f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
+                    ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
+                    ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
+                    ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
+        out = (_shape_expr(f.out_shape, "M", "N", f.batched, f.epilogue.rowsum), "float32")
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), BATCH)",
+                          block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
+                          args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
+                          outputs=((*out, "zeros"),) if f.epilogue.rowsum else (out,), bindings=tuple(bindings))
+
+
+class Gemv(Family):
+    """fp32 matrix-vector product y = epilogue(A @ x) with x a [K] or [K, 1] vector: one warp per row,
+    streaming 16-byte loads of A (evict-first, several in flight) and x from cache."""
+
+    def __init__(self) -> None:
+        super().__init__("gemv_f32", {"BLOCK": (128, 256, 512), "VEC": (1, 4), "UNROLL": (1, 2, 4)})
+
+    @staticmethod
+    def match(problem: Problem) -> GemmMatch | str:
+        if problem.graph and problem.graph[0].op == "mv":  # torch.mv / matmul of a matrix and a 1-D vector
+            node = problem.graph[0]
+            ops = [_operand(problem, node.args[0], 2), _operand(problem, node.args[1], 1)]
+            for o in ops:
+                if isinstance(o, str):
+                    return o
+            (a, ta), (x, _) = ops  # type: ignore[misc]
+            if ta:
+                return "the matrix is used transposed"
+            epi = compile_chain(problem, problem.graph[1:], node.out, tuple(node.shape), allow_rowsum=False)
+            if isinstance(epi, str):
+                return epi
+            m, k = leaf_spec(problem, a).shape  # type: ignore[union-attr]
+            return GemmMatch(a, False, x, False, False, m, k, 1, epi, tuple(node.shape))
+        found = match_gemm(problem)
+        if isinstance(found, str):
+            return found
+        if found.n != 1 or found.ta or found.batched or found.epilogue.rowsum:
+            return "not a matrix times one column vector"
+        return found
+
+    def supports(self, problem: Problem) -> str | None:
+        found = self.match(problem)
+        return found if isinstance(found, str) else None
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return c["UNROLL"] == 1 or c["VEC"] == 4
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        return [dict(BLOCK=256, VEC=4, UNROLL=4), dict(BLOCK=128, VEC=4, UNROLL=2), dict(BLOCK=512, VEC=4, UNROLL=1)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        found = self.match(problem)
+        assert not isinstance(found, str)
+        return {"EPI": found.epilogue}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = self.match(problem)
+        assert not isinstance(f, str)
+        shape = "(M, 1)" if len(f.out_shape) == 2 else "(M,)"
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(M * 32, {c['BLOCK']}),)", block=f"({c['BLOCK']},)",
+                          args=(f.a, f.b, "out0", "M", "K", *f.epilogue.launch_args()), outputs=((shape, "float32"),),
+                          bindings=(("M", f"{f.a}.shape[0]"), ("K", f"{f.a}.shape[1]")))

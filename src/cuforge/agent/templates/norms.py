@@ -1,0 +1,148 @@
+"""Row norms over the last dim, fp32: layernorm (traced as native_layer_norm) and rmsnorm (as the
+ops it is written with: pow, mean, add eps, rsqrt, mul [, mul weight]), each followed by the traced
+elementwise epilogue (GELU and a residual add, a SiLU gate, ...). eps comes from the trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.agent.templates.base import SMEM_LIMIT, Family
+from cuforge.agent.templates.chains import Epilogue, compile_chain, leaf_spec, literal
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+@dataclass(frozen=True)
+class NormMatch:
+    kind: str  # "layernorm" | "rmsnorm"
+    x: str
+    weight: str | None
+    bias: str | None
+    eps: float
+    rows: int
+    cols: int
+    epilogue: Epilogue
+
+
+def _last_dim(dims: Any, ndim: int) -> bool:
+    dims = dims if isinstance(dims, (list, tuple)) else (dims,)
+    return len(dims) == 1 and isinstance(dims[0], int) and dims[0] % ndim == ndim - 1
+
+
+def _vector(problem: Problem, ref: Any, cols: int) -> str | None | bool:
+    """A per-column fp32 vector ref, None for no tensor, False when it is something else."""
+    if ref is None:
+        return None
+    spec = leaf_spec(problem, ref) if is_ref(ref) else None
+    return ref if spec is not None and spec.dtype == "float32" and tuple(spec.shape) == (cols,) else False
+
+
+def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...]) -> tuple[str, float, str | None, int] | str:
+    """(x, eps, weight, nodes used) of x * rsqrt(mean(x^2, -1, keepdim) + eps) [* weight] at the graph's start."""
+    if len(g) < 5:
+        return "too few ops for an rmsnorm"
+    sq, mean, add, root, scale = g[:5]
+    x = sq.args[0]
+    squares = (sq.op == "pow" and len(sq.args) == 2 and sq.args[1] == 2) or (sq.op == "mul" and sq.args[:2] == (x, x))
+    if not squares or not is_ref(x) or leaf_spec(problem, x) is None:
+        return "does not start with the square of an input"
+    ndim = len(sq.shape)
+    if mean.op != "mean" or mean.args[0] != sq.out or not _last_dim(mean.args[1], ndim) or not (
+            len(mean.args) > 2 and mean.args[2] is True or mean.kwarg("keepdim") is True):
+        return "no mean of the squares over the last dim (keepdim)"
+    if add.op != "add" or add.args[0] != mean.out or len(add.args) < 2 or is_ref(add.args[1]) \
+            or not isinstance(add.args[1], (int, float)):
+        return "no scalar eps added to the mean"
+    eps = float(add.args[1]) * float(add.kwarg("alpha", 1))
+    if root.op == "rsqrt" and root.args[0] == add.out and scale.op == "mul" and set(scale.args[:2]) == {x, root.out}:
+        pass
+    elif root.op == "sqrt" and root.args[0] == add.out and scale.op == "div" and scale.args[:2] == (x, root.out) \
+            and scale.kwarg("rounding_mode") is None:
+        pass
+    else:
+        return "the input is not scaled by rsqrt(mean + eps)"
+    used, weight = 5, None
+    if len(g) > 5 and g[5].op == "mul" and scale.out in g[5].args[:2]:
+        other = [a for a in g[5].args[:2] if a != scale.out]
+        w = _vector(problem, other[0], sq.shape[-1]) if len(other) == 1 else False
+        if w:
+            used, weight = 6, w
+    return x, eps, weight, used  # type: ignore[return-value]
+
+
+def match_norm(problem: Problem) -> NormMatch | str:
+    g = problem.graph
+    if not g:
+        return "no traced graph"
+    first = g[0]
+    if first.op == "native_layer_norm":
+        x, shape, w, b, eps = (list(first.args) + [None] * 5)[:5]
+        spec = leaf_spec(problem, x) if is_ref(x) else None
+        if spec is None or spec.dtype != "float32" or tuple(shape or ()) != (spec.shape[-1],):
+            return "layer_norm is not over the last dim of an fp32 input"
+        cols = spec.shape[-1]
+        weight, bias = _vector(problem, w, cols), _vector(problem, b, cols)
+        if weight is False or bias is False:
+            return "layer_norm's weight or bias is not a per-column fp32 vector"
+        kind, used, anchor = "layernorm", 1, first
+    else:
+        found = _rmsnorm_prefix(problem, g)
+        if isinstance(found, str):
+            return f"neither a layer_norm nor an rmsnorm ({found})"
+        x, eps, weight, used = found
+        bias, kind, anchor = None, "rmsnorm", g[used - 1]
+        spec = leaf_spec(problem, x)
+        if spec is None or spec.dtype != "float32":
+            return "the normalized input is not fp32"
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        return "eps is not a constant"
+    cols = spec.shape[-1]
+    rows = spec.numel // max(cols, 1)
+    if rows >= 2**31 or cols >= 2**31:
+        return "rows and columns must fit in 32-bit ints"
+    epi = compile_chain(problem, g[used:], anchor.out, tuple(spec.shape), allow_rowsum=False)
+    if isinstance(epi, str):
+        return epi
+    return NormMatch(kind, x, weight or None, bias or None, float(eps), rows, cols, epi)
+
+
+class NormRows(Family):
+    """Layernorm or rmsnorm over the last dim of an fp32 tensor with the traced epilogue fused: one
+    block per row, the row cached in shared memory (or re-read) between the statistics and the output
+    pass, two-pass variance."""
+
+    def __init__(self) -> None:
+        super().__init__("norm_rows", {"BLOCK": (128, 256, 512, 1024), "VEC": (1, 4), "CACHE": ("smem", "global")})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_norm(problem)
+        return found if isinstance(found, str) else None
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        found = match_norm(problem)
+        return c["CACHE"] == "global" or (not isinstance(found, str) and found.cols * 4 <= SMEM_LIMIT - 1024)
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        found = match_norm(problem)
+        assert not isinstance(found, str)
+        block = 1024 if found.cols >= 16384 else 512 if found.cols >= 4096 else 256 if found.cols >= 1024 else 128
+        out = [dict(BLOCK=block, VEC=4, CACHE="smem"), dict(BLOCK=block, VEC=4, CACHE="global"),
+               dict(BLOCK=max(128, block // 2), VEC=4, CACHE="smem"), dict(BLOCK=block, VEC=1, CACHE="global")]
+        return [c for c in out if self.valid(c, problem)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = match_norm(problem)
+        assert not isinstance(f, str)
+        return {"KIND": f.kind, "HAS_W": f.weight is not None, "HAS_B": f.bias is not None, "EPS": literal(f.eps),
+                "EPI": f.epilogue}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = match_norm(problem)
+        assert not isinstance(f, str)
+        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)",
+                          shared_mem="cols * 4" if c["CACHE"] == "smem" else "0",
+                          args=(f.x, f.weight or f.x, f.bias or f.x, "out0", "rows", "cols", *f.epilogue.launch_args()),
+                          outputs=((f"{f.x}.shape", "float32"),),
+                          bindings=(("cols", f"{f.x}.shape[-1]"), ("rows", f"{f.x}.numel() // max(cols, 1)")))

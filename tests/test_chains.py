@@ -1,0 +1,153 @@
+"""The traced op graph and what the fp32 / norm families read off it, on the CPU: operand layouts,
+constants (scales, eps), fused epilogues, refusals with reasons, and every new family's configs
+compiling with NVRTC."""
+
+import random
+
+import pytest
+
+from cuforge.agent.templates.chains import compile_chain, literal
+from cuforge.agent.templates.families import families_for, family_for
+from cuforge.agent.templates.fp32 import GemmF32, Gemv, match_gemm
+from cuforge.agent.templates.norms import NormRows, match_norm
+from cuforge.problems.loader import load_files
+from cuforge.problems.suites import load_problem
+from cuforge.runtime import compile_cuda
+from cuforge.sandbox.candidate import LaunchSpec
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+    def forward(self, {args}):
+        return {expr}
+def get_inputs():
+    return [{inputs}]
+def get_init_inputs():
+    return []
+"""
+
+
+def problem(tmp_path, expr, inputs, args="a, b", init="        pass"):
+    f = tmp_path / f"p{abs(hash((expr, inputs, init)))}.py"
+    f.write_text(PROBLEM.format(expr=expr, inputs=inputs, args=args, init=init))
+    (p,), skipped = load_files([f], id_prefix="t")
+    assert not skipped
+    return p
+
+
+def test_graph_records_operand_layouts_constants_and_outputs():
+    ta = load_problem("level1/matmul_transposed_a").graph
+    assert [(n.op, n.args) for n in ta] == [("mm", ("in0.T", "in1"))]
+    lin = load_problem("level2/gemm_scale_residual")
+    assert [(n.op, n.args) for n in lin.graph] == [("addmm", ("param1", "in0", "param0.T")), ("mul", ("t0", 0.5)),
+                                                   ("add", ("t1", "in1"))]
+    assert lin.graph_outputs == ("t2",)
+    ln = load_problem("level1/layernorm").graph[0]
+    assert ln.op == "native_layer_norm" and ln.args[1:] == ((8192,), "param0", "param1", 1e-05)
+    rms = load_problem("level1/rmsnorm").graph
+    assert rms[2].op == "add" and rms[2].args == ("t1", 1e-06)  # eps, straight from the trace
+
+
+def test_fp32_problems_match_their_families():
+    for name, fam in (("matmul_square", "gemm_f32"), ("matmul_rect", "gemm_f32"), ("matmul_transposed_a", "gemm_f32"),
+                      ("matmul_transposed_b", "gemm_f32"), ("matmul_batched", "gemm_f32"), ("matvec", "gemv_f32"),
+                      ("layernorm", "norm_rows"), ("rmsnorm", "norm_rows")):
+        assert family_for(load_problem(f"level1/{name}"))[0].name == fam, name
+    for name, fam in (("gemm_bias_gelu", "gemm_f32"), ("gemm_scale_residual", "gemm_f32"), ("gemm_sigmoid_sum", "gemm_f32"),
+                      ("layernorm_gelu_residual", "norm_rows"), ("rmsnorm_silu_gate", "norm_rows")):
+        assert family_for(load_problem(f"level2/{name}"))[0].name == fam, name
+    ta = match_gemm(load_problem("level1/matmul_transposed_a"))
+    assert (ta.a, ta.ta, ta.b, ta.tb) == ("in0", True, "in1", False)
+    tb = match_gemm(load_problem("level1/matmul_transposed_b"))
+    assert (tb.ta, tb.tb, tb.m, tb.k, tb.n) == (False, True, 4096, 4096, 4096)
+    assert match_gemm(load_problem("level1/matmul_batched")).batched
+    # The transposed fp32 operands keep the fp16 families away from a transposed fp16 problem too.
+    assert GemmF32().supports(load_problem("level1/matmul_fp16")) is not None
+
+
+def test_epilogues_compile_the_traced_chain():
+    scale = match_gemm(load_problem("level2/gemm_scale_residual")).epilogue
+    assert scale.tensors == (("param1", "c"), ("in1", "rc"))  # bias per column, residual per element
+    assert scale.body.splitlines() == ["v = v + e0[c];", "const float x0 = v * 0.5f;",
+                                       "const float x1 = x0 + e1[r * (long long)cols + c];", "v = x1;"]
+    rowsum = match_gemm(load_problem("level2/gemm_sigmoid_sum"))
+    assert rowsum.epilogue.rowsum and rowsum.out_shape == (8192,)
+    spec = GemmF32().launch(GemmF32.PRESETS[0], load_problem("level2/gemm_sigmoid_sum"))
+    assert spec.outputs == (("(M,)", "float32", "zeros"),)  # atomics accumulate into a zeroed output
+    gate = match_norm(load_problem("level2/rmsnorm_silu_gate"))
+    assert (gate.kind, gate.eps, gate.weight) == ("rmsnorm", 1e-06, "param0")
+    assert gate.epilogue.tensors == (("in1", "rc"),) and "expf(-e0[" in gate.epilogue.body
+    res = match_norm(load_problem("level2/layernorm_gelu_residual"))
+    assert (res.kind, res.eps, res.weight, res.bias) == ("layernorm", 1e-05, "param0", "param1")
+    assert literal(float("-inf")) == "__int_as_float(0xff800000)" and literal(0.125) == "0.125f"
+
+
+def test_chains_that_cannot_fuse_say_why(tmp_path):
+    why = family_for(load_problem("level2/linear_layernorm"))[1]
+    assert "native_layer_norm after the anchor is not an elementwise epilogue op" in why
+    p = problem(tmp_path, "(a @ b).sum(dim=0)", "torch.randn(8, 16), torch.randn(16, 24)")
+    assert "sum" in match_gemm(p)  # a column sum is no epilogue
+    p = problem(tmp_path, "a @ b + torch.ones(8, 24, device=a.device)", "torch.randn(8, 16), torch.randn(16, 24)")
+    assert "ones after the anchor is not an elementwise epilogue op" in match_gemm(p)  # made inside forward
+    p = problem(tmp_path, "(lambda c: (c, torch.relu(c)))(a @ b)", "torch.randn(8, 16), torch.randn(16, 24)")
+    assert "output is not the end of the chain" in match_gemm(p)
+    p = problem(tmp_path, "a @ b", "torch.randn(8, 16, dtype=torch.float64), torch.randn(16, 24, dtype=torch.float64)")
+    assert "fp32" in match_gemm(p)
+    p = problem(tmp_path, "F.layer_norm(a, (4, 8))", "torch.randn(3, 4, 8)", args="a")
+    assert "last dim" in match_norm(p)
+    p = problem(tmp_path, "a * torch.rsqrt(a.pow(2).mean(dim=0, keepdim=True) + 1e-6)", "torch.randn(3, 8)", args="a")
+    assert "mean of the squares over the last dim" in match_norm(p)
+
+
+def test_norm_and_gemm_variants_match(tmp_path):
+    p = problem(tmp_path, "a / torch.sqrt((a * a).mean(-1, keepdim=True) + 1e-5)", "torch.randn(3, 8)", args="a")
+    m = match_norm(p)
+    assert (m.kind, m.eps, m.weight) == ("rmsnorm", 1e-05, None)
+    p = problem(tmp_path, "F.layer_norm(a, (8,))", "torch.randn(3, 8)", args="a")
+    m = match_norm(p)
+    assert (m.kind, m.weight, m.bias) == ("layernorm", None, None)
+    p = problem(tmp_path, "torch.clamp(a @ b.T, min=-1.0, max=2.0) - b.sum()", "torch.randn(8, 16), torch.randn(24, 16)")
+    assert "sum" in match_gemm(p)
+    p = problem(tmp_path, "F.leaky_relu(a @ b, 0.2) * a[:, :1]", "torch.randn(8, 16), torch.randn(16, 16)")
+    assert isinstance(match_gemm(p), str)  # a slice of an input is not a leaf tensor
+    p = problem(tmp_path, "torch.mv(a, v) * 2.0", "torch.randn(8, 16), torch.randn(16)", args="a, v")
+    assert Gemv().supports(p) is None and Gemv.match(p).out_shape == (8,)
+
+
+def test_zeroed_outputs_are_validated():
+    with pytest.raises(ValueError, match="zeros"):
+        LaunchSpec(entry="k", grid="(1,)", block="(32,)", args=(), outputs=(("(4,)", "float32", "ones"),))
+
+
+@pytest.mark.parametrize("problem_ref", ["level1/matmul_transposed_a", "level1/matmul_batched", "level1/matvec",
+                                         "level2/gemm_sigmoid_sum", "level2/gemm_scale_residual", "level1/layernorm",
+                                         "level2/rmsnorm_silu_gate"])
+def test_fp32_and_norm_configs_compile_with_nvrtc(problem_ref):
+    p = load_problem(problem_ref)
+    for fam in families_for(p)[0]:
+        rng = random.Random(0)
+        configs = fam.seeds(p)
+        while len(configs) < len(fam.seeds(p)) + 3:
+            c = {k: rng.choice(v) for k, v in fam.knobs.items()}
+            if fam.valid(c, p):
+                configs.append(c)
+        for c in configs:
+            cand = fam.render(c, p)
+            mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
+            assert fam.name in mod.signatures and len(mod.cubin) > 0, c
+            compile(cand.module_source(), "<wrapper>", "exec")
+
+
+def test_constraints_of_the_new_families():
+    g, p = GemmF32(), load_problem("level1/matmul_square")
+    assert g.valid(dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="tf32x3"), p)
+    assert not g.valid(dict(BM=128, BN=128, BK=32, WM=1, WN=2, STAGES=3, GROUP_M=8, MATH="tf32x3"), p)  # 256 accumulators
+    assert not g.valid(dict(BM=256, BN=256, BK=32, WM=4, WN=2, STAGES=5, GROUP_M=8, MATH="tf32x3"), p)  # shared memory
+    n = NormRows()
+    assert n.valid(dict(BLOCK=256, VEC=4, CACHE="smem"), load_problem("level1/layernorm"))
+    assert [c["CACHE"] for c in n.seeds(load_problem("level1/rmsnorm"))][:2] == ["smem", "global"]
