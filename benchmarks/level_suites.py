@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--wall-time", type=float, default=None)
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--no-compile-baseline", action="store_true", help="skip re-timing each best kernel vs torch.compile")
+    ap.add_argument("--name", default="level_suites", help="result file name (one per call when suites run apart)")
     a = ap.parse_args()
     from cuforge.agent.config import RunConfig
     from cuforge.agent.run import execute
@@ -64,7 +65,7 @@ def main() -> None:
               f"{s['fast_1_all']:.2f} over all; {s['evaluations']} evaluations in {s['wall_s']} s", flush=True)
         for r in rows:
             print(f"  {r['problem']}: vs torch {r['vs_torch']}, vs torch.compile {r['vs_torch_compile']}", flush=True)
-    write_result("level_suites", out)
+    write_result(a.name, out)
 
 
 def time_against_torch_compile(store, problems: dict, rows: list[dict]) -> None:
