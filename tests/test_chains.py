@@ -145,9 +145,12 @@ def test_fp32_and_norm_configs_compile_with_nvrtc(problem_ref):
 
 def test_constraints_of_the_new_families():
     g, p = GemmF32(), load_problem("level1/matmul_square")
-    assert g.valid(dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="tf32x3"), p)
-    assert not g.valid(dict(BM=128, BN=128, BK=32, WM=1, WN=2, STAGES=3, GROUP_M=8, MATH="tf32x3"), p)  # 256 accumulators
-    assert not g.valid(dict(BM=256, BN=256, BK=32, WM=4, WN=2, STAGES=5, GROUP_M=8, MATH="tf32x3"), p)  # shared memory
+    ok = dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="tf32x3", PROMOTE=1)
+    assert g.valid(ok, p) and g.valid({**ok, "PROMOTE": 2}, p)
+    assert not g.valid({**ok, "WM": 1, "WN": 2}, p)  # 256 accumulators
+    assert not g.valid({**ok, "BM": 256, "BN": 256, "WM": 4, "WN": 2, "STAGES": 5}, p)  # shared memory
+    assert not g.valid({**ok, "MATH": "ffma", "PROMOTE": 2}, p)  # a tf32x3 knob
+    assert [s["PROMOTE"] for s in g.seeds(p)][:3] == [1, 1, 2]  # the paired-step variant of the first seed
     n = NormRows()
     assert n.valid(dict(BLOCK=256, VEC=4, CACHE="smem"), load_problem("level1/layernorm"))
     assert [c["CACHE"] for c in n.seeds(load_problem("level1/rmsnorm"))][:2] == ["smem", "global"]

@@ -54,9 +54,9 @@ def check(sup, fam, p, configs):
         assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
 
 
-GEMM_EXTRA = [dict(BM=64, BN=128, BK=16, WM=2, WN=2, STAGES=2, GROUP_M=1, MATH="tf32x3"),
-              dict(BM=32, BN=64, BK=32, WM=1, WN=2, STAGES=5, GROUP_M=8, MATH="ffma"),
-              dict(BM=256, BN=64, BK=16, WM=4, WN=2, STAGES=3, GROUP_M=8, MATH="tf32x3")]
+GEMM_EXTRA = [dict(BM=64, BN=128, BK=16, WM=2, WN=2, STAGES=2, GROUP_M=1, MATH="tf32x3", PROMOTE=2),
+              dict(BM=32, BN=64, BK=32, WM=1, WN=2, STAGES=5, GROUP_M=8, MATH="ffma", PROMOTE=1),
+              dict(BM=256, BN=64, BK=16, WM=4, WN=2, STAGES=3, GROUP_M=8, MATH="tf32x3", PROMOTE=1)]
 
 
 @pytest.mark.parametrize("expr, shapes", [

@@ -227,6 +227,38 @@ def test_error_shape_separates_precision_loss_from_bugs():
     assert compare(ref.half() * 1.5, ref, torch.float16, tol).kind == "wrong_output"
 
 
+def test_misses_the_eager_reference_shares_do_not_fail_a_candidate():
+    """fp32 GEMMs over a long K miss atol = rtol = 1e-4 on a few near-zero outputs, cuBLAS's own
+    included: a candidate no less accurate than the eager output passes; one with more or larger
+    misses fails, and the error-norm bound still rejects reduced precision."""
+    import torch
+
+    from cuforge.problems.problem import Tolerance
+    from cuforge.sandbox.verify import compare
+
+    tol = Tolerance.for_dtype("float32")
+    torch.manual_seed(0)
+    ref = torch.randn(256, 256, dtype=torch.float64) * 64
+    ref[0, :8] = 1e-6  # near-zero outputs: only atol protects them
+    eager = (ref + torch.randn_like(ref) * 1e-5).float()
+    eager[0, :4] += 5e-4  # the eager result misses four of them
+    cand = ref.float().clone()
+    cand[0, :2] += 3e-4  # two misses, smaller than the eager ones
+    assert not compare(cand, ref, torch.float32, tol).ok  # without the eager output: a miss is a miss
+    verdict = compare(cand, ref, torch.float32, tol, native=eager)
+    assert verdict.ok and verdict.within_reference and verdict.mismatches == 2
+    worse = cand.clone()
+    worse[0, :6] += 3e-4  # more misses than the eager output
+    assert not compare(worse, ref, torch.float32, tol, native=eager).ok
+    larger = cand.clone()
+    larger[0, 0] += 1e-3  # a miss larger than any of the eager output's
+    assert not compare(larger, ref, torch.float32, tol, native=eager).ok
+    tf32 = (ref * (1 + torch.randn_like(ref) * 3e-4)).float()  # TF32-sized errors everywhere
+    tf32_eager = (ref * (1 + torch.randn_like(ref) * 3e-4)).float()
+    verdict = compare(tf32, ref, torch.float32, tol, native=tf32_eager)
+    assert not verdict.ok and verdict.kind == "precision_downgrade"
+
+
 def test_escaped_work_needs_the_host_to_wait_for_the_device():
     from cuforge.sandbox.timing import EscapeCheck, escaped_work
 

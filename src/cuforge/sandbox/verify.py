@@ -23,6 +23,8 @@ class Comparison:
     rel_norm_err: float = 0.0
     mismatches: int = 0
     sample: list[dict[str, Any]] = field(default_factory=list)
+    # allclose failed only where, and by no more than, the eager reference in its own dtype fails too
+    within_reference: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,8 +88,13 @@ def reference_outputs(
     return [n.double() if n.is_floating_point() else n for n in native], native, "native"
 
 
-def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Tolerance) -> Comparison:
-    """Shape, dtype, finiteness, non-degeneracy, allclose and relative Frobenius error."""
+def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Tolerance,
+            native: torch.Tensor | None = None) -> Comparison:
+    """Shape, dtype, finiteness, non-degeneracy, allclose and relative Frobenius error. `native` is
+    the eager reference's own output (its dtype) when `ref` is the float64 one: a candidate whose
+    allclose misses are no more, and no larger, than that output's own misses against `ref` is as
+    accurate as the operator it replaces (cuBLAS's fp32 GEMM misses 1e-4 on ~0.01% of a 4096^3
+    product's elements) and passes on to the error-norm bound, which still catches reduced precision."""
     if not isinstance(out, torch.Tensor):
         return Comparison(False, f"output is a {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(ref.shape):
@@ -121,7 +128,8 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
         return Comparison(False, "output is constant while the reference is not", **base)
     close = torch.isclose(o, r, rtol=tol.rtol, atol=tol.atol)
     mismatches = int((~close).sum())
-    if mismatches:
+    within = mismatches > 0 and _within_reference(mismatches, max_abs, native, r, tol)
+    if mismatches and not within:
         idx = torch.nonzero(~close)[:5].tolist()
         sample = [{"index": i, "got": float(o[tuple(i)]), "expected": float(r[tuple(i)])} for i in idx]
         reason = (f"{mismatches} of {o.numel()} elements outside atol={tol.atol:g}, rtol={tol.rtol:g} "
@@ -134,7 +142,16 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
         return Comparison(False, f"relative error norm {rel_norm:.3g} exceeds the {expected_dtype} bound "
                           f"{tol.rel_norm:g}: consistent with reduced-precision arithmetic",
                           kind="precision_downgrade", **base)
-    return Comparison(True, **base)
+    return Comparison(True, mismatches=mismatches, within_reference=within, **base)
+
+
+def _within_reference(mismatches: int, max_abs: float, native: torch.Tensor | None, ref: torch.Tensor,
+                      tol: Tolerance) -> bool:
+    if native is None or not native.is_floating_point() or native.shape != ref.shape:
+        return False
+    n = torch.where(torch.isfinite(ref), native.double(), 0.0)
+    native_misses = int((~torch.isclose(n, ref, rtol=tol.rtol, atol=tol.atol)).sum())
+    return mismatches <= native_misses and max_abs <= float((n - ref).abs().max())
 
 
 def _error_kind(rel_norm: float, max_abs: float, ref_norm: float, numel: int) -> str:

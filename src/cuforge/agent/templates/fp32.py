@@ -93,7 +93,7 @@ class GemmF32(Family):
     def __init__(self) -> None:
         super().__init__("gemm_f32", {
             "BM": (32, 64, 128, 256), "BN": (32, 64, 128, 256), "BK": (16, 32), "WM": (1, 2, 4), "WN": (1, 2, 4),
-            "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8), "MATH": ("tf32x3", "ffma")})
+            "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8), "MATH": ("tf32x3", "ffma"), "PROMOTE": (1, 2)})
 
     def supports(self, problem: Problem) -> str | None:
         found = match_gemm(problem)
@@ -108,6 +108,8 @@ class GemmF32(Family):
         warps = c["WM"] * c["WN"]
         if warps not in (2, 4, 8) or c["BM"] % c["WM"] or c["BN"] % c["WN"]:
             return False
+        if c["PROMOTE"] != 1 and (c["MATH"] != "tf32x3" or c["BK"] % (8 * c["PROMOTE"])):
+            return False  # k-steps per fresh tensor-core sum: a tf32x3 knob
         wtm, wtn = c["BM"] // c["WM"], c["BN"] // c["WN"]
         if c["MATH"] == "tf32x3":
             if wtm % 16 or wtn % 8:
@@ -120,13 +122,13 @@ class GemmF32(Family):
         return 16 <= accumulators <= 128 and self.smem_bytes(c) <= SMEM_LIMIT
 
     PRESETS: tuple[dict[str, Any], ...] = (
-        dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="tf32x3"),
-        dict(BM=128, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, MATH="tf32x3"),
-        dict(BM=64, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, MATH="tf32x3"),
-        dict(BM=64, BN=32, BK=32, WM=2, WN=1, STAGES=4, GROUP_M=1, MATH="tf32x3"),
-        dict(BM=32, BN=32, BK=32, WM=1, WN=2, STAGES=4, GROUP_M=1, MATH="tf32x3"),
+        dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="tf32x3", PROMOTE=1),
+        dict(BM=128, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, MATH="tf32x3", PROMOTE=1),
+        dict(BM=64, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, MATH="tf32x3", PROMOTE=1),
+        dict(BM=64, BN=32, BK=32, WM=2, WN=1, STAGES=4, GROUP_M=1, MATH="tf32x3", PROMOTE=1),
+        dict(BM=32, BN=32, BK=32, WM=1, WN=2, STAGES=4, GROUP_M=1, MATH="tf32x3", PROMOTE=1),
     )
-    FFMA = dict(BM=128, BN=128, BK=16, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="ffma")
+    FFMA = dict(BM=128, BN=128, BK=16, WM=2, WN=4, STAGES=3, GROUP_M=8, MATH="ffma", PROMOTE=1)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         found = match_gemm(problem)
@@ -142,7 +144,8 @@ class GemmF32(Family):
         rest = sorted((c for c in valid if c is not first), key=lambda c: abs(blocks(c) - SEED_SMS))
         ffma = {**self.FFMA, "BM": first["BM"], "BN": first["BN"], "WM": first["WM"], "WN": first["WN"]}
         ffma = ffma if self.valid(ffma, problem) else self.FFMA
-        return [first, *rest[:1], ffma, *rest[1:]]
+        paired = {**first, "PROMOTE": 2}  # half the fp32 adds, if its accuracy holds on this K
+        return [first, *rest[:1], *([paired] if self.valid(paired, problem) else []), ffma, *rest[1:]]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         found = match_gemm(problem)
