@@ -2,42 +2,18 @@
 constants (scales, eps), fused epilogues, refusals with reasons, and every new family's configs
 compiling with NVRTC."""
 
-import random
-
 import pytest
 
-from cuforge.agent.templates.chains import compile_chain, literal
+from cuforge.agent.templates.chains import literal
 from cuforge.agent.templates.families import families_for, family_for
 from cuforge.agent.templates.fp32 import GemmF32, Gemv, match_gemm
 from cuforge.agent.templates.norms import NormRows, match_norm
-from cuforge.problems.loader import load_files
 from cuforge.problems.suites import load_problem
-from cuforge.runtime import compile_cuda
 from cuforge.sandbox.candidate import LaunchSpec
-
-PROBLEM = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-{init}
-    def forward(self, {args}):
-        return {expr}
-def get_inputs():
-    return [{inputs}]
-def get_init_inputs():
-    return []
-"""
-
+from template_helpers import problem_from_expr, smoke_compile
 
 def problem(tmp_path, expr, inputs, args="a, b", init="        pass"):
-    f = tmp_path / f"p{abs(hash((expr, inputs, init)))}.py"
-    f.write_text(PROBLEM.format(expr=expr, inputs=inputs, args=args, init=init))
-    (p,), skipped = load_files([f], id_prefix="t")
-    assert not skipped
-    return p
+    return problem_from_expr(tmp_path, expr, inputs, args, init)
 
 
 def test_graph_records_operand_layouts_constants_and_outputs():
@@ -130,17 +106,7 @@ def test_zeroed_outputs_are_validated():
 def test_fp32_and_norm_configs_compile_with_nvrtc(problem_ref):
     p = load_problem(problem_ref)
     for fam in families_for(p)[0]:
-        rng = random.Random(0)
-        configs = fam.seeds(p)
-        while len(configs) < len(fam.seeds(p)) + 3:
-            c = {k: rng.choice(v) for k, v in fam.knobs.items()}
-            if fam.valid(c, p):
-                configs.append(c)
-        for c in configs:
-            cand = fam.render(c, p)
-            mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
-            assert fam.name in mod.signatures and len(mod.cubin) > 0, c
-            compile(cand.module_source(), "<wrapper>", "exec")
+        smoke_compile(fam, p, 3)
 
 
 def test_constraints_of_the_new_families():

@@ -6,29 +6,13 @@ import pytest
 
 from cuforge.agent.templates.fp32 import GemmF32, Gemv
 from cuforge.agent.templates.norms import NormRows
-from cuforge.problems.loader import load_files
 from cuforge.sandbox.evaluation import EvalConfig
 from cuforge.sandbox.supervisor import Supervisor
+from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
-
-PROBLEM = """
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-CUFORGE = {{"policy": "custom", "dtype": "float32"}}
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-{init}
-    def forward(self, {args}):
-        return {expr}
-def get_inputs():
-    return [{inputs}]
-def get_init_inputs():
-    return []
-"""
+CUFORGE = 'CUFORGE = {"policy": "custom", "dtype": "float32"}'
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +23,7 @@ def sup():
 
 
 def load(tmp_path, expr, inputs, args="a, b", init="        pass"):
-    f = tmp_path / f"p{abs(hash((expr, inputs, init))) % 10**12}.py"
-    f.write_text(PROBLEM.format(expr=expr, inputs=inputs, args=args, init=init))
-    (p,), skipped = load_files([f], id_prefix="gpu")
-    assert not skipped, skipped
-    return p
+    return problem_from_expr(tmp_path, expr, inputs, args, init, cuforge=CUFORGE, prefix="gpu")
 
 
 def check(sup, fam, p, configs):

@@ -1,8 +1,6 @@
 """The offline template proposer on the CPU: coverage, constraints, search moves, and every config
 of a smoke set compiling with NVRTC."""
 
-import random
-
 import pytest
 
 from cuforge.agent.population import Member
@@ -10,7 +8,7 @@ from cuforge.agent.templates.families import Elementwise, GemmSm80, GemmSm90, co
 from cuforge.agent.templates.proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.suites import load_problem
-from cuforge.runtime import compile_cuda
+from template_helpers import smoke_compile
 
 
 def test_coverage_and_clear_refusals():
@@ -85,21 +83,7 @@ def test_smoke_configs_compile_with_nvrtc(problem_ref):
 
     p = lp(problem_ref)
     for fam in families_for(p)[0]:
-        _smoke_compile(fam, p)
-
-
-def _smoke_compile(fam, p):
-    rng = random.Random(0)
-    configs = fam.seeds(p)
-    while len(configs) < len(fam.seeds(p)) + SMOKE:
-        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
-        if fam.valid(c, p):
-            configs.append(c)
-    for c in configs:
-        cand = fam.render(c, p)
-        mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
-        assert fam.name in mod.signatures and len(mod.cubin) > 0, c
-        compile(cand.module_source(), "<wrapper>", "exec")
+        smoke_compile(fam, p, SMOKE)
 
 
 def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
