@@ -79,7 +79,7 @@ def match_gemm(problem: Problem) -> GemmMatch | str:
     return GemmMatch(a, ta, b, tb, dims == 3, m, k, n, epi, out_shape)
 
 
-def _shape_expr(shape: tuple[int, ...], m: str, n: str, batched: bool, rowsum: bool) -> str:
+def _shape_expr(m: str, n: str, batched: bool, rowsum: bool) -> str:
     dims = (["BATCH"] if batched else []) + [m] + ([] if rowsum else [n])
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
@@ -162,7 +162,7 @@ class GemmF32(Family):
                     ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
                     ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
                     ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
-        out = (_shape_expr(f.out_shape, "M", "N", f.batched, f.epilogue.rowsum), "float32")
+        out = (_shape_expr("M", "N", f.batched, f.epilogue.rowsum), "float32")
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), BATCH)",
                           block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
