@@ -58,7 +58,7 @@ def test_plan_keeps_winners_and_says_why_the_rest_fall_back(store_path):
     assert lost["problem_id"] == "hgemm/1024_1024_1024" and "fallback is faster" in lost["reason"]
     assert "Python module" in lost["reason"]
     (softmax,) = ops["softmax_small"].entries
-    assert softmax.grid == (64, 1, 1) and [(a.kind, a.value) for a in softmax.args] == \
+    assert softmax.grid == (16, 1, 1) and [(a.kind, a.value) for a in softmax.args] == \
         [("input", 0), ("output", 0), ("scalar", 64), ("scalar", 1000)]
     assert softmax.outputs == (((64, 1000), "float32"),)
     # A stricter bar leaves the 1.08x shape to cuBLAS.
@@ -147,7 +147,7 @@ def test_nvrtc_fallback_compiles_an_exported_kernel_for_another_arch(torch_expor
     cubin = _loader.nvrtc_compile(src, "sm_86")
     assert cubin[:4] == b"\x7fELF"
     with pytest.raises(_loader.CudaError, match="NVRTC could not compile"):
-        _loader.nvrtc_compile(src.replace("__syncthreads();", "__syncthreads()", 1), "sm_86")
+        _loader.nvrtc_compile(src.replace("return v;", "return v", 1), "sm_86")
 
 
 def test_clear_refusals(store_path, tmp_path):

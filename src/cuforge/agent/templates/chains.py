@@ -19,13 +19,15 @@ class Epilogue:
     body: str = ""
     tensors: tuple[tuple[str, str], ...] = ()  # (ref, "rc" | "c" | "r")
     rowsum: bool = False  # the output is the epilogue value summed over the last dim
+    prefix: str = "e"  # the tensors' parameter names: e0, e1, ... (a prologue uses p0, ...)
+    ctype: str = "float"  # their element type (__half for fp16 chains, read through __half2float)
 
     def params(self) -> str:
         """The extra parameters of a kernel (and of its epilogue function)."""
-        return "".join(f", const float* __restrict__ e{i}" for i in range(len(self.tensors)))
+        return "".join(f", const {self.ctype}* __restrict__ {self.prefix}{i}" for i in range(len(self.tensors)))
 
     def args(self) -> str:
-        return "".join(f", e{i}" for i in range(len(self.tensors)))
+        return "".join(f", {self.prefix}{i}" for i in range(len(self.tensors)))
 
     def launch_args(self) -> tuple[str, ...]:
         return tuple(ref for ref, _ in self.tensors)
@@ -85,7 +87,50 @@ def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
 
 
 ELEMENTWISE = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "rsqrt", "sqrt",
-               "leaky_relu", "clamp", "hardtanh", "add", "sub", "mul", "div")
+               "leaky_relu", "clamp", "hardtanh", "add", "sub", "mul", "div", "masked_fill")
+_CTYPES = {"float32": "float", "float16": "__half"}
+
+
+def _producer(problem: Problem, ref: str) -> OpNode | None:
+    return next((n for n in problem.graph if n.out == ref), None)
+
+
+def structural_mask(problem: Problem, ref: str) -> tuple[int, int, str] | str:
+    """A mask the forward builds from nothing (triu/tril of ones, possibly negated) as (R, C, a C
+    condition on c and {i}, the row within the last two dims), or why `ref` is not one."""
+    node = _producer(problem, ref)
+    if node is None:
+        return f"the mask {ref} is not made inside the forward"
+    if node.op == "_to_copy" and is_ref(node.args[0]):  # .bool() / .float() of a 0/1 mask keeps it
+        return structural_mask(problem, node.args[0])
+    if node.op in ("logical_not", "bitwise_not"):
+        inner = structural_mask(problem, node.args[0]) if is_ref(node.args[0]) else "not a tensor"
+        return inner if isinstance(inner, str) else (inner[0], inner[1], f"!({inner[2]})")
+    if node.op in ("triu", "tril") and len(node.shape) == 2 and is_ref(node.args[0]):
+        src = _producer(problem, node.args[0])
+        diag = node.args[1] if len(node.args) > 1 else node.kwarg("diagonal", 0)
+        filled = src is not None and (src.op == "ones" or (src.op == "full" and len(src.args) > 1
+                                                           and not is_ref(src.args[1]) and bool(src.args[1])))
+        if not filled or not src.out.startswith("c") or not isinstance(diag, int) or isinstance(diag, bool):
+            return f"{node.op} of something other than a tensor of ones with a constant diagonal"
+        rows, cols = node.shape
+        return rows, cols, f"c - {{i}} {'>=' if node.op == 'triu' else '<='} {diag}"
+    return f"the mask {ref} comes from {node.op}, not from triu/tril of ones"
+
+
+def _masked_fill(problem: Problem, node: OpNode, x: str, full: tuple[int, ...]) -> tuple[str, str]:
+    """masked_fill by a structural mask as (C expression, "") - the fill value where the mask holds,
+    else x - or ("", why not)."""
+    mask, value = node.args[1], node.args[2] if len(node.args) > 2 else None
+    if not is_ref(mask) or is_ref(value) or not isinstance(value, (int, float)):
+        return "", "masked_fill needs a mask tensor and a constant fill value"
+    found = structural_mask(problem, mask)
+    if isinstance(found, str):
+        return "", found
+    rows, cols, cond = found
+    if len(full) < 2 or tuple(full[-2:]) != (rows, cols):
+        return "", f"masked_fill's {rows}x{cols} mask does not cover the last two dims of {list(full)}"
+    return f"(({cond.replace('{i}', f'(int)(r % {rows})')}) ? {literal(value)} : {x})", ""
 
 
 def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
@@ -110,12 +155,17 @@ def indexing(spec: TensorSpec, full: tuple[int, ...]) -> str | None:
 
 
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
-                  dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None) -> Epilogue | str:
+                  dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
+                  prefix: str = "e", result: str | None = None) -> Epilogue | str:
     """The chain after an anchor as an Epilogue, or why it is not one. `nodes` are the graph's nodes
     after the anchor; `full` is the anchor's output shape; leaf tensors must have `dtype`; a `bias`
-    (a per-column vector, addmm's) is added first."""
+    (a per-column vector, addmm's) is added first. The chain must end in the forward's output, or, for
+    a prologue (a chain feeding another op), in `result`."""
     env = {anchor_out: "v"}
-    lines: list[str] = ["v = v + e0[c];"] if bias else []
+    def load(x: str) -> str:
+        return f"__half2float({x})" if dtype == "float16" else x
+
+    lines: list[str] = [f"v = v + {load(prefix + '0[c]')};"] if bias else []
     tensors: list[tuple[str, str]] = [(bias, "c")] if bias else []
     rowsum = False
     for k, node in enumerate(nodes):
@@ -127,6 +177,15 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             return f"{node.op} after the anchor is not an elementwise epilogue op"
         if tuple(node.shape) != full:
             return f"{node.op} changes the shape to {list(node.shape)}"
+        if node.op == "masked_fill":
+            if not is_ref(node.args[0]) or node.args[0] not in env:
+                return "masked_fill of something other than the chain's value"
+            expr, why = _masked_fill(problem, node, env[node.args[0]], full)
+            if why:
+                return why
+            lines.append(f"const float x{k} = {expr};")
+            env[node.out] = f"x{k}"
+            continue
         operands: list[str] = []
         tensor_args = [a for a in node.args if is_ref(a)]
         for a in node.args[: 2 if node.op in ("add", "sub", "mul", "div") else 1]:
@@ -149,7 +208,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if (a, how) not in tensors:
                 tensors.append((a, how))
             i = tensors.index((a, how))
-            operands.append(f"e{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r'}[how] }]")
+            operands.append(load(f"{prefix}{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r'}[how] }]"))
         if not tensor_args:
             return f"{node.op} reads no tensor"
         expr = _unary(node.op, node, operands[0]) if len(operands) == 1 else _binary(node.op, node, *operands)
@@ -158,10 +217,13 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         name = f"x{k}"
         lines.append(f"const float {name} = {expr};")
         env[node.out] = name
-    outs = problem.graph_outputs
     last = nodes[-1].out if nodes else anchor_out
-    if len(outs) != 1 or outs[0] != last:
-        return "the forward's output is not the end of the chain"
-    result = env[last]
-    body = "\n".join(lines + ([f"v = {result};"] if result != "v" else []))
-    return Epilogue(body, tuple(tensors), rowsum)
+    if result is None:
+        outs = problem.graph_outputs
+        if len(outs) != 1 or outs[0] != last:
+            return "the forward's output is not the end of the chain"
+    elif result != last:
+        return f"the chain ends in {last}, not in {result}"
+    value = env[last]
+    body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
+    return Epilogue(body, tuple(tensors), rowsum, prefix, _CTYPES.get(dtype, "float"))

@@ -326,26 +326,6 @@ class RowFamily(Family):
                           bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
 
 
-class SoftmaxRows(RowFamily):
-    """Softmax or log-softmax over the last dim: one block per row, an online (max, sum) pass with
-    warp-shuffle reductions, then the output pass; float4 where aligned."""
-
-    ops = {("_softmax_lastdim",): "softmax", ("_log_softmax_lastdim",): "log-softmax"}
-
-    def __init__(self) -> None:
-        super().__init__("softmax_rows")
-
-    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        cols = problem.inputs[0].shape[-1]
-        return self.seeds_with_block(1024 if cols >= 8192 else 256 if cols >= 1024 else 128, 512)
-
-    def extra(self, problem: Problem) -> dict[str, Any]:
-        return {"LOG": problem.ops == ("_log_softmax_lastdim",)}
-
-    def output(self, problem: Problem) -> tuple[str, str]:
-        return ("in0.shape", "float32")
-
-
 class ReduceRows(RowFamily):
     """Sum, max or argmax over the last dim: one block per row, float4 loads where aligned,
     warp-shuffle reductions (argmax breaks ties towards the first index, as torch does)."""
@@ -370,9 +350,11 @@ class ReduceRows(RowFamily):
 
 from cuforge.agent.templates.fp32 import GemmF32, Gemv  # noqa: E402 - they build on this module's names
 from cuforge.agent.templates.norms import NormRows  # noqa: E402
+from cuforge.agent.templates.gemm_softmax import GemmSoftmax  # noqa: E402
+from cuforge.agent.templates.softmax import SoftmaxRows  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
-                          SoftmaxRows(), ReduceRows()]
+                          SoftmaxRows(), GemmSoftmax(), ReduceRows()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

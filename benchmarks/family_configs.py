@@ -1,0 +1,54 @@
+"""Benchmark: every seed config (plus N random valid ones) of the family that covers each named
+built-in problem, evaluated by the sandbox against torch eager and torch.compile in one worker -
+where a family's search space is good or bad on a problem, config by config.
+
+    python benchmarks/family_configs.py level2/matmul_softmax level2/masked_scaled_softmax --random 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from _common import write_result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("problems", nargs="+", help="built-in problem refs, e.g. level2/matmul_softmax")
+    ap.add_argument("--random", type=int, default=0, help="random valid configs beyond the seeds")
+    ap.add_argument("--name", default="family_configs")
+    a = ap.parse_args()
+    from cuforge.agent.templates.families import family_for
+    from cuforge.problems.suites import load_problem
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.supervisor import Supervisor
+
+    cfg = EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=1.5, profile=False)
+    rows = []
+    with Supervisor(gpu=0) as sup:
+        for ref in a.problems:
+            p = load_problem(ref)
+            fam, why = family_for(p)
+            if fam is None:
+                rows.append({"problem": ref, "status": "not covered", "message": why})
+                continue
+            configs, rng = fam.seeds(p), random.Random(0)
+            for _ in range(200 * a.random):
+                if len(configs) >= len(fam.seeds(p)) + a.random:
+                    break
+                c = {k: rng.choice(v) for k, v in fam.knobs.items()}
+                if fam.valid(c, p) and c not in configs:
+                    configs.append(c)
+            for c in configs:
+                ev = sup.evaluate(p, fam.render(c, p), cfg)
+                rows.append({"problem": ref, "family": fam.name, "config": c, "status": ev.status,
+                             "message": ev.message[:200], "vs_torch": ev.speedups.get("torch"),
+                             "vs_torch_compile": ev.speedups.get("torch.compile"),
+                             "ms": ev.timings["candidate"].median_ms if "candidate" in ev.timings else None})
+                print(rows[-1], flush=True)
+    write_result(a.name, {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()

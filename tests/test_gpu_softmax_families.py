@@ -1,0 +1,83 @@
+"""The softmax families on a real GPU, against the float64 reference: rows a warp or a block holds in
+registers and rows it must re-read, misaligned rows, fp16 and fp32, the fused scale / causal mask /
+bias / epilogue chains; the GEMM + softmax kernel on tiles that do not divide M or N, K padded to 16,
+both B layouts, 2-D and batched, log-softmax."""
+
+import random
+
+import pytest
+
+from cuforge.agent.templates.gemm_softmax import GemmSoftmax
+from cuforge.agent.templates.softmax import SoftmaxRows
+from cuforge.problems.suites import load_problem
+from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.supervisor import Supervisor
+from template_helpers import problem_from_expr
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+
+
+@pytest.fixture(scope="module")
+def sup():
+    s = Supervisor(gpu=0)
+    yield s
+    s.close()
+
+
+def configs(fam, p, n_random, seed=0):
+    out = fam.seeds(p)
+    rng = random.Random(seed)
+    while len(out) < len(fam.seeds(p)) + n_random:
+        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
+        if fam.valid(c, p) and c not in out:
+            out.append(c)
+    return out
+
+
+def check(sup, fam, p, n_random=3):
+    assert fam.supports(p) is None, fam.supports(p)
+    for c in configs(fam, p, n_random):
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(7, 1), (33, 1000), (5, 4099), (64, 8192), (3, 50, 520)])
+def test_softmax_rows_plain_and_log(sup, tmp_path, dtype, shape):
+    dims = ", ".join(map(str, shape))
+    for fn in ("softmax", "log_softmax"):
+        p = problem_from_expr(tmp_path, f"torch.{fn}(a * 3.0, dim=-1)", f"torch.randn({dims}, dtype=torch.{dtype}), torch.randn(1)")
+        check(sup, SoftmaxRows(), p)
+
+
+def test_softmax_rows_causal_mask_bias_and_epilogue(sup, tmp_path):
+    h = "dtype=torch.float16"
+    p = problem_from_expr(
+        tmp_path, "torch.softmax((a * 0.5).masked_fill(~torch.ones(70, 70, dtype=torch.bool, device=a.device).tril(), "
+                  "float('-inf')) + b, -1) * b", f"torch.randn(3, 70, 70, {h}), torch.randn(70, {h})")
+    check(sup, SoftmaxRows(), p, n_random=4)
+    check(sup, SoftmaxRows(), load_problem("level2/masked_scaled_softmax"), n_random=1)
+
+
+@pytest.mark.parametrize("batch, m, n, k, bt", [(3, 40, 56, 16, True), (2, 100, 200, 40, True), (1, 1, 8, 8, True),
+                                                (4, 130, 1024, 128, True), (2, 77, 264, 64, False), (0, 70, 136, 24, True),
+                                                (0, 33, 520, 256, False)])
+def test_gemm_softmax_on_awkward_shapes(sup, tmp_path, batch, m, n, k, bt):
+    h = "dtype=torch.float16"
+    lead = f"{batch}, " if batch else ""
+    b_shape = f"{lead}{n}, {k}" if bt else f"{lead}{k}, {n}"
+    b_expr = ("b.transpose(-1, -2)" if bt else "b")
+    gemm = f"torch.bmm(a, {b_expr})" if batch else f"a @ {b_expr}"
+    p = problem_from_expr(tmp_path, f"torch.softmax({gemm} * 0.125, dim=-1)",
+                          f"torch.randn({lead}{m}, {k}, {h}), torch.randn({b_shape}, {h})")
+    check(sup, GemmSoftmax(), p, n_random=2)
+
+
+def test_gemm_softmax_causal_log_softmax_and_the_builtin(sup, tmp_path):
+    h = "dtype=torch.float16"
+    p = problem_from_expr(
+        tmp_path, "torch.log_softmax((a @ b.transpose(1, 2)).masked_fill(torch.ones(96, 96, device=a.device).triu(1).bool(), "
+                  "float('-inf')), -1)", f"torch.randn(2, 96, 32, {h}), torch.randn(2, 96, 32, {h})")
+    check(sup, GemmSoftmax(), p, n_random=3)
+    check(sup, GemmSoftmax(), load_problem("level2/matmul_softmax"), n_random=1)

@@ -1,0 +1,108 @@
+"""The softmax families on the CPU: what they read off a traced forward (the prologue before the
+softmax - scale, causal mask from triu/tril of ones - the epilogue after it, the GEMM in front of
+it), what they refuse and why, and their configs compiling with NVRTC."""
+
+import pytest
+
+from cuforge.agent.templates.chains import structural_mask
+from cuforge.agent.templates.families import family_for
+from cuforge.agent.templates.gemm_softmax import GemmSoftmax, match_gemm_softmax
+from cuforge.agent.templates.softmax import SoftmaxRows, match_softmax
+from cuforge.problems.suites import load_problem
+from template_helpers import problem_from_expr, smoke_compile
+
+H16 = "dtype=torch.float16"
+
+
+def test_builtin_softmax_problems_match():
+    masked = match_softmax(load_problem("level2/masked_scaled_softmax"))
+    assert (masked.x, masked.in_dtype, masked.out_dtype, masked.log) == ("in0", "float16", "float16", False)
+    assert masked.rows == 128 * 16 * 512 and masked.cols == 512
+    # x * 0.125, then -inf where triu(ones, 1) holds: column - row >= 1, the row taken within the mask
+    assert "v * 0.125f" in masked.prologue.body and "c - (int)(r % 512) >= 1" in masked.prologue.body
+    assert masked.prologue.tensors == () and masked.epilogue.body == ""
+    assert match_softmax(load_problem("level1/log_softmax")).log
+    for name, fam in (("level1/softmax", "softmax_rows"), ("level1/log_softmax", "softmax_rows"),
+                      ("level2/masked_scaled_softmax", "softmax_rows"), ("level2/matmul_softmax", "gemm_softmax")):
+        assert family_for(load_problem(name))[0].name == fam, name
+    scores = match_gemm_softmax(load_problem("level2/matmul_softmax"))
+    assert (scores.a, scores.b, scores.b_transposed, scores.batch, scores.m, scores.n, scores.k) == \
+        ("in0", "in1", True, 128, 1024, 1024, 128)
+    assert "v * 0.08838834764831845f" in scores.prologue.body
+
+
+def test_masks_chains_and_layouts(tmp_path):
+    tril = problem_from_expr(
+        tmp_path, "torch.softmax(a.masked_fill(~torch.tril(torch.ones(6, 8, dtype=torch.bool, device=a.device)), -1e4) + b, -1) * b",
+        f"torch.randn(2, 6, 8, {H16}), torch.randn(8, {H16})")
+    f = match_softmax(tril)
+    assert "!(c - (int)(r % 6) <= 0)" in f.prologue.body and "-10000.0f" in f.prologue.body
+    assert f.prologue.tensors == (("in1", "c"),) and f.prologue.prefix == "p" and f.prologue.ctype == "__half"
+    assert f.epilogue.tensors == (("in1", "c"),) and "__half2float(e0[c])" in f.epilogue.body
+    plain = problem_from_expr(tmp_path, "torch.softmax(a @ b, dim=-1)",
+                              f"torch.randn(40, 32, {H16}), torch.randn(32, 72, {H16})")
+    g = match_gemm_softmax(plain)
+    assert (g.b_transposed, g.batch, g.m, g.n, g.k) == (False, 1, 40, 72, 32)
+    causal = problem_from_expr(
+        tmp_path, "torch.log_softmax((a @ b.transpose(1, 2)).masked_fill(torch.ones(24, 24, device=a.device).triu(1).bool(), "
+                  "float('-inf')), -1)", f"torch.randn(2, 24, 16, {H16}), torch.randn(2, 24, 16, {H16})")
+    c = match_gemm_softmax(causal)
+    assert c.log and c.b_transposed and "c - (int)(r % 24) >= 1" in c.prologue.body
+
+
+@pytest.mark.parametrize("expr, inputs, why", [
+    ("torch.softmax(a, dim=0)", "torch.randn(8, 8), torch.randn(1)", "not one softmax"),
+    ("torch.softmax(a.masked_fill(b, 0.0), -1)", "torch.randn(8, 8), torch.rand(8, 8) > 0.5",
+     "not made inside the forward"),
+    ("torch.softmax(a.masked_fill(torch.arange(8, device=a.device)[None, :] > torch.arange(8, device=a.device)[:, None], 0.0), -1)",
+     "torch.randn(8, 8), torch.randn(1)", "not from triu/tril"),
+    ("torch.softmax(a.masked_fill(torch.ones(1, 8, dtype=torch.bool, device=a.device).triu(), 0.0), -1)", "torch.randn(8, 8), torch.randn(1)",
+     "does not cover the last two dims"),
+    ("torch.softmax(a.double(), -1)", "torch.randn(8, 8), torch.randn(1)", "_to_copy after the anchor is not an elementwise"),
+])
+def test_softmax_refusals_name_the_cause(tmp_path, expr, inputs, why):
+    p = problem_from_expr(tmp_path, expr, inputs)
+    assert why in (SoftmaxRows().supports(p) or ""), SoftmaxRows().supports(p)
+
+
+@pytest.mark.parametrize("expr, inputs, why", [
+    ("torch.softmax(a @ b, -1)", "torch.randn(16, 16), torch.randn(16, 16)", "not fp16"),
+    ("torch.softmax(a @ b, -1)", f"torch.randn(16, 12, {H16}), torch.randn(12, 16, {H16})", "multiples of 8"),
+    ("torch.softmax(a @ b, -1)", f"torch.randn(16, 512, {H16}), torch.randn(512, 16, {H16})", "K <= 256"),
+    ("torch.softmax(a.T @ b, -1)", f"torch.randn(16, 16, {H16}), torch.randn(16, 16, {H16})", "not be transposed"),
+    ("torch.softmax(a @ b, -1) + torch.softmax(b, -1)", f"torch.randn(16, 16, {H16}), torch.randn(16, 16, {H16})",
+     "not one softmax over the last dim after the GEMM"),
+    ("torch.softmax((a @ b).sum(-1, keepdim=True) + a, -1)", f"torch.randn(16, 16, {H16}), torch.randn(16, 16, {H16})",
+     "between the GEMM and the softmax"),
+])
+def test_gemm_softmax_refusals_name_the_cause(tmp_path, expr, inputs, why):
+    p = problem_from_expr(tmp_path, expr, inputs)
+    assert why in (GemmSoftmax().supports(p) or ""), GemmSoftmax().supports(p)
+
+
+def test_structural_mask_rejects_non_constant_diagonals(tmp_path):
+    p = problem_from_expr(tmp_path, "a.masked_fill(torch.ones(8, 8, device=a.device).triu(1).bool(), 0.0)", "torch.randn(8, 8), torch.randn(1)")
+    mask = next(n for n in p.graph if n.op == "masked_fill").args[1]
+    assert structural_mask(p, mask) == (8, 8, "c - {i} >= 1")
+    assert "not made inside" in structural_mask(p, "in1")
+
+
+@pytest.mark.parametrize("problem_ref", ["level2/masked_scaled_softmax", "level1/softmax", "level2/matmul_softmax"])
+def test_softmax_configs_compile_with_nvrtc(problem_ref):
+    p = load_problem(problem_ref)
+    fam = family_for(p)[0]
+    smoke_compile(fam, p, 3)
+
+
+def test_softmax_constraints():
+    fam, p = SoftmaxRows(), load_problem("level2/masked_scaled_softmax")
+    assert fam.valid(dict(GROUP="warp", BLOCK=128, VEC=8, ITEMS=8), p)
+    assert not fam.valid(dict(GROUP="warp", BLOCK=128, VEC=8, ITEMS=16), p)  # 128 floats of registers
+    f32 = load_problem("level1/softmax")
+    assert not fam.valid(dict(GROUP="block", BLOCK=256, VEC=8, ITEMS=1), f32)  # 32 bytes is not one vector
+    seeds = fam.seeds(p)
+    assert seeds[0]["GROUP"] == "warp" and seeds[0]["ITEMS"] * seeds[0]["VEC"] * 32 >= 512  # a row in registers
+    gs, scores = GemmSoftmax(), load_problem("level2/matmul_softmax")
+    assert gs.smem_bytes(dict(WARPS=4, MW=2, BN=64, STAGES=3), 128, True) == 2 * (128 * 136 + 3 * 64 * 136)
+    assert not gs.valid(dict(WARPS=4, MW=2, BN=128, STAGES=2), scores)  # 128 accumulators per thread
+    assert all(gs.valid(c, scores) for c in gs.seeds(scores))
