@@ -69,6 +69,8 @@ def test_softmax_refusals_name_the_cause(tmp_path, expr, inputs, why):
     ("torch.softmax(a @ b, -1)", "torch.randn(16, 16), torch.randn(16, 16)", "not fp16"),
     ("torch.softmax(a @ b, -1)", f"torch.randn(16, 12, {H16}), torch.randn(12, 16, {H16})", "multiples of 8"),
     ("torch.softmax(a @ b, -1)", f"torch.randn(16, 512, {H16}), torch.randn(512, 16, {H16})", "K <= 256"),
+    ("torch.softmax(torch.bmm(a, b), -1)", f"torch.randn(70000, 8, 8, {H16}), torch.randn(70000, 8, 8, {H16})",
+     "65535 batches"),
     ("torch.softmax(a.T @ b, -1)", f"torch.randn(16, 16, {H16}), torch.randn(16, 16, {H16})", "not be transposed"),
     ("torch.softmax(a @ b, -1) + torch.softmax(b, -1)", f"torch.randn(16, 16, {H16}), torch.randn(16, 16, {H16})",
      "not one softmax over the last dim after the GEMM"),

@@ -56,8 +56,8 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
         return "operand shapes do not chain"
     if k % 8 or n % 8 or k > MAX_K or k == 0:
         return f"needs K and N multiples of 8 and K <= {MAX_K} (K={k}, N={n})"
-    if batch * m * n >= 2**40 or m >= 2**31:
-        return "too large for the kernel's indexing"
+    if batch * m * n >= 2**40 or m >= 2**31 or batch > 65535:
+        return "too large for the kernel's indexing (or more than 65535 batches, the grid's y limit)"
     full = tuple(gemm.shape)
     si = soft[0]
     pro = compile_chain(problem, nodes[1:si], gemm.out, full, "float16", allow_rowsum=False, prefix="p",
