@@ -29,6 +29,16 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def sup():
+    """One GPU evaluation worker per test module (the GPU tests' shared fixture)."""
+    from cuforge.sandbox.supervisor import Supervisor
+
+    s = Supervisor(gpu=0)
+    yield s
+    s.close()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):  # noqa: ANN001
     # Tests never read or write the user's cache.

@@ -7,19 +7,11 @@ import pytest
 from cuforge.agent.templates.fp32 import GemmF32, Gemv
 from cuforge.agent.templates.norms import NormRows
 from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
 from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 CUFORGE = 'CUFORGE = {"policy": "custom", "dtype": "float32"}'
-
-
-@pytest.fixture(scope="module")
-def sup():
-    s = Supervisor(gpu=0)
-    yield s
-    s.close()
 
 
 def load(tmp_path, expr, inputs, args="a, b", init="        pass"):

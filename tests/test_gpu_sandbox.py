@@ -35,13 +35,6 @@ def problems(tmp_path_factory):
     return {p.name: p for p in loaded}
 
 
-@pytest.fixture(scope="module")
-def sup():
-    s = Supervisor(gpu=0)
-    yield s
-    s.close()
-
-
 def cand(name: str) -> Candidate:
     return Candidate((CANDS / name).read_text())
 

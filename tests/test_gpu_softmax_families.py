@@ -11,18 +11,10 @@ from cuforge.agent.templates.gemm_softmax import GemmSoftmax
 from cuforge.agent.templates.softmax import SoftmaxRows
 from cuforge.problems.suites import load_problem
 from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
 from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
-
-
-@pytest.fixture(scope="module")
-def sup():
-    s = Supervisor(gpu=0)
-    yield s
-    s.close()
 
 
 def configs(fam, p, n_random, seed=0):

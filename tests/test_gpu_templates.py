@@ -8,17 +8,9 @@ from cuforge.agent.templates.families import Elementwise, GemmSm80, GemmSm90
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=1.0, min_samples=10, profile=False)
-
-
-@pytest.fixture(scope="module")
-def sup():
-    s = Supervisor(gpu=0)
-    yield s
-    s.close()
 
 
 def gemm_configs(p, n_random=4):

@@ -162,7 +162,6 @@ def test_template_proposer_is_the_default_and_runs_compile_only(tmp_path):
 def test_context_length_errors_shrink_the_prompt_and_the_run_goes_on(tmp_path, suite_dir):
     from llm_servers import openai_error as err
 
-    db = tmp_path / "ctx.db"
     with ScriptedLLMServer(openai_reply(GOOD)) as srv:
         srv.script = [err(400, "This model's maximum context length is 8192 tokens", "context_length_exceeded"),
                       openai_reply(GOOD)]
