@@ -3,11 +3,14 @@ built-in problem, evaluated by the sandbox against torch eager and torch.compile
 where a family's search space is good or bad on a problem, config by config.
 
     python benchmarks/family_configs.py level2/matmul_softmax level2/masked_scaled_softmax --random 2
+    python benchmarks/family_configs.py hgemm/1024_1024_4096 --baseline cublas \
+        --config '{"BM": 128, "BN": 128, "GROUP_M": 8, "SPLIT_K": 2, "REDUCE": "atomic", "EPI": "tma", "STAGES": 6}'
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 
 from _common import write_result
@@ -17,6 +20,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="+", help="built-in problem refs, e.g. level2/matmul_softmax")
     ap.add_argument("--random", type=int, default=0, help="random valid configs beyond the seeds")
+    ap.add_argument("--config", action="append", default=[], help="an extra config (JSON) to time after the seeds")
+    ap.add_argument("--baseline", action="append", default=[], help="baselines (default torch, torch.compile)")
     ap.add_argument("--name", default="family_configs")
     a = ap.parse_args()
     from cuforge.agent.templates.families import family_for
@@ -24,7 +29,8 @@ def main() -> None:
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import Supervisor
 
-    cfg = EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=1.5, profile=False)
+    baselines = tuple(a.baseline) or ("torch", "torch.compile")
+    cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False)
     rows = []
     with Supervisor(gpu=0) as sup:
         for ref in a.problems:
@@ -34,6 +40,10 @@ def main() -> None:
                 rows.append({"problem": ref, "status": "not covered", "message": why})
                 continue
             configs, rng = fam.seeds(p), random.Random(0)
+            for extra in map(json.loads, a.config):
+                if not fam.valid(extra, p):
+                    raise SystemExit(f"--config {extra} is not a valid {fam.name} config for {ref}")
+                configs.append(extra)
             for _ in range(200 * a.random):
                 if len(configs) >= len(fam.seeds(p)) + a.random:
                     break
@@ -43,8 +53,7 @@ def main() -> None:
             for c in configs:
                 ev = sup.evaluate(p, fam.render(c, p), cfg)
                 rows.append({"problem": ref, "family": fam.name, "config": c, "status": ev.status,
-                             "message": ev.message[:200], "vs_torch": ev.speedups.get("torch"),
-                             "vs_torch_compile": ev.speedups.get("torch.compile"),
+                             "message": ev.message[:200], **{f"vs_{b}": ev.speedups.get(b) for b in baselines},
                              "ms": ev.timings["candidate"].median_ms if "candidate" in ev.timings else None})
                 print(rows[-1], flush=True)
     write_result(a.name, {"rows": rows})
