@@ -15,6 +15,7 @@ from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+H16 = "dtype=torch.float16"
 
 
 def configs(fam, p, n_random, seed=0):
@@ -43,33 +44,29 @@ def test_softmax_rows_plain_and_log(sup, tmp_path, dtype, shape):
         check(sup, SoftmaxRows(), p)
 
 
-def test_softmax_rows_causal_mask_bias_and_epilogue(sup, tmp_path):
-    h = "dtype=torch.float16"
-    p = problem_from_expr(
-        tmp_path, "torch.softmax((a * 0.5).masked_fill(~torch.ones(70, 70, dtype=torch.bool, device=a.device).tril(), "
-                  "float('-inf')) + b, -1) * b", f"torch.randn(3, 70, 70, {h}), torch.randn(70, {h})")
-    check(sup, SoftmaxRows(), p, n_random=4)
-    check(sup, SoftmaxRows(), load_problem("level2/masked_scaled_softmax"), n_random=1)
-
-
 @pytest.mark.parametrize("batch, m, n, k, bt", [(3, 40, 56, 16, True), (2, 100, 200, 40, True), (1, 1, 8, 8, True),
                                                 (4, 130, 1024, 128, True), (2, 77, 264, 64, False), (0, 70, 136, 24, True),
                                                 (0, 33, 520, 256, False)])
 def test_gemm_softmax_on_awkward_shapes(sup, tmp_path, batch, m, n, k, bt):
-    h = "dtype=torch.float16"
     lead = f"{batch}, " if batch else ""
     b_shape = f"{lead}{n}, {k}" if bt else f"{lead}{k}, {n}"
     b_expr = ("b.transpose(-1, -2)" if bt else "b")
     gemm = f"torch.bmm(a, {b_expr})" if batch else f"a @ {b_expr}"
     p = problem_from_expr(tmp_path, f"torch.softmax({gemm} * 0.125, dim=-1)",
-                          f"torch.randn({lead}{m}, {k}, {h}), torch.randn({b_shape}, {h})")
+                          f"torch.randn({lead}{m}, {k}, {H16}), torch.randn({b_shape}, {H16})")
     check(sup, GemmSoftmax(), p, n_random=2)
 
 
-def test_gemm_softmax_causal_log_softmax_and_the_builtin(sup, tmp_path):
-    h = "dtype=torch.float16"
-    p = problem_from_expr(
-        tmp_path, "torch.log_softmax((a @ b.transpose(1, 2)).masked_fill(torch.ones(96, 96, device=a.device).triu(1).bool(), "
-                  "float('-inf')), -1)", f"torch.randn(2, 96, 32, {h}), torch.randn(2, 96, 32, {h})")
-    check(sup, GemmSoftmax(), p, n_random=3)
-    check(sup, GemmSoftmax(), load_problem("level2/matmul_softmax"), n_random=1)
+@pytest.mark.parametrize("fam, expr, inputs, builtin", [
+    (SoftmaxRows(), "torch.softmax((a * 0.5).masked_fill(~torch.ones(70, 70, dtype=torch.bool, device=a.device).tril(), "
+                    "float('-inf')) + b, -1) * b", f"torch.randn(3, 70, 70, {H16}), torch.randn(70, {H16})",
+     "level2/masked_scaled_softmax"),
+    (GemmSoftmax(), "torch.log_softmax((a @ b.transpose(1, 2)).masked_fill(torch.ones(96, 96, device=a.device).triu(1)"
+                    ".bool(), float('-inf')), -1)", f"torch.randn(2, 96, 32, {H16}), torch.randn(2, 96, 32, {H16})",
+     "level2/matmul_softmax"),
+], ids=["softmax_rows", "gemm_softmax"])
+def test_causal_masks_chains_and_the_builtins(sup, tmp_path, fam, expr, inputs, builtin):
+    """A causal mask from tril/triu of ones (negated or converted), a bias before the softmax and a
+    product after it; then the built-in level2 problem at full size."""
+    check(sup, fam, problem_from_expr(tmp_path, expr, inputs), n_random=3)
+    check(sup, fam, load_problem(builtin), n_random=1)
