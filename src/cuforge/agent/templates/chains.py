@@ -88,7 +88,7 @@ def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
 
 ELEMENTWISE = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "rsqrt", "sqrt",
                "leaky_relu", "clamp", "hardtanh", "add", "sub", "mul", "div", "masked_fill")
-_CTYPES = {"float32": "float", "float16": "__half"}
+CTYPES = {"float32": "float", "float16": "__half"}
 
 
 def _producer(problem: Problem, ref: str) -> OpNode | None:
@@ -226,4 +226,4 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         return f"the chain ends in {last}, not in {result}"
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
-    return Epilogue(body, tuple(tensors), rowsum, prefix, _CTYPES.get(dtype, "float"))
+    return Epilogue(body, tuple(tensors), rowsum, prefix, CTYPES.get(dtype, "float"))

@@ -22,6 +22,7 @@ class GemmSoftmaxMatch:
     a: str
     b: str  # a leaf ref (the kernel reads it as stored)
     b_transposed: bool  # B is the transpose of a stored N x K tensor (Q @ K^T)
+    batched: bool  # bmm on 3-D operands (the batch is the grid's y)
     batch: int
     m: int
     n: int
@@ -71,7 +72,7 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
         return f"after the softmax: {epi}"
     if not problem.outputs or problem.outputs[0].dtype != "float16":
         return "the output is not fp16"
-    return GemmSoftmaxMatch(a, b_leaf, bt, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi)
+    return GemmSoftmaxMatch(a, b_leaf, bt, ndim == 3, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi)
 
 
 class GemmSoftmax(Family):
@@ -89,10 +90,16 @@ class GemmSoftmax(Family):
         return found if isinstance(found, str) else None
 
     @staticmethod
-    def smem_bytes(c: dict[str, Any], k: int, bt: bool) -> int:
-        k16 = -(-k // 16) * 16
-        b_tile = c["BN"] * (k16 + 8) if bt else k16 * (c["BN"] + 8)
-        return 2 * (16 * c["MW"] * c["WARPS"] * (k16 + 8) + c["STAGES"] * b_tile)
+    def smem_expr(c: dict[str, Any], bt: bool) -> str:
+        """Dynamic shared memory in bytes, as an expression in K: the block's A rows plus the B stages."""
+        k16 = "(cdiv(K, 16) * 16)"
+        b_tile = f"{c['BN']} * ({k16} + 8)" if bt else f"{k16} * {c['BN'] + 8}"
+        return f"2 * ({16 * c['MW'] * c['WARPS']} * ({k16} + 8) + {c['STAGES']} * {b_tile})"
+
+    @classmethod
+    def smem_bytes(cls, c: dict[str, Any], k: int, bt: bool) -> int:
+        """The same expression at a given K (what valid() checks against the shared-memory limit)."""
+        return int(eval(cls.smem_expr(c, bt), {"__builtins__": {}}, {"K": k, "cdiv": lambda a, b: -(-a // b)}))  # noqa: S307
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = match_gemm_softmax(problem)
@@ -112,20 +119,13 @@ class GemmSoftmax(Family):
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_gemm_softmax(problem)
         assert not isinstance(f, str)
-        k16 = "(cdiv(K, 16) * 16)"
-        b_tile = f"{c['BN']} * ({k16} + 8)" if f.b_transposed else f"{k16} * {c['BN'] + 8}"
-        batched = _batched(problem, f.a)
         dims = (("M", f"{f.a}.shape[-2]"), ("K", f"{f.a}.shape[-1]"),
                 ("N", f"{f.b}.shape[-2]" if f.b_transposed else f"{f.b}.shape[-1]"),
-                ("BATCH", f"{f.a}.shape[0]" if batched else "1"))
-        out_shape = "(BATCH, M, N)" if batched else "(M, N)"
+                ("BATCH", f"{f.a}.shape[0]" if f.batched else "1"))
+        out_shape = "(BATCH, M, N)" if f.batched else "(M, N)"
         bm = 16 * c["MW"] * c["WARPS"]
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {bm}), BATCH)", block=f"({32 * c['WARPS']},)",
-                          shared_mem=f"2 * ({bm} * ({k16} + 8) + {c['STAGES']} * {b_tile})",
+                          shared_mem=self.smem_expr(c, f.b_transposed),
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.prologue.launch_args(), *f.epilogue.launch_args()),
                           outputs=((out_shape, "float16"),), bindings=dims)
 
-
-def _batched(problem: Problem, a: str) -> bool:
-    spec = leaf_spec(problem, a)
-    return spec is not None and len(spec.shape) == 3

@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.agent.templates.base import Family
-from cuforge.agent.templates.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.agent.templates.chains import CTYPES, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
 SOFTMAX_OPS = {"_softmax_lastdim": False, "_log_softmax_lastdim": True}  # op -> log
-_CTYPE = {"float32": "float", "float16": "__half"}
 MAX_CACHED = 64  # floats of the row one thread may hold in registers
 
 
@@ -55,7 +54,7 @@ def match_softmax(problem: Problem) -> SoftmaxMatch | str:
     before = tuple(n for n in g[: found[0]] if n.out in live)
     x = before[0].args[0] if before else node.args[0]
     spec = leaf_spec(problem, x) if is_ref(x) else None
-    if spec is None or spec.dtype not in _CTYPE or len(spec.shape) < 1:
+    if spec is None or spec.dtype not in CTYPES or len(spec.shape) < 1:
         return "the softmax's chain does not start at an fp32 or fp16 input"
     full = tuple(spec.shape)
     if tuple(node.shape) != full:
@@ -116,7 +115,7 @@ class SoftmaxRows(Family):
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = match_softmax(problem)
         assert not isinstance(f, str)
-        return {"LOG": f.log, "T": _CTYPE[f.in_dtype], "PRO": f.prologue, "EPI": f.epilogue}
+        return {"LOG": f.log, "T": CTYPES[f.in_dtype], "PRO": f.prologue, "EPI": f.epilogue}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_softmax(problem)
