@@ -5,6 +5,7 @@ where a family's search space is good or bad on a problem, config by config.
     python benchmarks/family_configs.py level2/matmul_softmax level2/masked_scaled_softmax --random 2
     python benchmarks/family_configs.py hgemm/1024_1024_4096 --baseline cublas \
         --config '{"BM": 128, "BN": 128, "GROUP_M": 8, "SPLIT_K": 2, "REDUCE": "atomic", "EPI": "tma", "STAGES": 6}'
+    python benchmarks/family_configs.py hgemm/64_64_1024 hgemm/256_256_4096 --baseline cublas --configs sweep.json
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from pathlib import Path
 
 from _common import write_result
 
@@ -21,6 +23,9 @@ def main() -> None:
     ap.add_argument("problems", nargs="+", help="built-in problem refs, e.g. level2/matmul_softmax")
     ap.add_argument("--random", type=int, default=0, help="random valid configs beyond the seeds")
     ap.add_argument("--config", action="append", default=[], help="an extra config (JSON) to time after the seeds")
+    ap.add_argument("--configs", help="a JSON file of extra configs, timed where valid: a list (for every "
+                    "problem) or an object mapping problem refs to lists")
+    ap.add_argument("--no-seeds", action="store_true", help="time only the --config/--configs configs")
     ap.add_argument("--baseline", action="append", default=[], help="baselines (default torch, torch.compile)")
     ap.add_argument("--name", default="family_configs")
     a = ap.parse_args()
@@ -31,6 +36,7 @@ def main() -> None:
 
     baselines = tuple(a.baseline) or ("torch", "torch.compile")
     cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False)
+    swept = json.loads(Path(a.configs).read_text()) if a.configs else []
     rows = []
     with Supervisor(gpu=0) as sup:
         for ref in a.problems:
@@ -39,13 +45,15 @@ def main() -> None:
             if fam is None:
                 rows.append({"problem": ref, "status": "not covered", "message": why})
                 continue
-            configs, rng = fam.seeds(p), random.Random(0)
+            configs, rng = ([] if a.no_seeds else fam.seeds(p)), random.Random(0)
             for extra in map(json.loads, a.config):
                 if not fam.valid(extra, p):
                     raise SystemExit(f"--config {extra} is not a valid {fam.name} config for {ref}")
                 configs.append(extra)
+            listed = swept.get(ref, []) if isinstance(swept, dict) else swept
+            configs += [c for c in listed if fam.valid(c, p) and c not in configs]
             for _ in range(200 * a.random):
-                if len(configs) >= len(fam.seeds(p)) + a.random:
+                if len(configs) >= len(fam.seeds(p)) * (not a.no_seeds) + a.random:
                     break
                 c = {k: rng.choice(v) for k, v in fam.knobs.items()}
                 if fam.valid(c, p) and c not in configs:

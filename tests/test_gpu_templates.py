@@ -39,14 +39,19 @@ SM90_EXTRA = [dict(BM=64, BN=64, STAGES=4, GROUP_M=1, SPLIT_K=4, REDUCE="ordered
               dict(BM=128, BN=192, STAGES=2, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma"),
               dict(BM=64, BN=192, STAGES=5, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct"),
               dict(BM=128, BN=128, STAGES=4, GROUP_M=1, SPLIT_K=8, REDUCE="atomic", EPI="tma"),
-              dict(BM=64, BN=64, STAGES=3, GROUP_M=8, SPLIT_K=64, REDUCE="atomic", EPI="direct")]
+              dict(BM=64, BN=64, STAGES=3, GROUP_M=8, SPLIT_K=64, REDUCE="atomic", EPI="direct"),
+              # split-K reduced in a cluster: 8 blocks of 64 x 64, 2 of 128 x 256 (two consumers), 4 of 64 x 256
+              dict(BM=64, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct"),
+              dict(BM=128, BN=256, STAGES=3, GROUP_M=1, SPLIT_K=2, REDUCE="cluster", EPI="direct"),
+              dict(BM=64, BN=256, STAGES=2, GROUP_M=8, SPLIT_K=4, REDUCE="cluster", EPI="direct")]
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
                                    (200, 136, 8), (64, 64, 16384), (100, 200, 4104), (4096, 4096, 4096)])
 def test_gemm_sm90_is_correct_on_awkward_shapes(sup, shape):
     """TMA zero-fills partial tiles (M, N, K not multiples of the tile; a box wider than the matrix)
-    and clips stores; every layout, split-K with uneven k ranges, both epilogues; persistent blocks
+    and clips stores; every layout, split-K with uneven k ranges (all three reductions), both
+    epilogues; persistent blocks
     that take several work units (777 x 1032 in 64 x 64 tiles is 221 units on 132 SMs)."""
     p, g = hgemm_problem(*shape), GemmSm90()
     configs = g.seeds(p) + [c for c in SM90_EXTRA if g.valid(c, p)]
@@ -160,7 +165,8 @@ def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path
              "none": "self.linear(x)"}
     extra = [dict(BM=64, BN=256, STAGES=3, GROUP_M=8, SPLIT_K=4, REDUCE="atomic", EPI="direct"),
              dict(BM=256, BN=128, STAGES=3, GROUP_M=4, SPLIT_K=2, REDUCE="ordered", EPI="tma"),
-             dict(BM=64, BN=192, STAGES=4, GROUP_M=1, SPLIT_K=1, REDUCE="ordered", EPI="tma")]
+             dict(BM=64, BN=192, STAGES=4, GROUP_M=1, SPLIT_K=1, REDUCE="ordered", EPI="tma"),
+             dict(BM=128, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct")]
     for op, expr in exprs.items():
         for m, k, n in ((100, 1032, 136), (1, 64, 64), (777, 1024, 520)):
             f = tmp_path / f"linear_{op}_{m}_{k}_{n}.py"

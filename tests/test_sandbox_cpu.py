@@ -270,3 +270,16 @@ def test_escaped_work_needs_the_host_to_wait_for_the_device():
     assert "waited for" in escaped_work(waits)
     hidden = EscapeCheck(wall_ms=2.0, host_ms=0.05, event_ms=0.01, blocked_ms=0.05, spin_ms=5.0)
     assert "escapes the timed stream" in escaped_work(hidden)
+
+
+def test_kernel_signatures_see_past_launch_attributes():
+    """__launch_bounds__, __cluster_dims__ and the like, before or after void, are not the kernel."""
+    from cuforge.runtime import kernel_signatures
+
+    src = ('extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 1)\n'
+           'k1(const float* __restrict__ x, int n) {}\n'
+           'extern "C" __global__ __launch_bounds__(128) void k2(half* y) {}\n')
+    sigs = kernel_signatures(src)
+    assert list(sigs) == ["k1", "k2"]
+    assert [(p.name, p.ctype, p.pointer) for p in sigs["k1"]] == [("x", "float", True), ("n", "int", False)]
+    assert sigs["k2"][0].pointer and sigs["k2"][0].ctype == "half"

@@ -286,7 +286,9 @@ def kernel_signatures(source: str) -> dict[str, list[Param]]:
     """extern "C" __global__ kernels and their parameters, parsed from source (comments removed)."""
     clean = re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
     sigs: dict[str, list[Param]] = {}
-    pattern = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+    # attributes such as __launch_bounds__(...), __cluster_dims__(...), __maxnreg__(...) on either side of void
+    attrs = r"(?:__\w+__\s*\([^)]*\)\s*)*"
+    pattern = re.compile(r"__global__\s+" + attrs + r"void\s+" + attrs + r"(\w+)\s*\(")
     for m in pattern.finditer(clean):
         depth, i = 1, m.end()
         while i < len(clean) and depth:

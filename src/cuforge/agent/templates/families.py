@@ -29,8 +29,9 @@ class GemmSm90(Family):
     """fp16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma from shared
     memory, a producer warpgroup and one or two consumer warpgroups over an mbarrier ring, a
     persistent grid walking work units in grouped order, optional split-K (fp32 partials in a
-    workspace, summed in split order by the tile's last split, or added atomically into one sum) and
-    a TMA-store or direct epilogue."""
+    workspace, summed in split order by the tile's last split, added atomically into one sum, or -
+    "cluster" - summed through distributed shared memory by the 2-8 blocks of one cluster) and a
+    TMA-store or direct epilogue."""
 
     BK = 64
     WS_LIMIT = 256 << 20  # split-K workspace bytes
@@ -43,7 +44,7 @@ class GemmSm90(Family):
     def __init__(self, name: str = "gemm_sm90") -> None:
         super().__init__(name, {"BM": (64, 128, 256), "BN": (64, 128, 192, 256), "STAGES": (2, 3, 4, 5, 6, 7, 8),
                                 "GROUP_M": (1, 4, 8, 16), "SPLIT_K": (1, 2, 4, 8, 16, 32, 64),
-                                "REDUCE": ("ordered", "atomic"), "EPI": ("tma", "direct")})
+                                "REDUCE": ("ordered", "atomic", "cluster"), "EPI": ("tma", "direct")})
 
     def supports(self, problem: Problem) -> str | None:
         return plain_hgemm(problem)
@@ -63,17 +64,34 @@ class GemmSm90(Family):
             return (2, 2) if c["BN"] in (128, 256) else (1, 1)
         return 2, 1
 
+    CLUSTER_MAX = 8  # the portable cluster size: splits reduced in a cluster
+
+    @staticmethod
+    def cluster_split(c: dict[str, Any]) -> bool:
+        return c["SPLIT_K"] > 1 and c["REDUCE"] == "cluster"
+
+    @classmethod
+    def pipe_bytes(cls, c: dict[str, Any]) -> int:
+        """The stages; a cluster-reduced split writes its fp32 partial (rows padded by 8) over them."""
+        stages = c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2
+        return max(stages, c["BM"] * (c["BN"] + 8) * 4) if cls.cluster_split(c) else stages
+
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
         nc = cls.consumers(c)[0]
         epilogue = nc * 2 * 64 * 64 * 2 if c["EPI"] == "tma" else 0
-        return c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2 + epilogue + 1024 + 16 * c["STAGES"] + 16
+        return cls.pipe_bytes(c) + epilogue + 1024 + 16 * c["STAGES"] + 16
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         if c["BM"] == 256 and c["BN"] > 128:  # 128 x BN accumulators per thread would spill
             return False
         m, k, n = self.shape(problem)
-        if c["SPLIT_K"] > 1:
+        if self.cluster_split(c):  # one cluster per tile; its blocks store the sum directly
+            if c["SPLIT_K"] > self.CLUSTER_MAX or c["EPI"] != "direct" or c["SPLIT_K"] > -(-k // self.BK):
+                return False
+            if tiles(m, n, c["BM"], c["BN"]) * c["SPLIT_K"] > 4 * SEED_SMS:
+                return False
+        elif c["SPLIT_K"] > 1:
             partials = 1 if c["REDUCE"] == "atomic" else c["SPLIT_K"]
             if c["SPLIT_K"] > -(-k // self.BK) or partials * m * n * 4 > self.WS_LIMIT:
                 return False
@@ -89,38 +107,68 @@ class GemmSm90(Family):
         stages = [s for s in self.knobs["STAGES"] if self.valid({**base, "STAGES": s}, problem)]
         return {**base, "STAGES": max(stages) if stages else 2}
 
+    # Seed cost model, in units of one k-tile of a bm x bn tile at efficiency 1 per element (about 33 ps
+    # on an H100), calibrated on measured hgemm shapes (docs/benchmarks.md, the split-K probes): an
+    # atomic reduction moves every split's fp32 partial through L2 (~0.15 units per output element and
+    # split) after a zeroing memset (~2 us); a cluster reduction costs ~1 us, ~20 ns per block and a
+    # tile's partial per split through distributed shared memory.
+    ATOMIC_PER_ELEMENT_SPLIT = 0.15
+    ATOMIC_FIXED = 60_000
+    CLUSTER_FIXED = 25_000
+    CLUSTER_PER_BLOCK = 600
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m, k, n = self.shape(problem)
         k_tiles = -(-k // self.BK)
 
-        def cost(plan: tuple[int, int, int]) -> float:
+        def cost(plan: tuple[int, int, int, str]) -> float:
             """Waves of work units x one unit's k-tiles x tile area / efficiency, plus the reduction."""
-            bm, bn, split = plan
+            bm, bn, split, reduce = plan
             units = tiles(m, n, bm, bn) * split
             mainloop = -(-units // SEED_SMS) * -(-k_tiles // split) * bm * bn / self.LAYOUTS[(bm, bn)]
-            return mainloop + (bm * bn * (2 + split / 8) if split > 1 else 0)
+            if split == 1:
+                return mainloop
+            if reduce == "cluster":
+                return mainloop + self.CLUSTER_FIXED + self.CLUSTER_PER_BLOCK * units + bm * bn * split
+            return mainloop + self.ATOMIC_FIXED + m * n * split * self.ATOMIC_PER_ELEMENT_SPLIT
 
-        def splits(bm: int, bn: int) -> list[int]:
-            """Split K only when the tiles leave multiprocessors idle (the partials' traffic grows with
-            M x N), into at most about two units per multiprocessor, a few k-tiles each."""
+        def plans_for(bm: int, bn: int) -> list[tuple[int, int, int, str]]:
+            """Unsplit; split K atomically only when the tiles leave multiprocessors idle, into at most
+            about two units per multiprocessor of a few k-tiles each; in a cluster (64 x 64 tiles, several
+            blocks per multiprocessor: the measured wins) when the tiles fill at most a quarter of the
+            GPU, 4+ k-tiles a split, at most 128 blocks (larger tiles or more blocks measured slower:
+            128 x 256 split 4 at half speed, 128 x 64 split 4 on 256 x 1024 x 1024 at 0.43x)."""
             count = tiles(m, n, bm, bn)
-            return [s for s in self.knobs["SPLIT_K"]
-                    if s == 1 or (count < SEED_SMS and count * s <= 2 * SEED_SMS and k_tiles >= 4 * s)]
+            out = [(bm, bn, 1, "ordered")]
+            for s in self.knobs["SPLIT_K"][1:]:
+                if count < SEED_SMS and count * s <= 2 * SEED_SMS and k_tiles >= 4 * s:
+                    out.append((bm, bn, s, "atomic"))
+                if (s <= self.CLUSTER_MAX and (bm, bn) == (64, 64) and count <= SEED_SMS // 4 and count * s <= 128
+                        and k_tiles >= 4 * s):
+                    out.append((bm, bn, s, "cluster"))
+            return out
 
-        plans = sorted(((bm, bn, s) for bm, bn in self.LAYOUTS for s in splits(bm, bn)),
+        def seed(plan: tuple[int, int, int, str], epi: str | None = None) -> dict[str, Any]:
+            bm, bn, split, reduce = plan
+            epi = epi or ("direct" if reduce == "cluster" else "tma")
+            c = self.config(problem, bm, bn, split=split, epi=epi, reduce=reduce)
+            return {**c, "STAGES": 4} if reduce == "cluster" else c  # 3 blocks of 64 x 64 per SM, as measured
+
+        plans = sorted((p for bm, bn in self.LAYOUTS for p in plans_for(bm, bn)),
                        key=lambda p: (cost(p), p[2], -p[0] * p[1]))
         best = plans[0]
-        runner_up = next(p for p in plans if p[:2] != best[:2])
-        split = best[2]
-        out = [self.config(problem, *best[:2], split=split, reduce="atomic" if split > 1 else "ordered")]
-        if split > 1:  # the same tiles unsplit: split-K's fixed costs can outweigh its parallelism
-            out.append(self.config(problem, *best[:2]))
-        out.append(self.config(problem, *runner_up[:2], split=runner_up[2],
-                               reduce="atomic" if runner_up[2] > 1 else "ordered"))
-        if split > 1:
-            out.append(self.config(problem, *best[:2], split=split))  # deterministic (ordered) reduction
-        out.append(self.config(problem, *best[:2], split=split, epi="direct", reduce="atomic" if split > 1 else "ordered"))
-        return [c for c in out if self.valid(c, problem)]
+        # the other kind second: split-K's fixed costs can outweigh its parallelism, or the reverse
+        other = next((p for p in plans if (p[2] == 1) != (best[2] == 1)), None)
+        # a different tile next, not one wider than the matrix where the best is not (wasted rows)
+        fits = [p for p in plans if p[:2] != best[:2] and p != other and p[0] <= max(m, best[0]) and p[1] <= max(n, best[1])]
+        same_tile = [p for p in plans if p[:2] == best[:2] and p not in (best, other)]  # e.g. 64 x 64 only
+        runner_up = (fits or same_tile or [p for p in plans if p not in (best, other)])[0]
+        out = [seed(best)] + ([seed(other)] if other else []) + [seed(runner_up)]
+        if best[3] == "atomic":
+            out.append(seed((*best[:3], "ordered")))  # the deterministic reduction
+        out.append(seed(best, epi="tma" if best[3] == "cluster" else "direct"))  # the other epilogue
+        kept = [c for c in out if self.valid(c, problem)]
+        return [c for i, c in enumerate(kept) if c not in kept[:i]]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         return {"B_KMAJOR": False, "BIAS": False, "ACT": "none"}
@@ -132,6 +180,8 @@ class GemmSm90(Family):
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         bm, bn, split = c["BM"], c["BN"], c["SPLIT_K"]
         units = f"cdiv(M, {bm}) * cdiv(N, {bn}) * {split}"
+        # persistent blocks, except cluster-reduced splits: a block per unit, clusters of the tile's splits
+        grid = f"({units},)" if self.cluster_split(c) else f"(max(1, min({units}, SMS)),)"
         b_desc, n_binding, epilogue_args = self.b_operand(c)
         args = [f"tma_2d(in0, {self.BK}, {bm})", b_desc]
         if c["EPI"] == "tma":
@@ -142,10 +192,10 @@ class GemmSm90(Family):
         if split > 1 and c["REDUCE"] == "atomic":  # one zeroed buffer: the fp32 sum, then per-tile counters
             args.append("scratch0")
             scratch = ((f"(M * N + {counters},)", "float32", "zeros"),)
-        elif split > 1:  # every split's fp32 partial (each fully written), and zeroed per-tile counters
+        elif split > 1 and c["REDUCE"] == "ordered":  # every split's fp32 partial (each fully written), and zeroed per-tile counters
             args += ["scratch0", "scratch1"]
             scratch = ((f"({split}, M, N)", "float32", "empty"), (f"({counters},)", "int32", "zeros"))
-        return LaunchSpec(entry=self.name, grid=f"(max(1, min({units}, SMS)),)", block=f"({128 * (self.consumers(c)[0] + 1)},)",
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({128 * (self.consumers(c)[0] + 1)},)",
                           shared_mem=str(self.smem_bytes(c)), args=(*args, "M", "N", "K"),
                           outputs=(("(M, N)", "float16"),), scratch=scratch,
                           bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", n_binding),
@@ -153,7 +203,7 @@ class GemmSm90(Family):
 
     def derived(self, config: dict[str, Any]) -> dict[str, Any]:
         nc, cn = self.consumers(config)
-        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn}
+        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config)}
 
 
 LINEAR_ACTS = ("relu", "silu", "gelu")  # traced aten op = the template's ACT

@@ -75,14 +75,15 @@ class TemplateProposer:
         return family.render(cfg, problem)
 
     def _next_seed(self, families: list[Family], problem: Problem, tried: set[str]) -> tuple[Family, dict[str, Any] | None]:
-        """Seeds of every covering family: the preferred family's two best guesses, then each other
+        """Seeds of every covering family: the preferred family's three best guesses, then each other
         family's next guess followed by the preferred family's next, in rounds."""
         seeds = [fam.seeds(problem) for fam in families]
-        order = [(families[0], c) for c in seeds[0][:2]]
+        first = 3
+        order = [(families[0], c) for c in seeds[0][:first]]
         for i in range(max(len(s) for s in seeds)):
             order += [(fam, fam_seeds[i]) for fam, fam_seeds in zip(families[1:], seeds[1:]) if i < len(fam_seeds)]
-            if i + 2 < len(seeds[0]):
-                order.append((families[0], seeds[0][i + 2]))
+            if i + first < len(seeds[0]):
+                order.append((families[0], seeds[0][i + first]))
         for fam, cfg in order:
             if self._key(fam, cfg) not in tried and fam.valid(cfg, problem):
                 return fam, cfg
