@@ -6,6 +6,7 @@ sets floors for (all shapes; M*N*K <= 2^30; M*N*K >= 2^36).
     python benchmarks/hgemm_suite.py --suite hgemm-125 --generations 2 --wall-time 540
     python benchmarks/hgemm_suite.py --shard 1/2 ...; python benchmarks/hgemm_suite.py --shard 2/2 ...
     python benchmarks/hgemm_suite.py --merge     # one table and geomeans over every shard's result
+    python benchmarks/hgemm_suite.py --table     # that table as markdown (docs/benchmarks.md)
     python benchmarks/hgemm_suite.py --suite hgemm-small --problem hgemm/64_64_64 --compile-only   # smoke, no GPU
 """
 
@@ -30,9 +31,13 @@ def main() -> None:
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--shard", default=None, help="I/N: only every N-th shape starting at the I-th (one device call each)")
     ap.add_argument("--merge", action="store_true", help="combine the shard results into hgemm_suite.json")
+    ap.add_argument("--table", action="store_true", help="print hgemm_suite.json's per-shape table as markdown")
     a = ap.parse_args()
     if a.merge:
         merge()
+        return
+    if a.table:
+        print_table()
         return
     from cuforge.agent.config import RunConfig
     from cuforge.agent.templates.families import config_of
@@ -104,17 +109,49 @@ def merge() -> None:
     if len(total) != 1 or {i for i, _ in found} != set(range(1, max(total) + 1)):
         raise SystemExit(f"shard results are not one complete set I/N: {sorted(found)}; remove stale ones")
     runs = [json.loads(p.read_text()) for p in shards]
+    machines = {(r.get("gpu"), r.get("torch"), r.get("cuda")) for r in runs}
+    if len(machines) != 1:
+        raise SystemExit(f"shard results come from different machines or versions: {sorted(map(str, machines))}")
+    gpu, torch_version, cuda = machines.pop()
     table = sorted((r for run in runs for r in run["per_shape"]), key=lambda r: (r["M"], r["N"], r["K"]))
     families: dict[str, int] = {}
     for run in runs:
         for fam, count in run["best_families"].items():
             families[fam] = families.get(fam, 0) + count
-    write_result("hgemm_suite", {"suite": runs[0]["suite"], "shards": [p.name for p in shards],
+    # the machine the shards ran on, not the one merging them
+    write_result("hgemm_suite", {"gpu": gpu, "torch": torch_version, "cuda": cuda,
+                                 "suite": runs[0]["suite"], "shards": [p.name for p in shards],
                                  "evaluations": sum(r["evaluations"] for r in runs),
                                  "wall_s": round(sum(r["wall_s"] for r in runs), 1),
                                  "stop_reasons": sorted({r["stop_reason"] for r in runs}),
                                  "generations": runs[0]["generations"], "targets": hgemm_targets(table),
                                  "best_families": families, "per_shape": table})
+
+
+def describe(c: dict | None) -> str:
+    """A best config in a few words: tile, split-K and its reduction, epilogue, stages."""
+    if not c:
+        return "-"
+    if c.get("family") == "gemm_sm80":
+        return f"sm80 {c['BM']}x{c['BN']}x{c['BK']}, {c['STAGES']} st"
+    split = f" split {c['SPLIT_K']} {c['REDUCE']}" if c.get("SPLIT_K", 1) > 1 else ""
+    return f"{c['BM']}x{c['BN']}{split}, {c['EPI']}, {c['STAGES']} st"
+
+
+def print_table() -> None:
+    import json
+
+    from _common import ROOT
+
+    data = json.loads((ROOT / "benchmarks" / "results" / "hgemm_suite.json").read_text())
+    print("| M | N | K | ours us | vs cuBLAS | vs cuBLASLt | CUDA-L2 reported | best config |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in data["per_shape"]:
+        cells = [r["M"], r["N"], r["K"], f"{r['best_ms'] * 1000:.2f}", f"{r['measured_vs_cublas']:.3f}",
+                 f"{r['measured_vs_cublaslt']:.3f}",
+                 "-" if r["cuda_l2_reported_vs_cublas"] is None else f"{r['cuda_l2_reported_vs_cublas']:.3f}",
+                 describe(r["best_config"])]
+        print("| " + " | ".join(map(str, cells)) + " |")
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class GemmSm90(Family):
             bm, bn, split, reduce = plan
             units = tiles(m, n, bm, bn) * split
             mainloop = -(-units // SEED_SMS) * -(-k_tiles // split) * bm * bn / self.LAYOUTS[(bm, bn)]
+            mainloop += bm * bn  # the last unit's epilogue overlaps no loads (big tiles lose on short K)
             if split == 1:
                 return mainloop
             if reduce == "cluster":
@@ -134,17 +135,17 @@ class GemmSm90(Family):
 
         def plans_for(bm: int, bn: int) -> list[tuple[int, int, int, str]]:
             """Unsplit; split K atomically only when the tiles leave multiprocessors idle, into at most
-            about two units per multiprocessor of a few k-tiles each; in a cluster (64 x 64 tiles, several
-            blocks per multiprocessor: the measured wins) when the tiles fill at most a quarter of the
-            GPU, 4+ k-tiles a split, at most 128 blocks (larger tiles or more blocks measured slower:
-            128 x 256 split 4 at half speed, 128 x 64 split 4 on 256 x 1024 x 1024 at 0.43x)."""
+            about two units per multiprocessor of a few k-tiles each; in a cluster of 64 x 64 tiles, into
+            at most 128 blocks, when the tiles fill at most a quarter of the GPU with 4+ k-tiles a split
+            or half of it with 16+ (larger tiles, shorter splits or more blocks measured slower: 128 x 256
+            split 4 at half speed; 128 x 64 split 4 at 0.43-0.61x on 256 x 1024 x 1024 / 16384)."""
             count = tiles(m, n, bm, bn)
             out = [(bm, bn, 1, "ordered")]
             for s in self.knobs["SPLIT_K"][1:]:
                 if count < SEED_SMS and count * s <= 2 * SEED_SMS and k_tiles >= 4 * s:
                     out.append((bm, bn, s, "atomic"))
-                if (s <= self.CLUSTER_MAX and (bm, bn) == (64, 64) and count <= SEED_SMS // 4 and count * s <= 128
-                        and k_tiles >= 4 * s):
+                few = (count <= SEED_SMS // 4 and k_tiles >= 4 * s) or (count <= SEED_SMS // 2 and k_tiles >= 16 * s)
+                if s <= self.CLUSTER_MAX and (bm, bn) == (64, 64) and few and count * s <= 128:
                     out.append((bm, bn, s, "cluster"))
             return out
 
