@@ -169,7 +169,8 @@ class GemmSm90(Family):
         out = [seed(best)] + ([seed(other)] if other else []) + [seed(runner_up)]
         if best[3] == "atomic":
             out.append(seed((*best[:3], "ordered")))  # the deterministic reduction
-        out.append(seed(best, epi="tma" if best[3] == "cluster" else "direct"))  # the other epilogue
+        if best[3] != "cluster":  # a cluster split stores directly: the other epilogue
+            out.append(seed(best, epi="direct"))
         kept = [c for c in out if self.valid(c, problem)]
         return [c for i, c in enumerate(kept) if c not in kept[:i]]
 
