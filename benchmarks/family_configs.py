@@ -18,6 +18,17 @@ from pathlib import Path
 from _common import write_result
 
 
+def load_sweep(path: str) -> list | dict:
+    """A --configs file: a list of configs, or problem refs mapped to lists; bad files exit with the cause."""
+    try:
+        swept = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--configs {path}: {e}") from None
+    if not isinstance(swept, (list, dict)):
+        raise SystemExit(f"--configs {path}: expected a list of configs or an object of problem -> list")
+    return swept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="+", help="built-in problem refs, e.g. level2/matmul_softmax")
@@ -36,7 +47,7 @@ def main() -> None:
 
     baselines = tuple(a.baseline) or ("torch", "torch.compile")
     cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False)
-    swept = json.loads(Path(a.configs).read_text()) if a.configs else []
+    swept = load_sweep(a.configs) if a.configs else []
     rows = []
     with Supervisor(gpu=0) as sup:
         for ref in a.problems:
