@@ -32,7 +32,7 @@ def load_sweep(path: str) -> list | dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="+", help="built-in problem refs, e.g. level2/matmul_softmax")
-    ap.add_argument("--random", type=int, default=0, help="random valid configs beyond the seeds")
+    ap.add_argument("--random", type=int, default=0, help="random valid configs beyond the seeds and given configs")
     ap.add_argument("--config", action="append", default=[], help="an extra config (JSON) to time after the seeds")
     ap.add_argument("--configs", help="a JSON file of extra configs, timed where valid: a list (for every "
                     "problem) or an object mapping problem refs to lists")
@@ -63,8 +63,9 @@ def main() -> None:
                 configs.append(extra)
             listed = swept.get(ref, []) if isinstance(swept, dict) else swept
             configs += [c for c in listed if fam.valid(c, p) and c not in configs]
+            wanted = len(configs) + a.random
             for _ in range(200 * a.random):
-                if len(configs) >= len(fam.seeds(p)) * (not a.no_seeds) + a.random:
+                if len(configs) >= wanted:
                     break
                 c = {k: rng.choice(v) for k, v in fam.knobs.items()}
                 if fam.valid(c, p) and c not in configs:

@@ -86,16 +86,14 @@ class GemmSm90(Family):
         if c["BM"] == 256 and c["BN"] > 128:  # 128 x BN accumulators per thread would spill
             return False
         m, k, n = self.shape(problem)
-        if self.cluster_split(c):  # one cluster per tile; its blocks store the sum directly
-            if c["SPLIT_K"] > self.CLUSTER_MAX or c["EPI"] != "direct" or c["SPLIT_K"] > -(-k // self.BK):
-                return False
-            if tiles(m, n, c["BM"], c["BN"]) * c["SPLIT_K"] > 4 * SEED_SMS:
-                return False
-        elif c["SPLIT_K"] > 1:
-            partials = 1 if c["REDUCE"] == "atomic" else c["SPLIT_K"]
-            if c["SPLIT_K"] > -(-k // self.BK) or partials * m * n * 4 > self.WS_LIMIT:
-                return False
-            if tiles(m, n, c["BM"], c["BN"]) * c["SPLIT_K"] > 4 * SEED_SMS:  # the tiles already fill the GPU
+        split = c["SPLIT_K"]
+        if split > 1:
+            if split > -(-k // self.BK) or tiles(m, n, c["BM"], c["BN"]) * split > 4 * SEED_SMS:
+                return False  # more splits than k-tiles, or the tiles already fill the GPU
+            if self.cluster_split(c):  # one cluster per tile; its blocks store the sum directly
+                if split > self.CLUSTER_MAX or c["EPI"] != "direct":
+                    return False
+            elif (1 if c["REDUCE"] == "atomic" else split) * m * n * 4 > self.WS_LIMIT:  # the fp32 partials
                 return False
         elif c["REDUCE"] != "ordered":  # no reduction without split-K: one spelling per kernel
             return False
@@ -207,7 +205,8 @@ class GemmSm90(Family):
 
     def derived(self, config: dict[str, Any]) -> dict[str, Any]:
         nc, cn = self.consumers(config)
-        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config)}
+        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config),
+                "CLUSTER": self.cluster_split(config)}
 
 
 LINEAR_ACTS = ("relu", "silu", "gelu")  # traced aten op = the template's ACT
