@@ -43,7 +43,12 @@ SM90_EXTRA = [dict(BM=64, BN=64, STAGES=4, GROUP_M=1, SPLIT_K=4, REDUCE="ordered
               # split-K reduced in a cluster: 8 blocks of 64 x 64, 2 of 128 x 256 (two consumers), 4 of 64 x 256
               dict(BM=64, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct"),
               dict(BM=128, BN=256, STAGES=3, GROUP_M=1, SPLIT_K=2, REDUCE="cluster", EPI="direct"),
-              dict(BM=64, BN=256, STAGES=2, GROUP_M=8, SPLIT_K=4, REDUCE="cluster", EPI="direct")]
+              dict(BM=64, BN=256, STAGES=2, GROUP_M=8, SPLIT_K=4, REDUCE="cluster", EPI="direct"),
+              # narrow tiles: B's box of 8 (no swizzle), 16 (32-byte) or 32 (64-byte swizzle) columns
+              dict(BM=64, BN=8, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct"),
+              dict(BM=64, BN=16, STAGES=12, GROUP_M=4, SPLIT_K=2, REDUCE="atomic", EPI="direct"),
+              dict(BM=64, BN=32, STAGES=8, GROUP_M=1, SPLIT_K=4, REDUCE="cluster", EPI="direct"),
+              dict(BM=64, BN=32, STAGES=16, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct")]
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
@@ -56,6 +61,33 @@ def test_gemm_sm90_is_correct_on_awkward_shapes(sup, shape):
     p, g = hgemm_problem(*shape), GemmSm90()
     configs = g.seeds(p) + [c for c in SM90_EXTRA if g.valid(c, p)]
     for c in configs[: 3 if shape[0] * shape[1] > 2**22 else len(configs)]:
+        ev = sup.evaluate(p, g.render(c, p), CFG)
+        assert ev.status == "ok", (shape, c, ev.status, ev.message)
+
+
+# TMA multicast: clusters of CLUSTER_M x CLUSTER_N tiles, each block loading a slice of the shared k-tiles
+SM90_MULTICAST = [dict(BM=128, BN=64, STAGES=8, GROUP_M=8, CLUSTER_M=2, CLUSTER_N=1, EPI="tma"),
+                  dict(BM=64, BN=128, STAGES=6, GROUP_M=1, CLUSTER_M=1, CLUSTER_N=2, EPI="direct"),
+                  dict(BM=64, BN=64, STAGES=4, GROUP_M=16, CLUSTER_M=2, CLUSTER_N=2, EPI="tma"),
+                  dict(BM=128, BN=128, STAGES=5, GROUP_M=4, CLUSTER_M=4, CLUSTER_N=1, EPI="direct"),
+                  dict(BM=64, BN=64, STAGES=8, GROUP_M=8, CLUSTER_M=1, CLUSTER_N=4, EPI="tma"),
+                  dict(BM=64, BN=192, STAGES=4, GROUP_M=8, CLUSTER_M=2, CLUSTER_N=1, EPI="tma"),
+                  dict(BM=128, BN=256, STAGES=4, GROUP_M=8, CLUSTER_M=2, CLUSTER_N=1, EPI="tma"),
+                  dict(BM=256, BN=128, STAGES=3, GROUP_M=8, CLUSTER_M=1, CLUSTER_N=2, EPI="direct"),
+                  dict(BM=64, BN=8, STAGES=16, GROUP_M=8, CLUSTER_M=1, CLUSTER_N=4, EPI="direct"),
+                  dict(BM=64, BN=32, STAGES=12, GROUP_M=4, CLUSTER_M=2, CLUSTER_N=2, EPI="direct"),
+                  dict(BM=64, BN=16, STAGES=16, GROUP_M=1, CLUSTER_M=4, CLUSTER_N=1, EPI="direct")]
+
+
+@pytest.mark.parametrize("shape", [(130, 136, 72), (1000, 704, 336), (777, 1032, 1024), (100, 200, 4104), (4096, 4096, 4096)])
+def test_gemm_sm90_multicast_is_correct_on_awkward_shapes(sup, shape):
+    """Clusters past C's edge (777 rows in pairs of 128-row tiles: the last cluster's second tile lies
+    wholly outside, zero-filled, still loading its slice for its peer), partial tiles, K % 64 != 0."""
+    p, g = hgemm_problem(*shape), GemmSm90()
+    configs = [{**c, "SPLIT_K": 1, "REDUCE": "ordered"} for c in SM90_MULTICAST]
+    configs = [c for c in configs if g.valid(c, p)]
+    assert len(configs) >= (2 if shape[0] < 200 else 5), shape
+    for c in configs[: 2 if shape[0] * shape[1] > 2**22 else len(configs)]:
         ev = sup.evaluate(p, g.render(c, p), CFG)
         assert ev.status == "ok", (shape, c, ev.status, ev.message)
 
@@ -166,7 +198,12 @@ def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path
     extra = [dict(BM=64, BN=256, STAGES=3, GROUP_M=8, SPLIT_K=4, REDUCE="atomic", EPI="direct"),
              dict(BM=256, BN=128, STAGES=3, GROUP_M=4, SPLIT_K=2, REDUCE="ordered", EPI="tma"),
              dict(BM=64, BN=192, STAGES=4, GROUP_M=1, SPLIT_K=1, REDUCE="ordered", EPI="tma"),
-             dict(BM=128, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct")]
+             dict(BM=128, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct"),
+             dict(BM=128, BN=64, STAGES=6, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma", CLUSTER_M=2, CLUSTER_N=2),
+             dict(BM=64, BN=128, STAGES=4, GROUP_M=1, SPLIT_K=1, REDUCE="ordered", EPI="direct", CLUSTER_M=4, CLUSTER_N=1),
+             dict(BM=64, BN=16, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct"),
+             dict(BM=64, BN=32, STAGES=12, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=1),
+             dict(BM=64, BN=8, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=2)]
     for op, expr in exprs.items():
         for m, k, n in ((100, 1032, 136), (1, 64, 64), (777, 1024, 520)):
             f = tmp_path / f"linear_{op}_{m}_{k}_{n}.py"

@@ -104,6 +104,12 @@ def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
     # few 64 x 64 tiles: split in a cluster (no workspace), 4+ k-tiles a split, direct stores
     few = g.seeds(hgemm_problem(256, 256, 1024))[0]
     assert (few["BM"], few["BN"], few["SPLIT_K"], few["REDUCE"], few["EPI"]) == (64, 64, 4, "cluster", "direct")
+    # 64 tiles of 16 k-tiles: two 64 x 64 splits in a cluster are the second guess
+    assert {**g.seeds(hgemm_problem(1024, 256, 1024))[1], "STAGES": 0} == {**g.config(hgemm_problem(1024, 256, 1024), 64, 64, 2, "direct", "cluster"), "STAGES": 0}
+    # short K on few tiles: narrow 64 x 16 tiles second (4x the blocks), 16 stages, direct stores
+    narrow = g.seeds(hgemm_problem(256, 256, 256))[1]
+    assert (narrow["BM"], narrow["BN"], narrow["STAGES"], narrow["EPI"]) == (64, 16, 16, "direct")
+    assert all(c["BN"] >= 64 for c in g.seeds(hgemm_problem(64, 4096, 256)))  # 256 narrow tiles: not seeded
     assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(4096, 4096, 4096)))
     assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(64, 64, 256)))  # K too short to split
     for shape in ((64, 64, 64), (16384, 16384, 16384), (1000, 704, 336), (64, 16384, 1024)):
@@ -147,3 +153,29 @@ def test_the_first_proposals_are_seeds_even_once_one_is_correct():
     # four seeds, then mutations of the parent (one or two knobs changed; it may land on a later seed)
     changed = [k for k in GemmSm90().knobs if nxt[3][k] != seeds[0][k]]
     assert nxt[3]["family"] == "gemm_sm90" and 1 <= len(changed) <= 2 and nxt[3] not in nxt[:3]
+
+
+def test_multicast_clusters_and_narrow_tiles_are_constrained_and_launched_to_match():
+    g, p = GemmSm90(), hgemm_problem(1000, 704, 4104)
+    base = dict(BM=128, BN=64, STAGES=6, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma")
+    assert g.valid({**base, "CLUSTER_M": 2, "CLUSTER_N": 4}, p)  # 8 tiles x 11 tiles: room for 2 x 4
+    assert not g.valid({**base, "CLUSTER_M": 4, "CLUSTER_N": 4}, p)  # past the portable cluster size of 8
+    assert not g.valid({**base, "CLUSTER_M": 2, "SPLIT_K": 2, "REDUCE": "atomic"}, p)  # one tile a block, not split
+    assert not g.valid({**base, "CLUSTER_N": 2}, hgemm_problem(1000, 64, 256))  # one tile column: nothing to share
+    mc = g.render({**base, "CLUSTER_M": 2, "CLUSTER_N": 2}, p)
+    # a block per tile, clusters of 2 x 2 tiles; each block loads half of A's rows and half of B's k-rows
+    assert mc.launch.grid == "(cdiv(M, 256) * cdiv(N, 128) * 4,)"
+    assert mc.launch.args[:2] == ("tma_2d(in0, 64, 64)", "tma_2d(in1, 64, 32)")
+    assert "__cluster_dims__(CS, 1, 1)" in mc.source and "multicast::cluster" in mc.source
+    # a config stored before the cluster knobs existed renders exactly as the 1 x 1 default
+    assert g.render(base, p).source == g.render({**base, "CLUSTER_M": 1, "CLUSTER_N": 1}, p).source
+    assert "multicast::cluster" not in g.render(base, p).source and "__cluster_dims__" not in g.render(base, p).source
+    # narrow tiles: one 64-row consumer, direct stores, B's box swizzled by its row bytes (none for 16 bytes)
+    narrow = {**base, "BM": 64, "BN": 16, "EPI": "direct", "STAGES": 16}
+    assert g.valid(narrow, p) and not g.valid({**narrow, "EPI": "tma"}, p) and not g.valid({**narrow, "BM": 128}, p)
+    for bn, box in ((8, "tma_2d(in1, 8, 64, 0)"), (16, "tma_2d(in1, 16, 64, 32)"), (32, "tma_2d(in1, 32, 64, 64)")):
+        cand = g.render({**narrow, "BN": bn}, p)
+        assert cand.launch.args[1] == box and cand.launch.block == "(256,)", bn
+    tp = TemplateProposer(seed=5)  # mutating an old config fills the new knobs with their defaults
+    child = tp.mutate(base, g)
+    assert set(child) == set(g.knobs) and sum(child[k] != {**base, **g.DEFAULTS}[k] for k in g.knobs) in (1, 2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 
@@ -50,8 +50,16 @@ class Family:
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
         raise NotImplementedError
 
+    # Values of knobs added after configs were stored (in a results database, a sweep file): a config
+    # without one means what it meant before the knob existed.
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
+
+    def complete(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config's knobs, the later-added ones at their defaults where it lacks them."""
+        return {k: config[k] if k in config else self.DEFAULTS[k] for k in self.knobs}
+
     def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
-        cfg = {k: config[k] for k in self.knobs}
+        cfg = self.complete(config)
         source = _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
                                                                  **self.derived(cfg))
         header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"

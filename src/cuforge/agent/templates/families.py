@@ -30,8 +30,9 @@ class GemmSm90(Family):
     memory, a producer warpgroup and one or two consumer warpgroups over an mbarrier ring, a
     persistent grid walking work units in grouped order, optional split-K (fp32 partials in a
     workspace, summed in split order by the tile's last split, added atomically into one sum, or -
-    "cluster" - summed through distributed shared memory by the 2-8 blocks of one cluster) and a
-    TMA-store or direct epilogue."""
+    "cluster" - summed through distributed shared memory by the 2-8 blocks of one cluster), TMA
+    multicast (CLUSTER_M x CLUSTER_N tiles in a cluster: each A k-tile read from L2 once per cluster
+    row, each B k-tile once per cluster column) and a TMA-store or direct epilogue."""
 
     BK = 64
     WS_LIMIT = 256 << 20  # split-K workspace bytes
@@ -42,9 +43,13 @@ class GemmSm90(Family):
     template = "gemm_sm90"
 
     def __init__(self, name: str = "gemm_sm90") -> None:
-        super().__init__(name, {"BM": (64, 128, 256), "BN": (64, 128, 192, 256), "STAGES": (2, 3, 4, 5, 6, 7, 8),
+        super().__init__(name, {"BM": (64, 128, 256), "BN": (8, 16, 32, 64, 128, 192, 256),
+                                "STAGES": (2, 3, 4, 5, 6, 7, 8, 12, 16),
                                 "GROUP_M": (1, 4, 8, 16), "SPLIT_K": (1, 2, 4, 8, 16, 32, 64),
-                                "REDUCE": ("ordered", "atomic", "cluster"), "EPI": ("tma", "direct")})
+                                "REDUCE": ("ordered", "atomic", "cluster"), "EPI": ("tma", "direct"),
+                                "CLUSTER_M": (1, 2, 4), "CLUSTER_N": (1, 2, 4)})
+
+    DEFAULTS = {"CLUSTER_M": 1, "CLUSTER_N": 1}  # configs from before multicast
 
     def supports(self, problem: Problem) -> str | None:
         return plain_hgemm(problem)
@@ -70,6 +75,11 @@ class GemmSm90(Family):
     def cluster_split(c: dict[str, Any]) -> bool:
         return c["SPLIT_K"] > 1 and c["REDUCE"] == "cluster"
 
+    @staticmethod
+    def multicast(c: dict[str, Any]) -> tuple[int, int]:
+        """(cluster rows, cluster columns) of tiles sharing loads; (1, 1): no multicast."""
+        return c.get("CLUSTER_M", 1), c.get("CLUSTER_N", 1)
+
     @classmethod
     def pipe_bytes(cls, c: dict[str, Any]) -> int:
         """The stages; a cluster-reduced split writes its fp32 partial (rows padded by 8) over them."""
@@ -82,11 +92,19 @@ class GemmSm90(Family):
         epilogue = nc * 2 * 64 * 64 * 2 if c["EPI"] == "tma" else 0
         return cls.pipe_bytes(c) + epilogue + 1024 + 16 * c["STAGES"] + 16
 
+    NARROW = (8, 16, 32)  # BN below 64: one 64-row consumer, B's k-tile in one TMA box, direct stores
+
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         if c["BM"] == 256 and c["BN"] > 128:  # 128 x BN accumulators per thread would spill
             return False
+        if c["BN"] in self.NARROW and (c["BM"] != 64 or c["EPI"] != "direct"):  # the TMA store moves 64 x 64 chunks
+            return False
         m, k, n = self.shape(problem)
         split = c["SPLIT_K"]
+        cm, cn = self.multicast(c)
+        if cm * cn > 1:  # a cluster of tiles, each block one tile (not split), none of them wholly outside C
+            if cm * cn > self.CLUSTER_MAX or split > 1 or -(-m // c["BM"]) < cm or -(-n // c["BN"]) < cn:
+                return False
         if split > 1:
             if split > -(-k // self.BK) or tiles(m, n, c["BM"], c["BN"]) * split > 4 * SEED_SMS:
                 return False  # more splits than k-tiles, or the tiles already fill the GPU
@@ -100,19 +118,24 @@ class GemmSm90(Family):
         return self.smem_bytes(c) <= SMEM_LIMIT
 
     def config(self, problem: Problem, bm: int, bn: int, split: int = 1, epi: str = "tma",
-               reduce: str = "ordered") -> dict[str, Any]:
-        base = {"BM": bm, "BN": bn, "GROUP_M": 8, "SPLIT_K": split, "REDUCE": reduce, "EPI": epi}
-        stages = [s for s in self.knobs["STAGES"] if self.valid({**base, "STAGES": s}, problem)]
+               reduce: str = "ordered", cluster: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+        base = {"BM": bm, "BN": bn, "GROUP_M": 8, "SPLIT_K": split, "REDUCE": reduce, "EPI": epi,
+                "CLUSTER_M": cluster[0], "CLUSTER_N": cluster[1]}
+        # as many stages as fit; past 8 only for narrow tiles (wider ones measured no better at 8 than at
+        # 6-7, and keep the second block per SM that fewer stages leave room for)
+        deepest = 16 if bn in self.NARROW else 8
+        stages = [s for s in self.knobs["STAGES"] if s <= deepest and self.valid({**base, "STAGES": s}, problem)]
         return {**base, "STAGES": max(stages) if stages else 2}
 
     # Seed cost model, in units of one k-tile of a bm x bn tile at efficiency 1 per element (about 33 ps
     # on an H100), calibrated on measured hgemm shapes (docs/benchmarks.md, the split-K probes): an
     # atomic reduction moves every split's fp32 partial through L2 (~0.15 units per output element and
-    # split) after a zeroing memset (~2 us); a cluster reduction costs ~1 us, ~20 ns per block and a
-    # tile's partial per split through distributed shared memory.
+    # split) after a zeroing memset (~2 us); a cluster reduction costs ~0.4 us (~0.8 us while its second
+    # barrier was a cluster-scope release too), ~20 ns per block and a tile's partial per split through
+    # distributed shared memory.
     ATOMIC_PER_ELEMENT_SPLIT = 0.15
     ATOMIC_FIXED = 60_000
-    CLUSTER_FIXED = 25_000
+    CLUSTER_FIXED = 12_000
     CLUSTER_PER_BLOCK = 600
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
@@ -135,14 +158,15 @@ class GemmSm90(Family):
             """Unsplit; split K atomically only when the tiles leave multiprocessors idle, into at most
             about two units per multiprocessor of a few k-tiles each; in a cluster of 64 x 64 tiles, into
             at most 128 blocks, when the tiles fill at most a quarter of the GPU with 4+ k-tiles a split
-            or half of it with 16+ (larger tiles, shorter splits or more blocks measured slower: 128 x 256
-            split 4 at half speed; 128 x 64 split 4 at 0.43-0.61x on 256 x 1024 x 1024 / 16384)."""
+            or half of it with 8+ (larger tiles, shorter splits or more blocks measured slower: 128 x 256
+            split 4 at half speed; 128 x 64 split 4 at 0.43-0.61x on 256 x 1024 x 1024 / 16384; 64 x 64
+            in 2 splits of 8 k-tiles 0.95x vs 0.86-0.89x unsplit on 1024 x 256 x 1024)."""
             count = tiles(m, n, bm, bn)
             out = [(bm, bn, 1, "ordered")]
             for s in self.knobs["SPLIT_K"][1:]:
                 if count < SEED_SMS and count * s <= 2 * SEED_SMS and k_tiles >= 4 * s:
                     out.append((bm, bn, s, "atomic"))
-                few = (count <= SEED_SMS // 4 and k_tiles >= 4 * s) or (count <= SEED_SMS // 2 and k_tiles >= 16 * s)
+                few = (count <= SEED_SMS // 4 and k_tiles >= 4 * s) or (count <= SEED_SMS // 2 and k_tiles >= 8 * s)
                 if s <= self.CLUSTER_MAX and (bm, bn) == (64, 64) and few and count * s <= 128:
                     out.append((bm, bn, s, "cluster"))
             return out
@@ -165,6 +189,11 @@ class GemmSm90(Family):
         same_tile = [p for p in plans if p[:2] == best[:2] and p not in (best, other)]  # e.g. 64 x 64 only
         runner_up = (fits or same_tile or [p for p in plans if p not in (best, other)])[0]
         out = [seed(best)] + ([seed(other)] if other else []) + [seed(runner_up)]
+        if k_tiles <= 8 and tiles(m, n, 64, 16) <= SEED_SMS and best[2] == 1:
+            # short K on few tiles: 64 x 16 tiles (4x the blocks of 64 x 64), 16 stages, second (measured
+            # 0.95-0.97x vs 0.92-0.94x for 64 x 64 on 64-256 rows/columns at K = 256; cuBLAS picks such
+            # narrow tiles there too)
+            out.insert(1, self.config(problem, 64, 16, epi="direct"))
         if best[3] == "atomic":
             out.append(seed((*best[:3], "ordered")))  # the deterministic reduction
         if best[3] != "cluster":  # a cluster split stores directly: the other epilogue
@@ -176,16 +205,25 @@ class GemmSm90(Family):
         return {"B_KMAJOR": False, "BIAS": False, "ACT": "none"}
 
     def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
-        """(B's TMA descriptor, N's binding, extra kernel arguments after C)."""
-        return f"tma_2d(in1, 64, {self.BK})", "in1.shape[1]", ()
+        """(B's TMA descriptor, N's binding, extra kernel arguments after C). With multicast a block
+        loads 1 / CLUSTER_M of each 64 x 64 chunk of B's k-tile (its k-rows)."""
+        rows = self.BK // self.multicast(c)[0]
+        if c["BN"] in self.NARROW:  # one box of BN columns, swizzled by its row bytes
+            return f"tma_2d(in1, {c['BN']}, {rows}, {self.b_swizzle(c)})", "in1.shape[1]", ()
+        return f"tma_2d(in1, 64, {rows})", "in1.shape[1]", ()
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         bm, bn, split = c["BM"], c["BN"], c["SPLIT_K"]
+        cm, cn = self.multicast(c)
         units = f"cdiv(M, {bm}) * cdiv(N, {bn}) * {split}"
-        # persistent blocks, except cluster-reduced splits: a block per unit, clusters of the tile's splits
-        grid = f"({units},)" if self.cluster_split(c) else f"(max(1, min({units}, SMS)),)"
+        # persistent blocks, except clusters: a block per unit (a cluster-reduced split) or per tile
+        # (multicast: a cluster per CLUSTER_M x CLUSTER_N tiles)
+        if cm * cn > 1:
+            grid = f"(cdiv(M, {bm * cm}) * cdiv(N, {bn * cn}) * {cm * cn},)"
+        else:
+            grid = f"({units},)" if self.cluster_split(c) else f"(max(1, min({units}, SMS)),)"
         b_desc, n_binding, epilogue_args = self.b_operand(c)
-        args = [f"tma_2d(in0, {self.BK}, {bm})", b_desc]
+        args = [f"tma_2d(in0, {self.BK}, {bm // cn})", b_desc]  # multicast: 1 / CLUSTER_N of A's rows a block
         if c["EPI"] == "tma":
             args.append("tma_2d(out0, 64, 64)")
         args += ["out0", *epilogue_args]
@@ -205,8 +243,17 @@ class GemmSm90(Family):
 
     def derived(self, config: dict[str, Any]) -> dict[str, Any]:
         nc, cn = self.consumers(config)
+        cluster_m, cluster_n = self.multicast(config)
+        bch = min(config["BN"], 64)  # columns of one TMA box of B (N-major): 128-byte rows at most
         return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config),
-                "CLUSTER": self.cluster_split(config)}
+                "CLUSTER": self.cluster_split(config), "MCAST": cluster_m * cluster_n > 1,
+                "BCH": bch, "B_SWIZZLE": self.b_swizzle(config)}
+
+    @staticmethod
+    def b_swizzle(c: dict[str, Any]) -> int:
+        """Shared-memory swizzle of B's N-major box: its row bytes (64 columns: 128), none for 16-byte rows."""
+        row = min(c["BN"], 64) * 2
+        return row if row >= 32 else 0
 
 
 LINEAR_ACTS = ("relu", "silu", "gelu")  # traced aten op = the template's ACT
@@ -242,7 +289,8 @@ class LinearSm90(GemmSm90):
         return {"B_KMAJOR": True, "BIAS": True, "ACT": act}
 
     def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
-        return f"tma_2d(param0, {self.BK}, {c['BN']})", "param0.shape[0]", ("param1",)
+        # multicast: a block loads 1 / CLUSTER_M of the BN rows of W
+        return f"tma_2d(param0, {self.BK}, {c['BN'] // self.multicast(c)[0]})", "param0.shape[0]", ("param1",)
 
     @staticmethod
     def shape(problem: Problem) -> tuple[int, int, int]:

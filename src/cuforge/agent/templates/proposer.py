@@ -66,7 +66,7 @@ class TemplateProposer:
 
     @staticmethod
     def _key(family: Family, cfg: dict[str, Any]) -> str:
-        return family.name + repr(sorted((k, cfg[k]) for k in family.knobs))
+        return family.name + repr(sorted(family.complete(cfg).items()))
 
     def _take(self, family: Family, cfg: dict[str, Any], problem: Problem, tried: set[str]) -> Candidate:
         tried.add(self._key(family, cfg))
@@ -100,7 +100,7 @@ class TemplateProposer:
         return {k: self.rng.choice(v) for k, v in family.knobs.items()}
 
     def mutate(self, cfg: dict[str, Any], family: Family) -> dict[str, Any]:
-        out = {k: cfg[k] for k in family.knobs}
+        out = family.complete(cfg)
         for knob in self.rng.sample(list(family.knobs), k=self.rng.choice((1, 1, 2))):
             values = family.knobs[knob]
             i = values.index(out[knob]) if out[knob] in values else 0
@@ -109,4 +109,5 @@ class TemplateProposer:
         return out
 
     def crossover(self, a: dict[str, Any], b: dict[str, Any], family: Family) -> dict[str, Any]:
+        a, b = family.complete(a), family.complete(b)
         return {k: (a if self.rng.random() < 0.5 else b)[k] for k in family.knobs}
