@@ -75,10 +75,10 @@ class GemmSm90(Family):
     def cluster_split(c: dict[str, Any]) -> bool:
         return c["SPLIT_K"] > 1 and c["REDUCE"] == "cluster"
 
-    @staticmethod
-    def multicast(c: dict[str, Any]) -> tuple[int, int]:
+    @classmethod
+    def multicast(cls, c: dict[str, Any]) -> tuple[int, int]:
         """(cluster rows, cluster columns) of tiles sharing loads; (1, 1): no multicast."""
-        return c.get("CLUSTER_M", 1), c.get("CLUSTER_N", 1)
+        return c.get("CLUSTER_M", cls.DEFAULTS["CLUSTER_M"]), c.get("CLUSTER_N", cls.DEFAULTS["CLUSTER_N"])
 
     @classmethod
     def pipe_bytes(cls, c: dict[str, Any]) -> int:
@@ -244,15 +244,19 @@ class GemmSm90(Family):
     def derived(self, config: dict[str, Any]) -> dict[str, Any]:
         nc, cn = self.consumers(config)
         cluster_m, cluster_n = self.multicast(config)
-        bch = min(config["BN"], 64)  # columns of one TMA box of B (N-major): 128-byte rows at most
         return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config),
                 "CLUSTER": self.cluster_split(config), "MCAST": cluster_m * cluster_n > 1,
-                "BCH": bch, "B_SWIZZLE": self.b_swizzle(config)}
+                "BCH": self.b_box_columns(config), "B_SWIZZLE": self.b_swizzle(config)}
 
     @staticmethod
-    def b_swizzle(c: dict[str, Any]) -> int:
+    def b_box_columns(c: dict[str, Any]) -> int:
+        """Columns of one TMA box of B (N-major): 128-byte rows at most."""
+        return min(c["BN"], 64)
+
+    @classmethod
+    def b_swizzle(cls, c: dict[str, Any]) -> int:
         """Shared-memory swizzle of B's N-major box: its row bytes (64 columns: 128), none for 16-byte rows."""
-        row = min(c["BN"], 64) * 2
+        row = cls.b_box_columns(c) * 2
         return row if row >= 32 else 0
 
 
