@@ -81,3 +81,59 @@ def test_exported_cmake_library_builds_passes_ctest_and_matches_torch(searched, 
         assert rc == 0, (m, n, k, rc)
         want = (a.double() @ b.double())
         torch.testing.assert_close(c.double(), want, atol=1e-2, rtol=1e-2, msg=lambda s: f"{(m, n, k)} tuned={((m, k), (k, n)) in tuned}: {s}")
+
+
+CLUSTER16 = r"""
+extern "C" __global__ void __cluster_dims__(16, 1, 1) cluster16(int* out) {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    if (threadIdx.x == 0) out[blockIdx.x] = (int)rank;
+}
+"""
+
+
+def test_exported_launchers_allow_clusters_past_the_portable_size(tmp_path):
+    """A kernel compiled for 16-block clusters (cluster split-K of 16) launches from both exports: the
+    torch package's driver loader and the C library's launcher allow non-portable cluster sizes for it."""
+    from cuforge.export.cmake_lib import kernel_unit
+    from cuforge.export.torch_runtime._loader import _Driver
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    cubin = tmp_path / "c16.cubin"
+    r = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-o", str(cubin), "-x", "cu", "-"], input=CLUSTER16,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    torch.cuda.init()
+    drv = _Driver()
+    drv.make_current(drv.primary_context(0))
+    code, module = drv.load(cubin.read_bytes())
+    assert code == 0
+    fn = drv.function(module, "cluster16", 0)
+    allowed = ctypes.c_int()
+    assert drv.lib.cuFuncGetAttribute(ctypes.byref(allowed), 14, fn) == 0 and allowed.value == 1
+    out = torch.full((32,), -1, dtype=torch.int32, device="cuda")
+    holder = ctypes.c_uint64(out.data_ptr())
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(holder))
+    drv.launch(fn, (32, 1, 1), (32, 1, 1), 0, torch.cuda.current_stream().cuda_stream, params)
+    torch.cuda.synchronize()
+    assert out.tolist() == list(range(16)) * 2
+    # the C library: the kernel unit with cuforge's launcher appended, built as a shared library
+    src = tmp_path / "unit.cu"
+    src.write_text("#include <cuda_runtime.h>\n" + kernel_unit("cluster16", CLUSTER16))
+    so = tmp_path / "libunit.so"
+    r = subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(so), str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lib = ctypes.CDLL(str(so))
+    out.fill_(-1)
+    torch.cuda.synchronize()
+
+    class Dim3(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+    lib.cluster16_launch.argtypes = [Dim3, Dim3, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    pointer = ctypes.c_void_p(out.data_ptr())
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(pointer))
+    assert lib.cluster16_launch(Dim3(32, 1, 1), Dim3(32, 1, 1), 0, None, args) == 0
+    torch.cuda.synchronize()
+    assert out.tolist() == list(range(16)) * 2

@@ -48,11 +48,14 @@ SM90_EXTRA = [dict(BM=64, BN=64, STAGES=4, GROUP_M=1, SPLIT_K=4, REDUCE="ordered
               dict(BM=64, BN=8, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct"),
               dict(BM=64, BN=16, STAGES=12, GROUP_M=4, SPLIT_K=2, REDUCE="atomic", EPI="direct"),
               dict(BM=64, BN=32, STAGES=8, GROUP_M=1, SPLIT_K=4, REDUCE="cluster", EPI="direct"),
-              dict(BM=64, BN=32, STAGES=16, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct")]
+              dict(BM=64, BN=32, STAGES=16, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct"),
+              # 16 splits in one cluster: past the portable size (the launch allows non-portable clusters)
+              dict(BM=64, BN=16, STAGES=6, GROUP_M=8, SPLIT_K=16, REDUCE="cluster", EPI="direct"),
+              dict(BM=64, BN=64, STAGES=8, GROUP_M=1, SPLIT_K=16, REDUCE="cluster", EPI="direct")]
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
-                                   (200, 136, 8), (64, 64, 16384), (100, 200, 4104), (4096, 4096, 4096)])
+                                   (200, 136, 8), (64, 64, 16384), (100, 200, 4104), (1, 72, 2056), (4096, 4096, 4096)])
 def test_gemm_sm90_is_correct_on_awkward_shapes(sup, shape):
     """TMA zero-fills partial tiles (M, N, K not multiples of the tile; a box wider than the matrix)
     and clips stores; every layout, split-K with uneven k ranges (all three reductions), both
@@ -203,7 +206,8 @@ def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path
              dict(BM=64, BN=128, STAGES=4, GROUP_M=1, SPLIT_K=1, REDUCE="ordered", EPI="direct", CLUSTER_M=4, CLUSTER_N=1),
              dict(BM=64, BN=16, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct"),
              dict(BM=64, BN=32, STAGES=12, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=1),
-             dict(BM=64, BN=8, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=2)]
+             dict(BM=64, BN=8, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=2),
+             dict(BM=64, BN=32, STAGES=6, GROUP_M=8, SPLIT_K=16, REDUCE="cluster", EPI="direct")]
     for op, expr in exprs.items():
         for m, k, n in ((100, 1032, 136), (1, 64, 64), (777, 1024, 520)):
             f = tmp_path / f"linear_{op}_{m}_{k}_{n}.py"

@@ -89,10 +89,19 @@ def test_smoke_configs_compile_with_nvrtc(problem_ref):
 def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
     g = GemmSm90()
     seeds = g.seeds(hgemm_problem(64, 64, 16384))
-    first = seeds[0]
+    # one 64 x 64 tile, 256 k-tiles: 64 x 16 tiles split 16 ways in one (non-portable) cluster fill 64
+    # blocks; then 64 x 64 split about sqrt(256) ways; then the atomic split of the cost model
+    assert [(c["BM"], c["BN"], c["SPLIT_K"], c["REDUCE"], c["EPI"]) for c in seeds[:2]] == [
+        (64, 16, 16, "cluster", "direct"), (64, 64, 16, "cluster", "direct")]
+    first = seeds[2]
     assert first["SPLIT_K"] == 64 and (first["BM"], first["BN"]) == (64, 64) and first["REDUCE"] == "atomic"
-    assert {**first, "SPLIT_K": 1, "REDUCE": "ordered"} == seeds[1]  # the same tiles unsplit come next
+    assert {**first, "SPLIT_K": 1, "REDUCE": "ordered"} == seeds[3]  # the same tiles unsplit come next
     assert {**first, "REDUCE": "ordered"} in seeds  # and the deterministic reduction
+    # "fill 64": the widest tile whose split (nearest sqrt(k-tiles)) makes 64 blocks: 64 x 32 in 8 splits
+    assert [g.seeds(hgemm_problem(64, 256, 4096))[0][k] for k in ("BN", "SPLIT_K", "REDUCE")] == [32, 8, "cluster"]
+    # ... unless that leaves a block 64 k-tiles: 64 x 64 split 8 (128 blocks) goes first
+    assert [[c[k] for k in ("BN", "SPLIT_K")] for c in g.seeds(hgemm_problem(64, 1024, 16384))[:2]] == [[64, 8], [64, 4]]
+    assert g.valid(seeds[0], hgemm_problem(64, 64, 16384)) and not g.valid({**seeds[0], "SPLIT_K": 32}, hgemm_problem(64, 64, 16384))
     # 16384 x 4096 in 128 x 256 tiles already fills the GPU: no split seeds, split configs pruned
     big = hgemm_problem(16384, 4096, 1024)
     assert all(c["SPLIT_K"] == 1 for c in g.seeds(big))
@@ -119,10 +128,10 @@ def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
 
 def test_split_k_launch_allocates_zeroed_scratch_inside_the_call():
     g, p = GemmSm90(), hgemm_problem(64, 64, 16384)
-    cand = g.render(g.seeds(p)[0], p)
+    cand = g.render(g.config(p, 64, 64, split=64, reduce="atomic"), p)
     # atomic: one zeroed buffer (one memset per call) holds the fp32 sum and the per-tile counters
     assert cand.launch.scratch == (("(M * N + cdiv(M, 64) * cdiv(N, 64),)", "float32", "zeros"),)
-    ordered = g.render(g.seeds(p)[3], p)  # every split writes its own partial: only the counters are zeroed
+    ordered = g.render(g.config(p, 64, 64, split=64), p)  # every split writes its own partial: only the counters are zeroed
     assert ordered.launch.scratch == (("(64, M, N)", "float32", "empty"), ("(cdiv(M, 64) * cdiv(N, 64),)", "int32", "zeros"))
     assert "scratch0" in cand.launch.args and "getattr(torch, init)" in cand.module_source()
     plain = g.render(g.seeds(hgemm_problem(4096, 4096, 4096))[0], hgemm_problem(4096, 4096, 4096))

@@ -369,6 +369,7 @@ class CudaKernel:
         self.name = name
         self.params = params
         self._max_dynamic_shared = 48 * 1024
+        self._cluster_checked = False
         self._function: int | None = None  # CUfunction for driver launches, resolved once
         attrs = kernel.attributes
         self.record = LAUNCHED.setdefault(name, KernelRecord(name))
@@ -377,21 +378,46 @@ class CudaKernel:
         self.record.local_bytes = attrs.local_size_bytes
         self.record.max_threads_per_block = attrs.max_threads_per_block
 
-    def _allow_dynamic_shared(self, nbytes: int) -> None:
+    def _attribute(self, attr: Any, value: int | None = None) -> int:
+        """Reads (value None) or sets one of the kernel's function attributes on the current device."""
         from cuda.bindings import driver
 
-        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         handle = self._kernel.handle
         if type(handle).__name__ == "CUkernel":
             import torch
 
             err, dev = driver.cuDeviceGet(torch.cuda.current_device())
-            (err,) = driver.cuKernelSetAttribute(attr, nbytes, handle, dev)
+            if value is None:
+                err, got = driver.cuKernelGetAttribute(attr, handle, dev)
+            else:
+                (err,), got = driver.cuKernelSetAttribute(attr, value, handle, dev), value
+        elif value is None:
+            err, got = driver.cuFuncGetAttribute(attr, handle)
         else:
-            (err,) = driver.cuFuncSetAttribute(handle, attr, nbytes)
+            (err,), got = driver.cuFuncSetAttribute(handle, attr, value), value
         if int(err) != 0:
-            raise LaunchError(f"{self.name}: cannot allow {nbytes} bytes of dynamic shared memory ({err})")
+            raise LaunchError(f"{self.name}: cannot {'read' if value is None else 'set'} {attr.name} ({err})")
+        return int(got)
+
+    def _allow_dynamic_shared(self, nbytes: int) -> None:
+        from cuda.bindings import driver
+
+        self._attribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
         self._max_dynamic_shared = nbytes
+
+    def _allow_compiled_cluster(self) -> None:
+        """A kernel compiled with __cluster_dims__ over 8 blocks (Hopper schedules up to 16) launches only
+        once non-portable cluster sizes are allowed for it."""
+        from cuda.bindings import driver
+
+        a = driver.CUfunction_attribute
+        size = 1
+        for dim in (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+                    a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH):
+            size *= max(1, self._attribute(dim))
+        if size > 8:
+            self._attribute(a.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        self._cluster_checked = True
 
     def __call__(self, grid: Any, block: Any, *args: Any, shared_mem: int = 0, cluster: Any = None) -> None:
         from cuda.core import LaunchConfig, launch
@@ -402,6 +428,8 @@ class CudaKernel:
             args = tuple(convert_arg(p, a) for p, a in zip(self.params, args))
         if shared_mem > self._max_dynamic_shared:
             self._allow_dynamic_shared(shared_mem)
+        if not self._cluster_checked:
+            self._allow_compiled_cluster()
         grid_t = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
         block_t = tuple(block) if isinstance(block, (tuple, list)) else (int(block),)
         if any(isinstance(a, TensorMap) for a in args):

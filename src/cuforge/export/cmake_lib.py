@@ -180,6 +180,15 @@ extern "C" cudaError_t {symbol}_launch(dim3 grid, dim3 block, size_t smem, cudaS
         cudaError_t e = cudaFuncSetAttribute((const void*){symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }}
+    /* A kernel compiled for clusters of more than 8 blocks launches only with non-portable sizes allowed. */
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, (const void*){symbol});
+    if (e != cudaSuccess) return e;
+    if (attr.requiredClusterWidth * (attr.requiredClusterHeight > 0 ? attr.requiredClusterHeight : 1) *
+            (attr.requiredClusterDepth > 0 ? attr.requiredClusterDepth : 1) > 8) {{
+        e = cudaFuncSetAttribute((const void*){symbol}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e != cudaSuccess) return e;
+    }}
     return cudaLaunchKernel((const void*){symbol}, grid, block, args, smem, stream);
 }}
 '''

@@ -4,6 +4,7 @@ configs before compiling, per-shape seed configs, and rendering a config into a 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from cuforge.agent.templates.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, tiles  # noqa: F401
@@ -30,7 +31,7 @@ class GemmSm90(Family):
     memory, a producer warpgroup and one or two consumer warpgroups over an mbarrier ring, a
     persistent grid walking work units in grouped order, optional split-K (fp32 partials in a
     workspace, summed in split order by the tile's last split, added atomically into one sum, or -
-    "cluster" - summed through distributed shared memory by the 2-8 blocks of one cluster), TMA
+    "cluster" - summed through distributed shared memory by the 2-16 blocks of one cluster), TMA
     multicast (CLUSTER_M x CLUSTER_N tiles in a cluster: each A k-tile read from L2 once per cluster
     row, each B k-tile once per cluster column) and a TMA-store or direct epilogue."""
 
@@ -69,7 +70,8 @@ class GemmSm90(Family):
             return (2, 2) if c["BN"] in (128, 256) else (1, 1)
         return 2, 1
 
-    CLUSTER_MAX = 8  # the portable cluster size: splits reduced in a cluster
+    CLUSTER_MAX = 8  # the portable cluster size: tiles sharing loads by multicast
+    SPLIT_CLUSTER_MAX = 16  # splits reduced in one cluster: Hopper's non-portable maximum (the launch allows it)
 
     @staticmethod
     def cluster_split(c: dict[str, Any]) -> bool:
@@ -109,7 +111,7 @@ class GemmSm90(Family):
             if split > -(-k // self.BK) or tiles(m, n, c["BM"], c["BN"]) * split > 4 * SEED_SMS:
                 return False  # more splits than k-tiles, or the tiles already fill the GPU
             if self.cluster_split(c):  # one cluster per tile; its blocks store the sum directly
-                if split > self.CLUSTER_MAX or c["EPI"] != "direct":
+                if split > self.SPLIT_CLUSTER_MAX or c["EPI"] != "direct":
                     return False
             elif (1 if c["REDUCE"] == "atomic" else split) * m * n * 4 > self.WS_LIMIT:  # the fp32 partials
                 return False
@@ -198,8 +200,35 @@ class GemmSm90(Family):
             out.append(seed((*best[:3], "ordered")))  # the deterministic reduction
         if best[3] != "cluster":  # a cluster split stores directly: the other epilogue
             out.append(seed(best, epi="direct"))
+        out = self.narrow_splits(problem) + out
         kept = [c for c in out if self.valid(c, problem)]
         return [c for i, c in enumerate(kept) if c not in kept[:i]]
+
+    def narrow_splits(self, problem: Problem) -> list[dict[str, Any]]:
+        """Cluster splits of 64 x 16 / 32 / 64 tiles where a 64 x 64 grid has at most 16 tiles and K at
+        least 16 k-tiles (measured 1.07-1.63x vs cuBLAS there, up to 35% faster than the 64 x 64 splits:
+        docs/benchmarks.md, session 8's probes). Two rules, each the measured best on most of 28 probed
+        shapes: "fill 64" - as many blocks as fit in 64 (about half the GPU), the split nearest sqrt(k-tiles)
+        among those, then the widest tile; "sqrt" - 64 x 64 tiles split about sqrt(k-tiles) ways, halved
+        until at most 128 blocks. "fill 64" goes first unless it leaves a block more than 32 k-tiles (a
+        long serial chain per block: 256 x 256 x 16384 ran 13.4 us split 8, ~20 us split 4)."""
+        m, k, n = self.shape(problem)
+        k_tiles = -(-k // self.BK)
+        if k_tiles < 16 or tiles(m, n, 64, 64) > 16:
+            return []
+        splits = [s for s in self.knobs["SPLIT_K"][1:] if s <= self.SPLIT_CLUSTER_MAX and k_tiles >= 2 * s]
+        root = k_tiles ** 0.5
+        plans = [(bn, s) for bn in (16, 32, 64) for s in splits if tiles(m, n, 64, bn) * s <= 64]
+        fill = max(plans, key=lambda p: (tiles(m, n, 64, p[0]) * p[1], -abs(math.log2(p[1] / root)), p[0]), default=None)
+        sqrt_split = max((s for s in splits if s <= root), default=splits[0] if splits else None)
+        while sqrt_split and sqrt_split > 2 and tiles(m, n, 64, 64) * sqrt_split > 128:
+            sqrt_split //= 2
+        ordered = [fill, (64, sqrt_split) if sqrt_split else None]
+        if fill and k_tiles / fill[1] > 32:
+            ordered.reverse()
+        configs = [{**self.config(problem, 64, p[0], split=p[1], epi="direct", reduce="cluster"), "STAGES": 6}
+                   for p in ordered if p]
+        return [c for c in configs if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         return {"B_KMAJOR": False, "BIAS": False, "ACT": "none"}

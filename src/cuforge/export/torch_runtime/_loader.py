@@ -20,6 +20,8 @@ from pathlib import Path
 
 _NO_IMAGE = {200, 209, 218, 222}  # INVALID_IMAGE, NO_BINARY_FOR_GPU, INVALID_PTX, UNSUPPORTED_PTX_VERSION
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_CLUSTER_DIMS = (11, 12, 13)  # CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{WIDTH,HEIGHT,DEPTH}
+_NON_PORTABLE_CLUSTER = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{MAJOR,MINOR}
 
 SCALAR_TYPES = {
@@ -91,6 +93,14 @@ class _Driver:
         if shared_mem > 48 * 1024:
             self.check(self.lib.cuFuncSetAttribute(fn, _MAX_DYNAMIC_SHARED, ctypes.c_int(shared_mem)),
                        f"{name}: {shared_mem} bytes of shared memory")
+        # compiled for clusters of more than 8 blocks: launches only with non-portable sizes allowed
+        size = 1
+        for attr in _CLUSTER_DIMS:
+            dim = ctypes.c_int()
+            self.check(self.lib.cuFuncGetAttribute(ctypes.byref(dim), attr, fn), f"{name}: cluster dimensions")
+            size *= max(1, dim.value)
+        if size > 8:
+            self.check(self.lib.cuFuncSetAttribute(fn, _NON_PORTABLE_CLUSTER, ctypes.c_int(1)), f"{name}: a {size}-block cluster")
         return fn
 
     def launch(self, fn: ctypes.c_void_p, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
