@@ -115,9 +115,11 @@ def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
     assert (few["BM"], few["BN"], few["SPLIT_K"], few["REDUCE"], few["EPI"]) == (64, 64, 4, "cluster", "direct")
     # 64 tiles of 16 k-tiles: two 64 x 64 splits in a cluster are the second guess
     assert {**g.seeds(hgemm_problem(1024, 256, 1024))[1], "STAGES": 0} == {**g.config(hgemm_problem(1024, 256, 1024), 64, 64, 2, "direct", "cluster"), "STAGES": 0}
-    # short K on few tiles: narrow 64 x 16 tiles second (4x the blocks), 16 stages, direct stores
+    # short K on few tiles: narrow 64 x 16 tiles second (4x the blocks), direct stores, a stage per k-tile
     narrow = g.seeds(hgemm_problem(256, 256, 256))[1]
-    assert (narrow["BM"], narrow["BN"], narrow["STAGES"], narrow["EPI"]) == (64, 16, 16, "direct")
+    assert (narrow["BM"], narrow["BN"], narrow["STAGES"], narrow["EPI"]) == (64, 16, 4, "direct")
+    assert g.seeds(hgemm_problem(64, 64, 64))[0]["STAGES"] == 3  # one k-tile: 3 stages, not 8
+    assert g.seeds(hgemm_problem(4096, 4096, 64))[0]["STAGES"] > 3  # 8 waves of tiles: deep, to prefetch the next
     assert all(c["BN"] >= 64 for c in g.seeds(hgemm_problem(64, 4096, 256)))  # 256 narrow tiles: not seeded
     assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(4096, 4096, 4096)))
     assert all(c["SPLIT_K"] == 1 for c in g.seeds(hgemm_problem(64, 64, 256)))  # K too short to split
