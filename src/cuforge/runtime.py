@@ -411,13 +411,16 @@ class CudaKernel:
         from cuda.bindings import driver
 
         a = driver.CUfunction_attribute
+        self._cluster_checked = True
         size = 1
-        for dim in (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
-                    a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH):
-            size *= max(1, self._attribute(dim))
+        try:
+            for dim in (a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+                        a.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH):
+                size *= max(1, self._attribute(dim))
+        except LaunchError:
+            return  # a driver or GPU without clusters: nothing to allow (a cluster kernel fails at its launch)
         if size > 8:
             self._attribute(a.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-        self._cluster_checked = True
 
     def __call__(self, grid: Any, block: Any, *args: Any, shared_mem: int = 0, cluster: Any = None) -> None:
         from cuda.core import LaunchConfig, launch
