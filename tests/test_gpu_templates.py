@@ -51,7 +51,12 @@ SM90_EXTRA = [dict(BM=64, BN=64, STAGES=4, GROUP_M=1, SPLIT_K=4, REDUCE="ordered
               dict(BM=64, BN=32, STAGES=16, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct"),
               # 16 splits in one cluster: past the portable size (the launch allows non-portable clusters)
               dict(BM=64, BN=16, STAGES=6, GROUP_M=8, SPLIT_K=16, REDUCE="cluster", EPI="direct"),
-              dict(BM=64, BN=64, STAGES=8, GROUP_M=1, SPLIT_K=16, REDUCE="cluster", EPI="direct")]
+              dict(BM=64, BN=64, STAGES=8, GROUP_M=1, SPLIT_K=16, REDUCE="cluster", EPI="direct"),
+              # one consumer warpgroup for the whole tile: m64n128, m64n256, two m64n64 sharing B
+              dict(BM=64, BN=128, STAGES=8, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma", ONE_CONSUMER=True),
+              dict(BM=64, BN=256, STAGES=4, GROUP_M=4, SPLIT_K=2, REDUCE="ordered", EPI="direct", ONE_CONSUMER=True),
+              dict(BM=128, BN=64, STAGES=8, GROUP_M=8, SPLIT_K=4, REDUCE="atomic", EPI="tma", ONE_CONSUMER=True),
+              dict(BM=128, BN=128, STAGES=6, GROUP_M=1, SPLIT_K=2, REDUCE="cluster", EPI="direct", ONE_CONSUMER=True)]
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 704, 336), (1, 64, 64), (64, 8, 8), (777, 1032, 1024),
@@ -207,7 +212,9 @@ def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path
              dict(BM=64, BN=16, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct"),
              dict(BM=64, BN=32, STAGES=12, GROUP_M=8, SPLIT_K=2, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=1),
              dict(BM=64, BN=8, STAGES=16, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="direct", CLUSTER_M=1, CLUSTER_N=2),
-             dict(BM=64, BN=32, STAGES=6, GROUP_M=8, SPLIT_K=16, REDUCE="cluster", EPI="direct")]
+             dict(BM=64, BN=32, STAGES=6, GROUP_M=8, SPLIT_K=16, REDUCE="cluster", EPI="direct"),
+             dict(BM=64, BN=128, STAGES=8, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma", ONE_CONSUMER=True),
+             dict(BM=128, BN=64, STAGES=6, GROUP_M=8, SPLIT_K=2, REDUCE="atomic", EPI="direct", ONE_CONSUMER=True)]
     for op, expr in exprs.items():
         for m, k, n in ((100, 1032, 136), (1, 64, 64), (777, 1024, 520)):
             f = tmp_path / f"linear_{op}_{m}_{k}_{n}.py"

@@ -190,3 +190,22 @@ def test_multicast_clusters_and_narrow_tiles_are_constrained_and_launched_to_mat
     tp = TemplateProposer(seed=5)  # mutating an old config fills the new knobs with their defaults
     child = tp.mutate(base, g)
     assert set(child) == set(g.knobs) and sum(child[k] != {**base, **g.DEFAULTS}[k] for k in g.knobs) in (1, 2)
+
+
+def test_one_consumer_tiles_are_constrained_seeded_and_launched_to_match():
+    g, p = GemmSm90(), hgemm_problem(1000, 704, 4104)
+    base = dict(BM=64, BN=128, STAGES=8, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma", CLUSTER_M=1, CLUSTER_N=1)
+    one = {**base, "ONE_CONSUMER": True}
+    assert g.valid(one, p) and g.valid({**one, "BM": 128, "BN": 64}, p) and g.valid({**one, "BN": 256, "STAGES": 4}, p)
+    assert not g.valid({**one, "BN": 64}, p)  # already one consumer: a second spelling of the same kernel
+    assert not g.valid({**one, "BM": 128, "BN": 256, "STAGES": 4}, p)  # 256 accumulators a thread would spill
+    # one warpgroup of m64n128 wgmmas and the producer: 256 threads; two consumers: 384 threads of m64n64
+    cand, two = g.render(one, p), g.render(base, p)
+    assert cand.launch.block == "(256,)" and "m64n128k16" in cand.source and "setmaxnreg" not in cand.source
+    assert two.launch.block == "(384,)" and "m64n64k16" in two.source
+    # configs stored before the knob render as two consumers, as they always did
+    assert g.render({k: v for k, v in base.items() if k != "ONE_CONSUMER"}, p).source == two.source
+    # the seeds put 64 x 128 and 128 x 64 tiles in one consumer, and no other tile
+    seeds = g.seeds(hgemm_problem(1024, 1024, 1024))
+    assert [(c["BM"], c["BN"]) for c in seeds if c["ONE_CONSUMER"]] and all(
+        c["ONE_CONSUMER"] == ((c["BM"], c["BN"]) in ((64, 128), (128, 64))) for c in seeds)

@@ -48,9 +48,9 @@ class GemmSm90(Family):
                                 "STAGES": (2, 3, 4, 5, 6, 7, 8, 12, 16),
                                 "GROUP_M": (1, 4, 8, 16), "SPLIT_K": (1, 2, 4, 8, 16, 32, 64),
                                 "REDUCE": ("ordered", "atomic", "cluster"), "EPI": ("tma", "direct"),
-                                "CLUSTER_M": (1, 2, 4), "CLUSTER_N": (1, 2, 4)})
+                                "CLUSTER_M": (1, 2, 4), "CLUSTER_N": (1, 2, 4), "ONE_CONSUMER": (False, True)})
 
-    DEFAULTS = {"CLUSTER_M": 1, "CLUSTER_N": 1}  # configs from before multicast
+    DEFAULTS = {"CLUSTER_M": 1, "CLUSTER_N": 1, "ONE_CONSUMER": False}  # configs from before these knobs
 
     def supports(self, problem: Problem) -> str | None:
         return plain_hgemm(problem)
@@ -65,7 +65,10 @@ class GemmSm90(Family):
 
     @staticmethod
     def consumers(c: dict[str, Any]) -> tuple[int, int]:
-        """(consumer warpgroups, how many of them sit side by side along N)."""
+        """(consumer warpgroups, how many of them sit side by side along N). ONE_CONSUMER: one warpgroup
+        takes the whole tile (wider or more wgmmas a k-step, each stage's A and B read once, not twice)."""
+        if c.get("ONE_CONSUMER", False):
+            return 1, 1
         if c["BM"] == 64:
             return (2, 2) if c["BN"] in (128, 256) else (1, 1)
         return 2, 1
@@ -101,6 +104,10 @@ class GemmSm90(Family):
             return False
         if c["BN"] in self.NARROW and (c["BM"] != 64 or c["EPI"] != "direct"):  # the TMA store moves 64 x 64 chunks
             return False
+        if c.get("ONE_CONSUMER", False):  # only where two is the rule; at most 128 fp32 accumulators a thread
+            auto = {**c, "ONE_CONSUMER": False}
+            if self.consumers(auto)[0] == 1 or c["BM"] // 64 * c["BN"] // 2 > 128:
+                return False
         m, k, n = self.shape(problem)
         split = c["SPLIT_K"]
         cm, cn = self.multicast(c)
@@ -121,8 +128,10 @@ class GemmSm90(Family):
 
     def config(self, problem: Problem, bm: int, bn: int, split: int = 1, epi: str = "tma",
                reduce: str = "ordered", cluster: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+        # 64 x 128 and 128 x 64 tiles in one consumer warpgroup (m64n128 wgmmas, or two m64n64 sharing B's
+        # reads) rather than two of m64n64: 3-9% faster on every probed shape (docs/benchmarks.md, session 8)
         base = {"BM": bm, "BN": bn, "GROUP_M": 8, "SPLIT_K": split, "REDUCE": reduce, "EPI": epi,
-                "CLUSTER_M": cluster[0], "CLUSTER_N": cluster[1]}
+                "CLUSTER_M": cluster[0], "CLUSTER_N": cluster[1], "ONE_CONSUMER": (bm, bn) in ((64, 128), (128, 64))}
         # as many stages as fit; past 8 only for narrow tiles (wider ones measured no better at 8 than at
         # 6-7, and keep the second block per SM that fewer stages leave room for)
         deepest = 16 if bn in self.NARROW else 8
