@@ -129,13 +129,17 @@ def merge() -> None:
 
 
 def describe(c: dict | None) -> str:
-    """A best config in a few words: tile, split-K and its reduction, epilogue, stages."""
+    """A best config in a few words: tile, split-K and its reduction, multicast cluster, one consumer
+    warpgroup, epilogue, stages."""
     if not c:
         return "-"
     if c.get("family") == "gemm_sm80":
         return f"sm80 {c['BM']}x{c['BN']}x{c['BK']}, {c['STAGES']} st"
     split = f" split {c['SPLIT_K']} {c['REDUCE']}" if c.get("SPLIT_K", 1) > 1 else ""
-    return f"{c['BM']}x{c['BN']}{split}, {c['EPI']}, {c['STAGES']} st"
+    cluster = c.get("CLUSTER_M", 1), c.get("CLUSTER_N", 1)
+    multicast = f" multicast {cluster[0]}x{cluster[1]}" if cluster != (1, 1) else ""
+    one = " 1 consumer" if c.get("ONE_CONSUMER") else ""
+    return f"{c['BM']}x{c['BN']}{split}{multicast}{one}, {c['EPI']}, {c['STAGES']} st"
 
 
 def print_table() -> None:

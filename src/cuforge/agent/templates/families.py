@@ -129,7 +129,8 @@ class GemmSm90(Family):
     def config(self, problem: Problem, bm: int, bn: int, split: int = 1, epi: str = "tma",
                reduce: str = "ordered", cluster: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         # 64 x 128 and 128 x 64 tiles in one consumer warpgroup (m64n128 wgmmas, or two m64n64 sharing B's
-        # reads) rather than two of m64n64: 3-9% faster on every probed shape (docs/benchmarks.md, session 8)
+        # reads) rather than two of m64n64: faster on 12 and 13 of 13 probed shapes, by up to 14% (1024^3;
+        # docs/benchmarks.md, session 8)
         base = {"BM": bm, "BN": bn, "GROUP_M": 8, "SPLIT_K": split, "REDUCE": reduce, "EPI": epi,
                 "CLUSTER_M": cluster[0], "CLUSTER_N": cluster[1], "ONE_CONSUMER": (bm, bn) in ((64, 128), (128, 64))}
         # as many stages as fit; past 8 only for narrow tiles (wider ones measured no better at 8 than at
