@@ -41,7 +41,10 @@ SM90_EXTRA = [dict(BM=64, BN=64, STAGES=4, GROUP_M=1, SPLIT_K=4, REDUCE="ordered
               dict(BM=128, BN=128, STAGES=4, GROUP_M=1, SPLIT_K=8, REDUCE="atomic", EPI="tma"),
               dict(BM=64, BN=64, STAGES=3, GROUP_M=8, SPLIT_K=64, REDUCE="atomic", EPI="direct"),
               # split-K reduced in a cluster: 8 blocks of 64 x 64, 2 of 128 x 256 (two consumers), 4 of 64 x 256
+              # (these send their partials by bulk copies), 8 of 64 x 8 (by st.async stores, as do the
+              # 16-split 64 x 16 tiles below)
               dict(BM=64, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct"),
+              dict(BM=64, BN=8, STAGES=6, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct"),
               dict(BM=128, BN=256, STAGES=3, GROUP_M=1, SPLIT_K=2, REDUCE="cluster", EPI="direct"),
               dict(BM=64, BN=256, STAGES=2, GROUP_M=8, SPLIT_K=4, REDUCE="cluster", EPI="direct"),
               # narrow tiles: B's box of 8 (no swizzle), 16 (32-byte) or 32 (64-byte swizzle) columns

@@ -209,3 +209,27 @@ def test_one_consumer_tiles_are_constrained_seeded_and_launched_to_match():
     seeds = g.seeds(hgemm_problem(1024, 1024, 1024))
     assert [(c["BM"], c["BN"]) for c in seeds if c["ONE_CONSUMER"]] and all(
         c["ONE_CONSUMER"] == ((c["BM"], c["BN"]) in ((64, 128), (128, 64))) for c in seeds)
+
+
+def test_cluster_split_partials_travel_by_stores_or_bulk_copies_by_slice_size():
+    """A cluster-reduced split sends each block's rows of its partial to the owner: slices under 1 KiB by
+    st.async stores of the fragments, larger ones by one bulk copy per receiver; the received partials
+    sit past the stages, and a 64 x 64 tile split 8 ways with 6 stages still leaves room for two blocks
+    per multiprocessor (the seeds count on it: clusters of 8-16 blocks then fit in half the SMs)."""
+    g, p = GemmSm90(), hgemm_problem(256, 256, 16384)
+    base = dict(GROUP_M=8, REDUCE="cluster", EPI="direct", STAGES=6)
+    by_stores = {**base, "BM": 64, "BN": 16, "SPLIT_K": 16}  # 4 rows x 24 floats: 384 bytes
+    by_copies = {**base, "BM": 64, "BN": 64, "SPLIT_K": 8}  # 8 rows x 72 floats: 2304 bytes
+    assert g.reduce_slice_bytes(by_stores) == 384 and g.reduce_slice_bytes(by_copies) == 2304
+    stores_src, copies_src = g.render(by_stores, p).source, g.render(by_copies, p).source
+    assert "st_async_f2(smem_u32(" in stores_src and "bulk_copy_to(smem_u32(" not in stores_src
+    assert "bulk_copy_to(smem_u32(" in copies_src and "st_async_f2(smem_u32(" not in copies_src
+    # the bytes each block expects: 15 others x 4 rows x 16 floats, or 7 others x 8 padded rows of 72
+    assert "mbar_expect_tx(reduced, (SPLIT_K - 1) * (BM / SPLIT_K) * BN * 4)" in stores_src
+    assert "mbar_expect_tx(reduced, (SPLIT_K - 1) * (BM / SPLIT_K) * RED_LD * 4)" in copies_src
+    stages = 6 * (64 + 64) * 64 * 2
+    assert g.recv_at(by_copies) == stages and g.pipe_bytes(by_copies) == stages + 7 * 8 * 72 * 4
+    two_blocks = (228 * 1024) // 2 - 1024  # an H100 SM's shared memory, less the 1 KiB each block reserves
+    assert g.smem_bytes(by_copies) <= two_blocks
+    unsplit = {**by_copies, "SPLIT_K": 1, "REDUCE": "ordered"}
+    assert "bulk_copy_to" not in g.render(unsplit, p).source and g.pipe_bytes(unsplit) == stages

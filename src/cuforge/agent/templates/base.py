@@ -58,10 +58,13 @@ class Family:
         """The config's knobs, the later-added ones at their defaults where it lacks them."""
         return {k: config[k] if k in config else self.DEFAULTS[k] for k in self.knobs}
 
-    def render(self, config: dict[str, Any], problem: Problem) -> Candidate:
+    def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
+        """The config's kernel for this problem; `template_text` renders it from another version of the
+        family's template instead (an A/B benchmark of a template change)."""
         cfg = self.complete(config)
-        source = _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2").render(ENTRY=self.name, **cfg, **self.extra(problem),
-                                                                 **self.derived(cfg))
+        template = (_ENV.from_string(template_text) if template_text is not None
+                    else _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2"))
+        source = template.render(ENTRY=self.name, **cfg, **self.extra(problem), **self.derived(cfg))
         header = CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
         return Candidate(header + source, "kernel", self.launch(cfg, problem), proposer="template",
                          meta={"family": self.name, "config": cfg})

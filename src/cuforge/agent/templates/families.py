@@ -86,16 +86,30 @@ class GemmSm90(Family):
         return c.get("CLUSTER_M", cls.DEFAULTS["CLUSTER_M"]), c.get("CLUSTER_N", cls.DEFAULTS["CLUSTER_N"])
 
     @classmethod
+    def recv_at(cls, c: dict[str, Any]) -> int:
+        """A cluster-reduced split writes its fp32 partial (rows padded by 8) over its stages; the other
+        splits' partials of its own rows land after both (copied in while this block may still be loading)."""
+        return max(c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2, c["BM"] * (c["BN"] + 8) * 4)
+
+    @staticmethod
+    def reduce_slice_bytes(c: dict[str, Any]) -> int:
+        """One block's rows of a cluster-reduced partial (padded): under 1 KiB they go by st.async stores,
+        else by one bulk copy per receiver (measured: docs/benchmarks.md, session 9)."""
+        return c["BM"] // c["SPLIT_K"] * (c["BN"] + 8) * 4
+
+    @classmethod
     def pipe_bytes(cls, c: dict[str, Any]) -> int:
-        """The stages; a cluster-reduced split writes its fp32 partial (rows padded by 8) over them."""
-        stages = c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2
-        return max(stages, c["BM"] * (c["BN"] + 8) * 4) if cls.cluster_split(c) else stages
+        """The stages, and with a cluster-reduced split the partials (see recv_at)."""
+        if not cls.cluster_split(c):
+            return c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2
+        split = c["SPLIT_K"]
+        return cls.recv_at(c) + (split - 1) * (c["BM"] // split) * (c["BN"] + 8) * 4
 
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
         nc = cls.consumers(c)[0]
         epilogue = nc * 2 * 64 * 64 * 2 if c["EPI"] == "tma" else 0
-        return cls.pipe_bytes(c) + epilogue + 1024 + 16 * c["STAGES"] + 16
+        return cls.pipe_bytes(c) + epilogue + 1024 + 16 * c["STAGES"] + 24  # the barriers, the split flag
 
     NARROW = (8, 16, 32)  # BN below 64: one 64-row consumer, B's k-tile in one TMA box, direct stores
 
@@ -291,7 +305,8 @@ class GemmSm90(Family):
     def derived(self, config: dict[str, Any]) -> dict[str, Any]:
         nc, cn = self.consumers(config)
         cluster_m, cluster_n = self.multicast(config)
-        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config),
+        return {"NC": nc, "CN": cn, "TN": config["BN"] // cn, "PIPE_BYTES": self.pipe_bytes(config), "RECV_AT": self.recv_at(config),
+                "CLUSTER_STORES": self.cluster_split(config) and self.reduce_slice_bytes(config) < 1024,
                 "CLUSTER": self.cluster_split(config), "MCAST": cluster_m * cluster_n > 1,
                 "BCH": self.b_box_columns(config), "B_SWIZZLE": self.b_swizzle(config)}
 
