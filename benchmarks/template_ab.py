@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from _common import write_result
@@ -40,10 +39,6 @@ def suite_configs(path: str, family: str, max_volume: int | None) -> dict[str, l
     return out
 
 
-def geomean(xs: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="*", help="built-in problem refs (default: every problem the configs name)")
@@ -64,6 +59,7 @@ def main() -> None:
         raise SystemExit("give --from-suite and/or --configs: nothing to compare")
     from cuforge.agent.templates.families import FAMILIES
     from cuforge.problems.suites import load_problem
+    from cuforge.rewards import geomean
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import Supervisor
 

@@ -102,8 +102,7 @@ class GemmSm90(Family):
         """The stages, and with a cluster-reduced split the partials (see recv_at)."""
         if not cls.cluster_split(c):
             return c["STAGES"] * (c["BM"] + c["BN"]) * cls.BK * 2
-        split = c["SPLIT_K"]
-        return cls.recv_at(c) + (split - 1) * (c["BM"] // split) * (c["BN"] + 8) * 4
+        return cls.recv_at(c) + (c["SPLIT_K"] - 1) * cls.reduce_slice_bytes(c)
 
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
