@@ -10,6 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def openai_reply_without_usage(text: str) -> dict:
+    return {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+
 def openai_reply(text: str, prompt_tokens: int = 120, completion_tokens: int = 60, cached: int = 20) -> dict:
     return {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "test-model",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
@@ -33,14 +38,18 @@ def anthropic_error(status: int, kind: str, message: str) -> tuple[int, dict]:
 
 
 class ScriptedLLMServer:
-    """Each POST takes the next scripted step: a reply dict (200), a (status, body) pair, or a
-    ("sleep", seconds, step) that delays before answering. When the script runs out, `default` answers."""
+    """Each POST takes the next scripted step. A step is a reply dict (200); a (status, body) or
+    (status, body, headers) tuple; ("sleep", seconds, step), which delays before answering (a stall
+    when the client times out first); ("raw", status, bytes, content_type), a body that need not be
+    JSON; or ("hangup",), which closes the connection without a reply. When the script runs out,
+    `default` answers (a step, or a callable of the request number that returns one)."""
 
     def __init__(self, default: Any = None) -> None:
         self.script: list[Any] = []
         self.default = default
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.times: list[float] = []
         self._lock = threading.Lock()
         server = self
 
@@ -53,19 +62,33 @@ class ScriptedLLMServer:
                 with server._lock:
                     server.requests.append({"path": self.path, "body": body})
                     server.headers.append(dict(self.headers))
+                    server.times.append(time.monotonic())
+                    n = len(server.requests)
                     step = server.script.pop(0) if server.script else server.default
+                if callable(step):
+                    step = step(n)
                 if isinstance(step, tuple) and step and step[0] == "sleep":
                     time.sleep(step[1])
                     step = step[2]
-                status, payload = step if isinstance(step, tuple) else (200, step)
-                data = json.dumps(payload).encode()
                 try:
+                    if isinstance(step, tuple) and step and step[0] == "hangup":
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return
+                    if isinstance(step, tuple) and step and step[0] == "raw":
+                        _, status, data, ctype = step
+                        headers: dict[str, str] = {}
+                    else:
+                        status, payload, headers = (step + ({},))[:3] if isinstance(step, tuple) else (200, step, {})
+                        data, ctype = json.dumps(payload).encode(), "application/json"
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", ctype)
                     self.send_header("content-length", str(len(data)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
+                except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -184,7 +184,7 @@ def test_toml_config_and_flags_win(tmp_path, suite_dir):
     assert [(p.provider, p.weight) for p in cfg.proposers] == [("openai", 3), ("anthropic", 1.0)]
     with pytest.raises(ConfigError, match="unknown settings: colour"):
         merge({"colour": "red"}, {})
-    with pytest.raises(ConfigError, match="needs --model"):
+    with pytest.raises(ConfigError, match="--model: provider openai needs a model name"):
         merge({"proposers": [{"provider": "openai"}]}, {})
 
 

@@ -58,9 +58,10 @@ def test_openai_gives_up_auth_and_context_errors(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with ScriptedLLMServer(openai_error(500, "down")) as srv:
         p = OpenAIProposer("test-model", base_url=srv.url + "/v1", retry=FAST, prices=PRICES)
-        with pytest.raises(ProviderError, match="InternalServerError"):
+        with pytest.raises(ProviderError, match=r"openai: HTTP 500 server .*down \(after 4 attempts\)") as info:
             run(p.propose(PROMPT))
-        assert len(srv.requests) == 4  # first try + 3 retries
+        assert info.value.kind == "server" and info.value.status == 500
+        assert len(srv.requests) == 4 and p.requests == 4  # first try + 3 retries
         srv.script = [openai_error(401, "Incorrect API key provided", "invalid_api_key")]
         with pytest.raises(ProviderAuthError, match="OPENAI_API_KEY"):
             run(p.propose(PROMPT))
@@ -134,3 +135,133 @@ def test_price_table():
     prices = load_prices()
     assert "gpt-4.1" in prices and "claude-sonnet-4-5" in prices
     assert cost_of(prices, "unknown-model", 10, 10, 0) is None
+
+
+# ---------------------------------------------------------------- failure classification, retries
+
+
+def _free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("step, kind, status, sent", [
+    (openai_error(404, "The model `nope` does not exist", "model_not_found"), "not_found", 404, 1),
+    (openai_error(400, "temperature: must be at most 2", "invalid_value"), "bad_request", 400, 1),
+    (openai_error(429, "slow down", "rate_limit_exceeded"), "rate_limit", 429, 4),
+    (openai_error(529, "Overloaded", "overloaded"), "overloaded", 529, 4),
+    (openai_error(500, "boom"), "server", 500, 4),
+    (("raw", 200, b"<html>gateway says hi</html>", "text/html"), "bad_payload", None, 1),
+    (("raw", 200, b"{not json", "application/json"), "bad_payload", None, 1),
+    ({"id": "x", "object": "chat.completion", "choices": []}, "bad_payload", None, 1),
+    (("hangup",), "network", None, 4),
+    (("sleep", 3.0, openai_reply("late")), "network", None, 4),
+])
+def test_openai_failures_are_classified_and_retried_only_when_it_can_help(monkeypatch, step, kind, status, sent):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    seen = []
+    with ScriptedLLMServer(step) as srv:
+        p = OpenAIProposer("test-model", base_url=srv.url + "/v1", retry=RetryPolicy(3, 0.01, 0.02, 0.5),
+                           prices=PRICES, on_failure=lambda name, f, retrying: seen.append((f.kind, retrying)))
+        with pytest.raises(ProviderError) as info:
+            run(p.propose(PROMPT))
+        assert (info.value.kind, info.value.status) == (kind, status)
+        assert len(srv.requests) == sent == p.requests
+    msg = str(info.value)
+    assert msg.startswith("openai: ") and kind in msg and "\n" not in msg
+    assert [k for k, _ in seen] == [kind] * sent and [r for _, r in seen] == [True] * (sent - 1) + [False]
+
+
+def test_a_server_that_is_down_is_a_network_failure(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    p = OpenAIProposer("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", retry=RetryPolicy(2, 0.01, 0.02, 1.0),
+                       prices={})
+    with pytest.raises(ProviderError, match="network") as info:
+        run(p.propose(PROMPT))
+    assert info.value.kind == "network" and p.requests == 3
+
+
+@pytest.mark.parametrize("step, kind", [
+    (anthropic_error(404, "not_found_error", "model: nope"), "not_found"),
+    (anthropic_error(400, "invalid_request_error", "max_tokens: too large"), "bad_request"),
+    (anthropic_error(529, "overloaded_error", "Overloaded"), "overloaded"),
+    (anthropic_error(500, "api_error", "Internal server error"), "server"),
+    (("raw", 200, b"not json at all", "text/plain"), "bad_payload"),
+])
+def test_anthropic_failures_are_classified(monkeypatch, step, kind):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "ak-test")
+    with ScriptedLLMServer(step) as srv:
+        p = AnthropicProposer("test-model", base_url=srv.url, retry=RetryPolicy(1, 0.01, 0.02, 2.0), prices=PRICES)
+        with pytest.raises(ProviderError) as info:
+            run(p.propose(PROMPT))
+    assert info.value.kind == kind and str(info.value).startswith("anthropic: ")
+
+
+def test_retry_after_is_honoured_and_a_long_one_is_not_waited_for(monkeypatch):
+    import time
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    status, body = openai_error(429, "slow down", "rate_limit_exceeded")
+    with ScriptedLLMServer(openai_reply(CODE)) as srv:
+        srv.script = [(status, body, {"retry-after": "1"})]
+        p = OpenAIProposer("test-model", base_url=srv.url + "/v1", retry=RetryPolicy(3, 0.01, 5.0, 5.0), prices=PRICES)
+        assert run(p.propose(PROMPT)).text == CODE
+        assert srv.times[1] - srv.times[0] >= 0.95  # waited as asked, not the 10 ms backoff
+        srv.script = [(status, body, {"retry-after": "3600"})]
+        t0 = time.monotonic()
+        with pytest.raises(ProviderError, match="asked to retry after 3600 s") as info:
+            run(p.propose(PROMPT))
+        assert time.monotonic() - t0 < 2 and info.value.kind == "rate_limit"
+    assert len(srv.requests) == 3
+
+
+def test_the_run_wide_retry_budget_bounds_retries(monkeypatch):
+    from cuforge.agent.providers import RetryBudget
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with ScriptedLLMServer(openai_error(500, "down")) as srv:
+        budget = RetryBudget(2)
+        p = OpenAIProposer("m", base_url=srv.url + "/v1", retry=RetryPolicy(5, 0.0, 0.0, 2.0), prices={},
+                           retry_budget=budget)
+        for _ in range(3):
+            with pytest.raises(ProviderError):
+                run(p.propose(PROMPT))
+    assert len(srv.requests) == 3 + 2 and budget.used == 2
+
+
+def test_a_reply_without_usage_is_counted_by_a_local_estimate(monkeypatch):
+    from llm_servers import openai_reply_without_usage
+
+    from cuforge.agent.providers import estimate_tokens
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with ScriptedLLMServer(openai_reply_without_usage(CODE)) as srv:
+        out = run(OpenAIProposer("test-model", base_url=srv.url + "/v1", retry=FAST, prices=PRICES).propose(PROMPT))
+    assert out.estimated and out.tokens_out == estimate_tokens(CODE) > 0
+    assert out.tokens_in == estimate_tokens(PROMPT.system + PROMPT.user) and out.cost_usd > 0
+
+
+def test_temperature_can_be_raised_per_request(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with ScriptedLLMServer(openai_reply(CODE)) as srv:
+        p = OpenAIProposer("test-model", base_url=srv.url + "/v1", retry=FAST, prices=PRICES, temperature=0.5)
+        run(p.propose(PROMPT, temperature=0.9))
+    assert srv.requests[0]["body"]["temperature"] == 0.9
+
+
+def test_bad_price_tables_are_one_line_errors(tmp_path):
+    from cuforge.agent.providers import PriceError
+
+    (tmp_path / "p.toml").write_text('["m"]\ninput = "cheap"\noutput = 1\n')
+    with pytest.raises(PriceError, match=r"\['m'\] needs numbers"):
+        load_prices(tmp_path / "p.toml")
+    (tmp_path / "q.toml").write_text("not = [toml")
+    with pytest.raises(PriceError, match="not TOML"):
+        load_prices(tmp_path / "q.toml")
+    with pytest.raises(PriceError, match="not found"):
+        load_prices(tmp_path / "missing.toml")

@@ -1,11 +1,18 @@
-"""Run settings: defaults, a TOML file, then command-line flags (flags win)."""
+"""Run settings: defaults, a TOML file, then command-line flags (flags win).
+
+A TOML file takes exactly the flags' names (`wall-time` or `wall_time`, `problem`, `provider`,
+`model`, ...), plus `[[proposers]]` tables for several weighted proposers. Every value is checked
+for type and range, and every message names the flag, the value and what is allowed."""
 
 from __future__ import annotations
 
+import difflib
+import math
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -13,6 +20,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 PROVIDERS = ("openai", "anthropic", "template", "replay")
+BASELINE_NAMES = ("torch", "torch.compile", "cublas", "cublaslt")
+REDACTED = "REDACTED"
 
 
 class ConfigError(ValueError):
@@ -27,6 +36,59 @@ class ProposerSpec:
     weight: float = 1.0
     replay_file: str | None = None
     reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What a numeric setting allows: a type, an inclusive range and the flag that sets it."""
+
+    flag: str
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # the low end itself is not allowed (a budget of 0, say)
+
+    def check(self, value: Any) -> Any:
+        if value is None:
+            return None
+        want = "a whole number" if self.kind is int else "a number"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (self.kind is int and not isinstance(value, int)):
+            raise ConfigError(f"{self.flag}: {value!r} is not {want}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{self.flag}: {value!r} is not a finite number")
+        below = self.low is not None and (value < self.low or (self.low_open and value == self.low))
+        above = self.high is not None and value > self.high
+        if below or above:
+            lo = "" if self.low is None else (f"more than {self.low:g}" if self.low_open else f"at least {self.low:g}")
+            hi = "" if self.high is None else f"at most {self.high:g}"
+            raise ConfigError(f"{self.flag}: {value:g} is out of range; it must be {' and '.join(x for x in (lo, hi) if x)}")
+        return self.kind(value)
+
+
+# RunConfig field -> the bound its flag enforces
+BOUNDS: dict[str, Bound] = {
+    "islands": Bound("--islands", int, 1, 1000),
+    "generations": Bound("--generations", int, 1, 100_000),
+    "patience": Bound("--patience", int, 0, 100_000),
+    "concurrency": Bound("--concurrency", int, 1, 64),
+    "temperature": Bound("--temperature", float, 0, 2),
+    "max_tokens": Bound("--max-tokens", int, 1, 1_000_000),
+    "budget_usd": Bound("--budget-usd", float, 0, 1_000_000, low_open=True),
+    "budget_tokens": Bound("--budget-tokens", int, 1, 10**12),
+    "wall_time_s": Bound("--wall-time", float, 0, 30 * 86400, low_open=True),
+    "inspirations": Bound("--inspirations", int, 0, 16),
+    "seed": Bound("--seed", int, 0, 2**63 - 1),
+    "eval_timeout_s": Bound("--eval-timeout", float, 1, 24 * 3600),
+    "max_timing_s": Bound("--max-timing", float, 0.1, 3600),
+    "max_retries": Bound("--max-retries", int, 0, 20),
+    "retry_budget": Bound("--retry-budget", int, 0, 100_000),
+    "retry_base_s": Bound("--retry-base", float, 0, 60),
+    "retry_max_wait_s": Bound("--retry-max-wait", float, 0, 3600),
+    "request_timeout_s": Bound("--request-timeout", float, 0, 24 * 3600, low_open=True),
+    "max_failures": Bound("--max-failures", int, 1, 10_000),
+    "price_in": Bound("--price-in", float, 0, 10_000),
+    "price_out": Bound("--price-out", float, 0, 10_000),
+}
 
 
 @dataclass
@@ -55,8 +117,16 @@ class RunConfig:
     seed: int = 0
     prompt_dir: str | None = None
     prices: str | None = None
+    price_in: float | None = None  # USD per million input tokens, for models the price table lacks
+    price_out: float | None = None
     eval_timeout_s: float = 300.0
     max_timing_s: float = 20.0
+    max_retries: int = 3  # retries of one request, for transient provider failures only
+    retry_budget: int = 50  # retries the whole run may spend
+    retry_base_s: float = 1.0  # first backoff (doubling, full jitter)
+    retry_max_wait_s: float = 60.0  # longest wait between tries; a longer Retry-After fails the request
+    request_timeout_s: float = 600.0
+    max_failures: int = 5  # requests in a row with nothing to evaluate end a problem (provider errors: the run)
 
     @property
     def max_candidates_per_problem(self) -> int:
@@ -65,8 +135,15 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def to_stored_dict(self) -> dict[str, Any]:
+        """What the results store keeps: credentials inside base URLs removed."""
+        d = self.to_dict()
+        d["proposers"] = [{**p, "base_url": redact_url(p["base_url"])} for p in d["proposers"]]
+        return d
+
     @staticmethod
     def from_dict(d: dict[str, Any]) -> RunConfig:
+        """From field names (a stored run's config, or merged settings)."""
         known = {f.name for f in fields(RunConfig)} | {"gpu"}
         unknown = set(d) - known
         if unknown:
@@ -75,37 +152,177 @@ class RunConfig:
         if "gpu" in d:  # runs stored before the executor existed named one GPU index
             d["gpus"] = str(d.pop("gpu"))
         if "proposers" in d:
-            d["proposers"] = [p if isinstance(p, ProposerSpec) else ProposerSpec(**p) for p in d["proposers"]]
+            d["proposers"] = [_proposer_spec(p) for p in d["proposers"]]
         cfg = RunConfig(**d)
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
-        if self.islands < 1 or self.generations < 1:
-            raise ConfigError("islands and generations must be at least 1")
+        for name, bound in BOUNDS.items():
+            setattr(self, name, bound.check(getattr(self, name)))
         for p in self.proposers:
             if p.provider not in PROVIDERS:
-                raise ConfigError(f"unknown provider {p.provider!r}; choose from {', '.join(PROVIDERS)}")
+                raise ConfigError(f"--provider: unknown provider {p.provider!r}; choose from {', '.join(PROVIDERS)}")
             if p.provider in ("openai", "anthropic") and not p.model:
-                raise ConfigError(f"provider {p.provider} needs --model")
+                raise ConfigError(f"--model: provider {p.provider} needs a model name")
             if p.provider == "replay" and not p.replay_file:
-                raise ConfigError("provider replay needs --replay FILE")
-            if p.weight <= 0:
-                raise ConfigError("proposer weights must be positive")
+                raise ConfigError("--replay: provider replay needs a JSONL file of replies")
+            if isinstance(p.weight, bool) or not isinstance(p.weight, (int, float)) or not p.weight > 0:
+                raise ConfigError(f"proposers: weight {p.weight!r} must be a positive number")
+            if p.reasoning_effort not in (None, "low", "medium", "high", "minimal"):
+                raise ConfigError(f"--reasoning-effort: {p.reasoning_effort!r}; choose low, medium or high")
+            if p.base_url is not None:
+                check_url(p.base_url)
+        if self.baseline not in BASELINE_NAMES:
+            raise ConfigError(f"--baseline: unknown baseline {self.baseline!r}; choose from {', '.join(BASELINE_NAMES)}")
+        from cuforge.rewards import REWARDS
+
+        if self.reward not in REWARDS:
+            raise ConfigError(f"--reward: unknown reward {self.reward!r}; choose from {', '.join(REWARDS)}")
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("device must be cuda or cpu")
         if self.executor not in ("local", "ray"):
-            raise ConfigError(f"unknown executor {self.executor!r}; choose local or ray")
+            raise ConfigError(f"--executor: unknown executor {self.executor!r}; choose local or ray")
+        if (self.price_in is None) != (self.price_out is None):
+            raise ConfigError("--price-in and --price-out go together (USD per million input and output tokens)")
+        if not isinstance(self.suite, str) or not self.suite:
+            raise ConfigError("--suite: needs a suite name or a directory of problem files")
+        if not isinstance(self.gpus, str) or not self.gpus.strip():
+            raise ConfigError("--gpus: takes all, a count, or indices like 0,1")
+
+
+def _proposer_spec(p: Any) -> ProposerSpec:
+    if isinstance(p, ProposerSpec):
+        return p
+    if not isinstance(p, dict):
+        raise ConfigError(f"proposers: each entry must be a table, not {p!r}")
+    names = {f.name for f in fields(ProposerSpec)} | {"replay"}
+    unknown = sorted(set(p) - names)
+    if unknown:
+        raise ConfigError(f"proposers: unknown key {unknown[0]!r}" + _closest(unknown[0], names))
+    p = dict(p)
+    if "replay" in p:
+        p["replay_file"] = p.pop("replay")
+    for key in ("provider", "model", "base_url", "replay_file", "reasoning_effort"):
+        if p.get(key) is not None and not isinstance(p[key], str):
+            raise ConfigError(f"proposers: {key} must be a string, not {p[key]!r}")
+    if "provider" not in p:
+        raise ConfigError("proposers: each entry needs a provider")
+    return ProposerSpec(**p)
+
+
+def check_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"--base-url: {redact_url(url)!r} is not an http(s) URL")
+
+
+_SECRET_QUERY = ("key", "token", "secret", "password", "passwd", "auth", "sig", "signature", "credential")
+
+
+def redact_url(url: str | None) -> str | None:
+    """The URL without user:password@ and without query values that look like credentials."""
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if any(s in k.lower() for s in _SECRET_QUERY) else v) for k, v in pairs])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def has_redactions(url: str | None) -> bool:
+    return bool(url) and REDACTED in url
+
+
+# --------------------------------------------------------------------------- TOML files
+
+# TOML key (a flag's name, - or _) -> RunConfig field; keys not listed map to themselves.
+_TOML_TO_FIELD = {"wall_time": "wall_time_s", "problem": "problems", "eval_timeout": "eval_timeout_s",
+                  "max_timing": "max_timing_s", "retry_base": "retry_base_s", "retry_max_wait": "retry_max_wait_s",
+                  "request_timeout": "request_timeout_s"}
+_PROPOSER_KEYS = ("provider", "model", "base_url", "replay", "reasoning_effort")
+_STRING_KEYS = ("suite", "baseline", "reward", "executor", "gpus", "ray_address", "ray_resource", "prompt_dir", "prices")
+_TOML_KEYS = sorted(set(_TOML_TO_FIELD) | set(BOUNDS) - set(_TOML_TO_FIELD.values()) | set(_PROPOSER_KEYS)
+                    | set(_STRING_KEYS) | {"compile_only", "cpu", "proposers"})
+
+
+def _closest(key: str, choices: Any) -> str:
+    near = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.5)
+    return f"; did you mean {near[0].replace('_', '-')!r}?" if near else ""
+
+
+def settings_from_toml(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """TOML keys (the flags' names) -> RunConfig field settings, types checked."""
+    out: dict[str, Any] = {}
+    single: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = raw_key.replace("-", "_")
+        if key not in _TOML_KEYS:
+            raise ConfigError(f"{source}: unknown setting {raw_key!r}" + _closest(key, _TOML_KEYS))
+        if key in _PROPOSER_KEYS:
+            if not isinstance(value, str):
+                raise ConfigError(f"{source}: {raw_key} must be a string, not {value!r}")
+            single["replay_file" if key == "replay" else key] = value
+        elif key == "proposers":
+            if not isinstance(value, list):
+                raise ConfigError(f"{source}: proposers must be an array of tables ([[proposers]])")
+            out["proposers"] = [_proposer_spec(p) for p in value]
+        elif key == "problem":
+            items = [value] if isinstance(value, str) else value
+            if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+                raise ConfigError(f"{source}: problem must be a string or a list of strings")
+            out["problems"] = list(items)
+        elif key in ("compile_only", "cpu"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{source}: {raw_key} must be true or false, not {value!r}")
+            if key == "cpu":
+                out["device"] = "cpu" if value else "cuda"
+            else:
+                out["compile_only"] = value
+        elif key in _STRING_KEYS:
+            if key == "gpus" and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str):
+                raise ConfigError(f"{source}: {raw_key} must be a string, not {value!r}")
+            out[key] = value
+        else:
+            fld = _TOML_TO_FIELD.get(key, key)
+            bound = BOUNDS[fld]
+            try:
+                out[fld] = bound.check(value)
+            except ConfigError as e:
+                raise ConfigError(f"{source}: {str(e).replace(bound.flag, raw_key, 1)}") from None
+    if single:
+        if "proposers" in out:
+            raise ConfigError(f"{source}: give either provider/model or [[proposers]] tables, not both")
+        if "provider" not in single:
+            raise ConfigError(f"{source}: model/base_url/replay given without a provider")
+        out["proposers"] = [ProposerSpec(**single)]
+    return out
 
 
 def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML config file as RunConfig field settings."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
+        raise ConfigError(f"--config: file {path} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--config: {path} is a directory, not a TOML file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--config: cannot read {path} ({e})") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path}: {e}") from None
+        raise ConfigError(f"--config: {path} is not valid TOML ({e})") from None
+    return settings_from_toml(data, str(path))
 
 
 def merge(file_settings: dict[str, Any], flags: dict[str, Any]) -> RunConfig:

@@ -55,7 +55,7 @@ def hardware_facts(device: dict[str, Any] | None, ceilings: dict[str, Any] | Non
 
 def render(problem: Problem, mode: str, parent: Any = None, inspirations: list[Any] | None = None,
            device: dict[str, Any] | None = None, ceilings: dict[str, Any] | None = None,
-           baseline: str = "torch", prompt_dir: Path | None = None) -> Prompt:
+           baseline: str = "torch", prompt_dir: Path | None = None, notice: str = "") -> Prompt:
     env = environment(prompt_dir)
     tol = problem.meta.tolerance
     arch = f"sm_{device['compute_capability'].replace('.', '')}" if device and device.get("compute_capability") else "the GPU's arch"
@@ -69,5 +69,5 @@ def render(problem: Problem, mode: str, parent: Any = None, inspirations: list[A
         intensity=f"{m.arithmetic_intensity:.2f}" if m.arithmetic_intensity else "?",
         hardware=hardware_facts(device, ceilings))
     volatile = env.get_template("feedback.j2").render(
-        inspirations=inspirations or [], parent=parent, mode=mode, baseline=baseline)
+        inspirations=inspirations or [], parent=parent, mode=mode, baseline=baseline, notice=notice)
     return Prompt(system, stable, volatile)

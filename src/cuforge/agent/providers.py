@@ -11,13 +11,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuforge.agent.llm_errors import (  # noqa: F401 - re-exported: the proposers' error vocabulary
+    ContextLengthError,
+    Failure,
+    ProposerExhausted,
+    ProviderAuthError,
+    ProviderError,
+    RetryBudget,
+    RetryPolicy,
+    classify_sdk_error,
+)
 from cuforge.agent.prompts import Prompt
 
 if sys.version_info >= (3, 11):
@@ -26,22 +36,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 PRICES_PATH = Path(__file__).resolve().parents[1] / "data" / "prices.toml"
-
-
-class ProviderError(RuntimeError):
-    """A request failed for good (after retries, or not retryable)."""
-
-
-class ProviderAuthError(ProviderError):
-    """Credentials missing or refused: the run stops, naming the variable."""
-
-
-class ContextLengthError(ProviderError):
-    """The prompt is too long for the model: the caller shrinks it and asks again."""
-
-
-class ProposerExhausted(ProviderError):
-    """A replay file has no more responses."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +48,7 @@ class Proposal:
     tokens_cached: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
+    estimated: bool = False  # token counts estimated locally: the server sent no usage
 
 
 @dataclass(frozen=True)
@@ -63,10 +58,33 @@ class Price:
     cached: float
 
 
+class PriceError(ValueError):
+    """A price table that cannot be used; the message names the file and the entry."""
+
+
 def load_prices(path: Path | None = None) -> dict[str, Price]:
-    with open(path or PRICES_PATH, "rb") as f:
-        data = tomllib.load(f)
-    return {model: Price(float(v["input"]), float(v["output"]), float(v.get("cached", v["input"]))) for model, v in data.items()}
+    """model -> Price (USD per million tokens) from a TOML table of [model] input/output/cached."""
+    path = path or PRICES_PATH
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise PriceError(f"prices file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PriceError(f"prices file {path}: cannot read it ({e})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PriceError(f"prices file {path}: not TOML ({e})") from None
+    prices = {}
+    for model, v in data.items():
+        try:
+            values = [float(v[k]) for k in ("input", "output")] + [float(v.get("cached", v["input"]))]
+        except (TypeError, KeyError, ValueError, AttributeError):
+            raise PriceError(f"prices file {path}: [{model!r}] needs numbers 'input' and 'output' "
+                             "(USD per million tokens; 'cached' optional)") from None
+        if any(x < 0 or x != x for x in values):
+            raise PriceError(f"prices file {path}: [{model!r}] has a negative or NaN price")
+        prices[model] = Price(*values)
+    return prices
 
 
 def cost_of(prices: dict[str, Price], model: str, tokens_in: int, tokens_out: int, tokens_cached: int) -> float | None:
@@ -78,82 +96,89 @@ def cost_of(prices: dict[str, Price], model: str, tokens_in: int, tokens_out: in
     return (fresh * price.input + tokens_cached * price.cached + tokens_out * price.output) / 1e6
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_retries: int = 5
-    base_delay_s: float = 1.0
-    max_delay_s: float = 60.0
-    timeout_s: float = 600.0
-
-    def delay(self, attempt: int) -> float:
-        """Exponential backoff with full jitter."""
-        return random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
+def estimate_tokens(text: str) -> int:
+    """A local token count for servers that report no usage: about four bytes of English or code a
+    token for the BPE vocabularies of current models (no vocabulary file to download)."""
+    return max(1, -(-len(text.encode("utf-8", "replace")) // 4)) if text else 0
 
 
 class LLMProposer:
-    """Shared machinery of the SDK-backed proposers: concurrency cap, retries, pricing."""
+    """Shared machinery of the SDK-backed proposers: concurrency cap, classified retries, pricing,
+    a count of every HTTP request made, and a report of every failed attempt."""
 
     provider = "llm"
     key_env = ""
 
     def __init__(self, model: str, temperature: float = 0.7, max_tokens: int = 8192, concurrency: int = 4,
-                 retry: RetryPolicy | None = None, prices: dict[str, Price] | None = None) -> None:
+                 retry: RetryPolicy | None = None, prices: dict[str, Price] | None = None,
+                 retry_budget: RetryBudget | None = None,
+                 on_failure: Callable[[str, Failure, bool], None] | None = None) -> None:
         self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
         self.retry = retry or RetryPolicy()
+        self.retry_budget = retry_budget or RetryBudget(10**9)
         self.prices = prices if prices is not None else load_prices()
+        self.on_failure = on_failure or (lambda name, failure, retrying: None)
+        self.requests = 0  # HTTP requests sent, retries included
         self._semaphore = asyncio.Semaphore(concurrency)
 
     @property
     def name(self) -> str:
         return f"{self.provider}:{self.model}"
 
-    async def propose(self, prompt: Prompt) -> Proposal:
+    @property
+    def price(self) -> Price | None:
+        return self.prices.get(self.model)
+
+    async def propose(self, prompt: Prompt, temperature: float | None = None) -> Proposal:
+        """One proposal: the first try and at most retry.max_retries more, for transient failures only."""
         async with self._semaphore:
             attempt = 0
             while True:
                 t0 = time.monotonic()
+                self.requests += 1
                 try:
-                    return await self._call(prompt, t0)
+                    return await self._call(prompt, t0, self.temperature if temperature is None else temperature)
+                except asyncio.CancelledError:
+                    raise
                 except Exception as e:  # noqa: BLE001 - classified below
-                    kind = self._classify(e)
-                    if kind == "auth":
-                        raise ProviderAuthError(
-                            f"{self.provider} refused the credentials: check {self.key_env}" if self.key_env
-                            else f"{self.provider} refused the credentials") from None
-                    if kind == "context":
-                        raise ContextLengthError(f"{self.name}: prompt too long ({prompt.chars} characters)") from None
-                    if kind != "retry" or attempt >= self.retry.max_retries:
-                        raise ProviderError(f"{self.name}: {type(e).__name__}: {str(e)[:300]}") from None
-                    await asyncio.sleep(self.retry.delay(attempt))
-                    attempt += 1
+                    failure = self._classify(e)
+                wait = self.retry.delay(attempt, failure.retry_after_s) if failure.retryable else None
+                retrying = (wait is not None and attempt < self.retry.max_retries and self.retry_budget.take())
+                self.on_failure(self.name, failure, retrying)
+                if not retrying:
+                    raise self._final_error(failure, prompt, attempt + 1, wait is None and failure.retryable)
+                await asyncio.sleep(wait)
+                attempt += 1
 
-    def _price(self, tokens_in: int, tokens_out: int, cached: int) -> float:
-        return cost_of(self.prices, self.model, tokens_in, tokens_out, cached) or 0.0
+    def _final_error(self, failure: Failure, prompt: Prompt, attempts: int, wait_too_long: bool) -> ProviderError:
+        if failure.kind == "auth":
+            hint = f": check {self.key_env}" if self.key_env else ""
+            return ProviderAuthError(f"{self.provider} refused the credentials{hint} ({failure.describe(self.provider)})",
+                                     failure.status)
+        if failure.kind == "context":
+            return ContextLengthError(f"{self.name}: prompt too long ({prompt.chars} characters)", failure.status)
+        why = failure.describe(self.provider)
+        if wait_too_long:
+            why += f" (asked to retry after {failure.retry_after_s:g} s, over the {self.retry.max_delay_s:g} s limit)"
+        elif failure.retryable:
+            why += f" (after {attempts} attempts)"
+        return ProviderError(why, failure.kind, failure.status, attempts)
 
-    async def _call(self, prompt: Prompt, t0: float) -> Proposal:  # pragma: no cover - abstract
+    def _usage(self, prompt: Prompt, text: str, tokens_in: int, tokens_out: int, cached: int,
+               t0: float) -> Proposal:
+        """A Proposal with the server's token counts, or local estimates (marked) where it sent none."""
+        estimated = not tokens_in and not tokens_out
+        if estimated:
+            tokens_in, tokens_out = estimate_tokens(prompt.system + prompt.user), estimate_tokens(text)
+        cost = cost_of(self.prices, self.model, tokens_in, tokens_out, cached) or 0.0
+        return Proposal(text, self.provider, self.model, tokens_in, tokens_out, cached, cost, time.monotonic() - t0,
+                        estimated)
+
+    async def _call(self, prompt: Prompt, t0: float, temperature: float) -> Proposal:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _classify(self, e: Exception) -> str:  # pragma: no cover - abstract
+    def _classify(self, e: Exception) -> Failure:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def _context_message(text: str) -> bool:
-    t = text.lower()
-    return "context_length" in t or "maximum context length" in t or "prompt is too long" in t or "too many tokens" in t
-
-
-def classify_sdk_error(sdk: Any, e: Exception) -> str:
-    """auth, context, retry or fatal, for the openai and anthropic SDKs (they share exception names;
-    Anthropic's 529 'overloaded' is a server error like any 5xx)."""
-    if isinstance(e, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
-        return "auth"
-    if isinstance(e, sdk.BadRequestError) and _context_message(str(e)):
-        return "context"
-    if isinstance(e, (sdk.RateLimitError, sdk.APITimeoutError, sdk.APIConnectionError, sdk.InternalServerError)):
-        return "retry"
-    if isinstance(e, sdk.APIStatusError) and e.status_code >= 500:
-        return "retry"
-    return "fatal"
 
 
 class OpenAIProposer(LLMProposer):
@@ -175,23 +200,24 @@ class OpenAIProposer(LLMProposer):
         self.client = openai.AsyncOpenAI(api_key=key or "not-needed", base_url=base_url, max_retries=0,
                                          timeout=self.retry.timeout_s)
 
-    async def _call(self, prompt: Prompt, t0: float) -> Proposal:
+    async def _call(self, prompt: Prompt, t0: float, temperature: float) -> Proposal:
         extra: dict[str, Any] = {}
         if self.reasoning_effort:
             extra["reasoning_effort"] = self.reasoning_effort
         resp = await self.client.chat.completions.create(
-            model=self.model, temperature=self.temperature, max_tokens=self.max_tokens,
+            model=self.model, temperature=temperature, max_tokens=self.max_tokens,
             messages=[{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}], **extra)
-        text = resp.choices[0].message.content or "" if resp.choices else ""
+        if not getattr(resp, "choices", None):
+            raise ValueError("the reply has no choices")
+        text = resp.choices[0].message.content or ""
         usage = resp.usage
         tin = getattr(usage, "prompt_tokens", 0) or 0
         tout = getattr(usage, "completion_tokens", 0) or 0
         details = getattr(usage, "prompt_tokens_details", None)
         cached = (getattr(details, "cached_tokens", 0) or 0) if details else 0
-        return Proposal(text, self.provider, self.model, tin, tout, cached, self._price(tin, tout, cached),
-                        time.monotonic() - t0)
+        return self._usage(prompt, text, tin, tout, cached, t0)
 
-    def _classify(self, e: Exception) -> str:
+    def _classify(self, e: Exception) -> Failure:
         return classify_sdk_error(self._openai, e)
 
 
@@ -216,11 +242,11 @@ class AnthropicProposer(LLMProposer):
 
         self._accepts_temperature = "temperature" in inspect.signature(self.client.messages.create).parameters
 
-    async def _call(self, prompt: Prompt, t0: float) -> Proposal:
+    async def _call(self, prompt: Prompt, t0: float, temperature: float) -> Proposal:
         cache = {"type": "ephemeral"}
         extra: dict[str, Any] = {}
         if self._accepts_temperature:
-            extra["temperature"] = self.temperature
+            extra["temperature"] = temperature
         resp = await self.client.messages.create(
             model=self.model, max_tokens=self.max_tokens, **extra,
             system=[{"type": "text", "text": prompt.system, "cache_control": cache}],
@@ -228,15 +254,16 @@ class AnthropicProposer(LLMProposer):
                 {"type": "text", "text": prompt.stable, "cache_control": cache},
                 {"type": "text", "text": prompt.volatile or "(no feedback yet)"},
             ]}])
+        if not isinstance(getattr(resp, "content", None), list):
+            raise ValueError("the reply has no content blocks")
         text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
-        u = resp.usage
+        u = getattr(resp, "usage", None)
         cached = (getattr(u, "cache_read_input_tokens", 0) or 0)
         created = (getattr(u, "cache_creation_input_tokens", 0) or 0)
-        tin = (u.input_tokens or 0) + cached + created
-        return Proposal(text, self.provider, self.model, tin, u.output_tokens or 0, cached,
-                        self._price(tin, u.output_tokens or 0, cached), time.monotonic() - t0)
+        tin = (getattr(u, "input_tokens", 0) or 0) + cached + created
+        return self._usage(prompt, text, tin, getattr(u, "output_tokens", 0) or 0, cached, t0)
 
-    def _classify(self, e: Exception) -> str:
+    def _classify(self, e: Exception) -> Failure:
         return classify_sdk_error(self._anthropic, e)
 
 
@@ -272,7 +299,7 @@ class ReplayProposer:
         """On resume: replies already consumed by the killed run are not replayed twice."""
         self.position = min(self.position + n, len(self.records))
 
-    async def propose(self, prompt: Prompt) -> Proposal:
+    async def propose(self, prompt: Prompt, temperature: float | None = None) -> Proposal:
         if self.position >= len(self.records):
             raise ProposerExhausted(f"{self.path.name}: all {len(self.records)} recorded replies used")
         rec = self.records[self.position]

@@ -1,43 +1,81 @@
 """Starting, resuming and watching a run: builds the proposers and the evaluator, restores state
-from the store on --resume, handles Ctrl-C, and shows live progress."""
+from the store on --resume, handles Ctrl-C (first: stop and record; second: exit at once), keeps a
+heartbeat so that a run whose driver died reads as died, and reports progress."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuforge.agent.config import ConfigError, RunConfig
+from cuforge.agent.config import ConfigError, RunConfig, has_redactions
+from cuforge.agent.llm_errors import Failure, RetryBudget
 from cuforge.agent.loop import Search
 from cuforge.agent.population import Member, register_bucket, source_key, technique_tags
-from cuforge.agent.providers import AnthropicProposer, OpenAIProposer, ReplayProposer, RetryPolicy, load_prices
+from cuforge.agent.providers import (
+    AnthropicProposer,
+    OpenAIProposer,
+    Price,
+    PriceError,
+    ProviderAuthError,
+    ReplayProposer,
+    RetryPolicy,
+    load_prices,
+)
 from cuforge.problems.problem import Problem
 from cuforge.problems.suites import load_suite
-from cuforge.results.store import Store
+from cuforge.results.store import HEARTBEAT_S, Store
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.executor import Executor, ExecutorError, make_executor
 
+EXIT_INTERRUPTED = 130
 
-def build_proposers(cfg: RunConfig) -> list[tuple[Any, float]]:
-    prices = load_prices(Path(cfg.prices)) if cfg.prices else load_prices()
+
+def prices_for(cfg: RunConfig) -> dict[str, Price]:
+    try:
+        prices = load_prices(Path(cfg.prices)) if cfg.prices else load_prices()
+    except PriceError as e:
+        raise ConfigError(f"--prices: {e}") from None
+    if cfg.price_in is not None and cfg.price_out is not None:
+        for spec in cfg.proposers:
+            if spec.provider in ("openai", "anthropic"):
+                prices[spec.model] = Price(cfg.price_in, cfg.price_out, cfg.price_in)
+    return prices
+
+
+def build_proposers(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], None] | None = None
+                    ) -> list[tuple[Any, float]]:
+    prices = prices_for(cfg)
+    if cfg.budget_usd is not None:
+        unpriced = sorted({s.model for s in cfg.proposers if s.provider in ("openai", "anthropic") and s.model not in prices})
+        if unpriced:
+            raise ConfigError(f"--budget-usd: no price for model {', '.join(unpriced)}, so spend cannot be counted; "
+                              "pass --prices FILE or --price-in/--price-out (USD per million tokens)")
+    retry = RetryPolicy(cfg.max_retries, cfg.retry_base_s, cfg.retry_max_wait_s, cfg.request_timeout_s)
+    budget = RetryBudget(cfg.retry_budget)
     out: list[tuple[Any, float]] = []
     for spec in cfg.proposers:
         common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, concurrency=cfg.concurrency,
-                      retry=RetryPolicy(), prices=prices)
-        if spec.provider == "openai":
-            out.append((OpenAIProposer(spec.model, spec.base_url, spec.reasoning_effort, **common), spec.weight))
-        elif spec.provider == "anthropic":
-            out.append((AnthropicProposer(spec.model, spec.base_url, **common), spec.weight))
-        elif spec.provider == "replay":
-            out.append((ReplayProposer(Path(spec.replay_file)), spec.weight))
-        else:
-            from cuforge.agent.templates.proposer import TemplateProposer
+                      retry=retry, prices=prices, retry_budget=budget, on_failure=on_failure)
+        try:
+            if spec.provider == "openai":
+                out.append((OpenAIProposer(spec.model, spec.base_url, spec.reasoning_effort, **common), spec.weight))
+            elif spec.provider == "anthropic":
+                out.append((AnthropicProposer(spec.model, spec.base_url, **common), spec.weight))
+            elif spec.provider == "replay":
+                out.append((ReplayProposer(Path(spec.replay_file)), spec.weight))
+            else:
+                from cuforge.agent.templates.proposer import TemplateProposer
 
-            out.append((TemplateProposer(cfg.seed), spec.weight))
+                out.append((TemplateProposer(cfg.seed), spec.weight))
+        except ProviderAuthError as e:
+            raise ConfigError(str(e)) from None
     return out
 
 
@@ -49,9 +87,9 @@ def select_problems(cfg: RunConfig) -> list[Problem]:
         problems = [p for p in problems if p.id in wanted or p.name in wanted]
         missing = wanted - {p.id for p in problems} - {p.name for p in problems}
         if missing:
-            raise ConfigError(f"no problem {', '.join(sorted(missing))} in suite {suite.name}")
+            raise ConfigError(f"--problem: no problem {', '.join(sorted(missing))} in suite {suite.name}")
     if not problems:
-        raise ConfigError(f"suite {suite.name} has no loadable problems")
+        raise ConfigError(f"--suite: suite {suite.name} has no loadable problems")
     return problems
 
 
@@ -61,6 +99,31 @@ def build_executor(cfg: RunConfig) -> Executor:
                              cfg.ray_resource)
     except ExecutorError as e:
         raise ConfigError(str(e)) from None
+
+
+def resume_config(stored: dict[str, Any], flags: dict[str, Any], provider_flags: dict[str, Any]) -> dict[str, Any]:
+    """A stored run's settings with what was given now on top: other flags as usual, and provider
+    settings (--model, --base-url, --replay, --reasoning-effort) without --provider applied to the
+    stored proposers of the kind they fit."""
+    merged = dict(stored)
+    given = {k: v for k, v in provider_flags.items() if v is not None}
+    if given and "proposers" not in flags:
+        specs = []
+        for p in stored.get("proposers", []):
+            p = dict(p)
+            if p.get("provider") in ("openai", "anthropic"):
+                p.update({k: v for k, v in given.items() if k in ("model", "base_url", "reasoning_effort")})
+            if p.get("provider") == "replay" and "replay_file" in given:
+                p["replay_file"] = given["replay_file"]
+            specs.append(p)
+        merged["proposers"] = specs
+    for p in merged.get("proposers", []):
+        url = p.base_url if hasattr(p, "base_url") else p.get("base_url")
+        if has_redactions(url):
+            raise ConfigError("--base-url: the stored URL had credentials, which are never stored; "
+                              "pass --base-url again to resume")
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return merged
 
 
 def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Problem, Candidate, Member | None]]:
@@ -80,17 +143,28 @@ def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Proble
         st.population.add(m)
         st.proposed += 1
         st.evaluated += 1
+        search.stats.evaluations += 1
+        search.stats.succeeded += row["status"] in ("ok", "compiled")
+        _remember(search, st.problem, src)
         if speedup is not None and (st.best_speedup is None or speedup > st.best_speedup):
             st.best_speedup, st.since_improvement = speedup, 0
         else:
             st.since_improvement += 1
         st.history.append(st.best_speedup or 0.0)
+    # Requests that gave no candidate (provider errors, duplicates) used their slots too.
+    for problem_id, n in store.llm_calls_without_candidate(run_id).items():
+        if problem_id in search.states:
+            search.states[problem_id].proposed += n
     usage = store.llm_usage(run_id)
-    search.stats.tokens_in, search.stats.tokens_out = int(usage["tokens_in"]), int(usage["tokens_out"])
-    search.stats.cost_usd, search.stats.llm_calls = usage["cost_usd"], int(usage["calls"])
+    spend = search.budget.spend
+    spend.tokens_in, spend.tokens_out, spend.cost_usd = int(usage["tokens_in"]), int(usage["tokens_out"]), usage["cost_usd"]
+    spend.estimated_calls = int(usage["estimated_calls"])
+    s = search.stats
+    s.tokens_in, s.tokens_out, s.cost_usd, s.llm_calls = spend.tokens_in, spend.tokens_out, spend.cost_usd, int(usage["calls"])
+    s.estimated_calls, s.errors = spend.estimated_calls, store.llm_errors(run_id)
     for proposer, _ in search.proposers:
         if isinstance(proposer, ReplayProposer):
-            proposer.skip(int(usage["calls"]))
+            proposer.skip(int(usage["replies"]))
     pending = []
     for row in store.pending_candidates(run_id):
         st = search.states.get(row["problem_id"])
@@ -103,33 +177,60 @@ def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Proble
         parent = members.get(row["parents"][0]) if row["parents"] else None
         pending.append((row["candidate_id"], st.problem, cand, parent))
         st.population.keys.add(source_key(row["source"]))
+        _remember(search, st.problem, row["source"])
     return pending
+
+
+def _remember(search: Search, problem: Problem, source: str) -> None:
+    """The template search does not propose again what the run already has."""
+    for proposer, _ in search.proposers:
+        remember = getattr(proposer, "remember", None)
+        if remember is not None:
+            remember(problem, source)
 
 
 def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def execute(cfg: RunConfig, store: Store, run_id: str | None, resume: bool,
-            on_update: Callable[[Search], None] | None = None) -> tuple[str, Search]:
-    """Run (or resume) to completion, a budget, or Ctrl-C. The run's status is kept current."""
+@dataclass
+class Prepared:
+    """Everything a run needs, built before anything is shown or started, so that bad settings fail
+    with one line and nothing half-made."""
+
+    cfg: RunConfig
+    problems: list[Problem]
+    proposers: list[tuple[Any, float]]
+    executor: Executor
+
+
+def prepare(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], None] | None = None) -> Prepared:
     problems = select_problems(cfg)
-    proposers = build_proposers(cfg)
+    proposers = build_proposers(cfg, on_failure)
+    executor = build_executor(cfg)
+    return Prepared(cfg, problems, proposers, executor)
+
+
+def execute(prep: Prepared, store: Store, run_id: str | None, resume: bool,
+            on_update: Callable[[Search], None] | None = None,
+            on_event: Callable[[str, str], None] | None = None) -> tuple[str, Search]:
+    """Run (or resume) to completion, a budget, an error or Ctrl-C. The run's status is kept current."""
+    cfg = prep.cfg
     if resume:
         assert run_id is not None
+        store.claim_run(run_id, cfg.to_stored_dict())
     else:
         run_id = run_id or new_run_id()
-        store.create_run(run_id, cfg.suite, cfg.to_dict())
-        for p in problems:
+        store.create_run(run_id, cfg.suite, cfg.to_stored_dict())
+        for p in prep.problems:
             store.add_run_problem(run_id, p.id, p.source, {"flops": p.meta.flops, "bytes": p.meta.bytes,
                                                            "dtype": p.meta.dtype, "families": list(p.meta.families)})
-    executor = build_executor(cfg)
-    search = Search(cfg, store, run_id, problems, proposers, executor, on_update)
+    search = Search(cfg, store, run_id, prep.problems, prep.proposers, prep.executor, on_update, on_event)
     status = "failed"
     try:
         status = asyncio.run(_drive(search, store, run_id, resume))
     finally:
-        executor.close()
+        prep.executor.close()
         store.set_run_status(run_id, status, gpu=search.device.get("name"),
                              software=f"torch {search.device.get('torch')}" if search.device else None)
     return run_id, search
@@ -138,21 +239,48 @@ def execute(cfg: RunConfig, store: Store, run_id: str | None, resume: bool,
 async def _drive(search: Search, store: Store, run_id: str, resume: bool) -> str:
     loop = asyncio.get_running_loop()
 
+    def second_interrupt() -> None:
+        # At once: end the workers, record the run as stopped, exit.
+        try:
+            close = getattr(search.executor, "close", None)
+            if close:
+                close()
+            store.set_run_status(run_id, "stopped")
+        finally:
+            os._exit(EXIT_INTERRUPTED)
+
     def interrupt() -> None:
-        search.stats.stop_reason = "interrupted (Ctrl-C); resume with --resume " + run_id
-        search.stop.set()
-        loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C aborts at once
+        search.request_stop(f"interrupted (Ctrl-C); resume with: cuforge run --resume {run_id}")
+        search.on_event("warn", "stopping: requests cancelled, evaluations in progress abandoned (Ctrl-C again "
+                                "exits at once)")
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.add_signal_handler(signal.SIGINT, second_interrupt)
 
     try:
         loop.add_signal_handler(signal.SIGINT, interrupt)
+        loop.add_signal_handler(signal.SIGTERM, interrupt)
     except (NotImplementedError, RuntimeError):
         pass
-    if resume:
-        store.set_run_status(run_id, "running")
-        await search.resume_pending(restore(search, store, run_id))
+    heart = asyncio.create_task(_heartbeat(store, run_id))
     try:
-        await search.run()
+        if resume:
+            await search.resume_pending(restore(search, store, run_id))
+        if not search.stop.is_set():
+            await search.run()
     except Exception as e:  # noqa: BLE001 - recorded as the run's end
         search.stats.stop_reason = search.stats.stop_reason or f"{type(e).__name__}: {e}"
         return "aborted"
-    return "stopped" if search.stop.is_set() else "finished"
+    finally:
+        heart.cancel()
+    if search.aborted:
+        return "aborted"
+    return "stopped" if search.abandoned else "finished"
+
+
+async def _heartbeat(store: Store, run_id: str) -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_S)
+        try:
+            store.heartbeat(run_id)
+        except Exception:  # noqa: BLE001 - a busy store must not end the run; the next beat retries
+            pass

@@ -1,3 +1,3 @@
-from cuforge.cli import app
+from cuforge.cli import main
 
-app()
+main()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cuforge import __version__
 
@@ -30,8 +34,56 @@ EXIT_BAD_INPUT = 2
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def store_path(results: Path) -> Path:
+    """--results names the store file, or a directory holding cuforge.db (an existing one, or any
+    path written with a trailing slash): the same in every command."""
+    text = str(results)
+    if results.is_dir() or text.endswith(("/", os.sep)):
+        return results / "cuforge.db"
+    return results
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for an error no command caught: what failed and why, never a traceback."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"a file is not UTF-8 text ({e.reason} at byte {e.start})"
+    if isinstance(e, PermissionError):
+        return f"{e.filename or 'a file'}: permission denied"
+    if isinstance(e, FileNotFoundError):
+        return f"{e.filename or 'a file'}: no such file or directory"
+    if isinstance(e, IsADirectoryError):
+        return f"{e.filename}: is a directory"
+    if isinstance(e, OSError):
+        return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+    if isinstance(e, sqlite3.Error):
+        return f"results store: {e}"
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def main() -> None:
+    """The console entry point: one error boundary around every command. Expected failures are
+    one line on stderr with exit code 2; --debug (anywhere on the line) shows the traceback."""
+    argv = sys.argv[1:]
+    debug = "--debug" in argv or bool(os.environ.get("CUFORGE_DEBUG"))
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        app(args=argv, prog_name="cuforge")
+    except KeyboardInterrupt:
+        err_console.print("[bold red]error:[/] interrupted", highlight=False)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the boundary
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {escape(describe_error(e))} (--debug shows the traceback)",
+                          highlight=False, soft_wrap=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def emit_json(data: Any) -> None:
@@ -39,7 +91,8 @@ def emit_json(data: Any) -> None:
 
 
 @app.callback(invoke_without_command=True)
-def main(version: bool = typer.Option(False, "--version", help="Print the version and exit.")) -> None:
+def callback(version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+             debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error.")) -> None:
     if version:
         console.print(f"cuforge {__version__}")
         raise typer.Exit(0)

@@ -104,4 +104,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE run_problems ADD COLUMN source TEXT;
     """,
+    # 4: who drives a run (host, pid and the pid's start time, a heartbeat), so that a run whose
+    # driver died shows as died rather than running; token counts estimated locally are marked.
+    """
+    ALTER TABLE runs ADD COLUMN host TEXT;
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+    ALTER TABLE runs ADD COLUMN pid_start TEXT;
+    ALTER TABLE runs ADD COLUMN heartbeat_at REAL;
+    ALTER TABLE llm_calls ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
+    """,
 ]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -21,6 +23,57 @@ DEFAULT_PATH = Path("results") / "cuforge.db"
 
 class StoreError(RuntimeError):
     pass
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(path: Path) -> None:
+    """An existing non-empty file must be an SQLite database: never treat (or overwrite) another file as a store."""
+    try:
+        if path.is_dir():
+            raise StoreError(f"{path}: is a directory, not a results store file")
+        if not path.exists() or path.stat().st_size == 0:
+            return
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except PermissionError:
+        raise StoreError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise StoreError(f"{path}: cannot read ({e.strerror or e})") from None
+    if head != SQLITE_HEADER:
+        raise StoreError(f"{path}: not an SQLite database, so not a results store")
+
+
+def is_sqlite_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """mode=ro; where SQLite cannot even make its shared-memory file beside a read-only WAL store,
+    immutable=1 (safe there: nobody can be writing a file nobody may write)."""
+    uri = path.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30, isolation_level=None)
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        if os.access(path, os.W_OK):
+            raise
+    conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=30, isolation_level=None)
+    conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    return conn
+
+
+def _in_memory_copy(conn: sqlite3.Connection) -> sqlite3.Connection:
+    mem = sqlite3.connect(":memory:", isolation_level=None)
+    conn.backup(mem)
+    conn.close()
+    return mem
 
 
 def problem_hash(source: str) -> str:
@@ -42,17 +95,56 @@ class BaselineRow:
 
 
 class Store:
-    def __init__(self, path: Path | str = DEFAULT_PATH, create: bool = True) -> None:
+    """The store. `readonly` opens the file with SQLite's mode=ro: nothing is written, converted
+    (no WAL switch) or migrated in place; an older schema is migrated in a private in-memory copy."""
+
+    def __init__(self, path: Path | str = DEFAULT_PATH, create: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
-        if not create and not self.path.exists():
+        self.readonly = readonly
+        if (readonly or not create) and not self.path.exists():
             raise StoreError(f"{self.path}: no results store there (run `cuforge run` first, or pass --results)")
+        check_sqlite_file(self.path)
         try:
+            if readonly:
+                self.conn = _open_readonly(self.path)
+                self._check_cuforge_schema()
+                if self.conn.execute("PRAGMA user_version").fetchone()[0] < len(MIGRATIONS):
+                    self.conn = _in_memory_copy(self.conn)
+                    self._migrate()
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA busy_timeout=30000")
+            if self.path.stat().st_size and not self._has_table("runs") and self._has_any_table():
+                raise StoreError(f"{self.path}: an SQLite database, but not a cuforge results store (no runs table)")
+            self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+        except PermissionError as e:
+            raise StoreError(f"{self.path}: permission denied ({e.strerror})") from None
+        except OSError as e:
+            raise StoreError(f"{self.path}: cannot open ({e.strerror or e})") from None
+        except sqlite3.OperationalError as e:
+            msg = str(e)
+            if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
+                raise StoreError(f"{self.path}: cannot write to the results store ({msg}); read-only commands "
+                                 "(leaderboard, report, results list) can still read it") from None
+            if "locked" in msg:
+                raise StoreError(f"{self.path}: the results store is locked by another process ({msg})") from None
+            raise StoreError(f"{self.path}: not a usable cuforge store ({msg})") from None
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a usable cuforge store ({e})") from None
+
+    def _has_table(self, name: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+    def _has_any_table(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table'").fetchone() is not None
+
+    def _check_cuforge_schema(self) -> None:
+        try:
+            if not self._has_table("runs"):
+                raise StoreError(f"{self.path}: not a cuforge results store (no runs table)")
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: not a usable cuforge store ({e})") from None
 
@@ -109,24 +201,38 @@ class Store:
         with self.transaction() as c:
             c.execute("INSERT INTO runs (id, created_at, updated_at, status, suite, config, gpu, software) "
                       "VALUES (?,?,?,?,?,?,?,?)", (run_id, now, now, "running", suite, json.dumps(config), gpu, software))
+        self.claim_run(run_id)
+
+    def claim_run(self, run_id: str, config: dict[str, Any] | None = None) -> None:
+        """This process drives the run from now on (host, pid, the pid's start time, a first heartbeat)."""
+        pid = os.getpid()
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET status = 'running', host = ?, pid = ?, pid_start = ?, heartbeat_at = ?, "
+                      "updated_at = ?, config = COALESCE(?, config) WHERE id = ?",
+                      (socket.gethostname(), pid, process_start(pid), time.time(), time.time(),
+                       json.dumps(config) if config is not None else None, run_id))
+
+    def heartbeat(self, run_id: str) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
 
     def set_run_status(self, run_id: str, status: str, gpu: str | None = None, software: str | None = None) -> None:
         with self.transaction() as c:
             c.execute("UPDATE runs SET status = ?, updated_at = ?, gpu = COALESCE(?, gpu), software = COALESCE(?, software) "
                       "WHERE id = ?", (status, time.time(), gpu, software, run_id))
 
+    _RUN_COLUMNS = "id, created_at, updated_at, status, suite, config, gpu, software, host, pid, pid_start, heartbeat_at"
+
     def run(self, run_id: str) -> RunRow:
-        row = self.conn.execute("SELECT id, created_at, updated_at, status, suite, config, gpu, software FROM runs "
-                                "WHERE id = ?", (run_id,)).fetchone()
+        row = self.conn.execute(f"SELECT {self._RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             known = [r.id for r in self.runs()][:5]
             raise StoreError(f"no run {run_id!r} in {self.path}" + (f" (latest: {', '.join(known)})" if known else " (it holds no runs)"))
-        return RunRow(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7])
+        return _run_row(row)
 
     def runs(self) -> list[RunRow]:
-        rows = self.conn.execute("SELECT id, created_at, updated_at, status, suite, config, gpu, software FROM runs "
-                                 "ORDER BY created_at DESC").fetchall()
-        return [RunRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7]) for r in rows]
+        rows = self.conn.execute(f"SELECT {self._RUN_COLUMNS} FROM runs ORDER BY created_at DESC").fetchall()
+        return [_run_row(r) for r in rows]
 
     def latest_run(self) -> RunRow:
         runs = self.runs()
@@ -226,9 +332,24 @@ class Store:
 
     def llm_usage(self, run_id: str) -> dict[str, float]:
         row = self.conn.execute("SELECT COUNT(*), COALESCE(SUM(tokens_in),0), COALESCE(SUM(tokens_out),0),"
-                                " COALESCE(SUM(tokens_cached),0), COALESCE(SUM(cost_usd),0) FROM llm_calls WHERE run_id = ?",
-                                (run_id,)).fetchone()
-        return {"calls": row[0], "tokens_in": row[1], "tokens_out": row[2], "tokens_cached": row[3], "cost_usd": row[4]}
+                                " COALESCE(SUM(tokens_cached),0), COALESCE(SUM(cost_usd),0), COALESCE(SUM(estimated),0),"
+                                " COALESCE(SUM(status IN ('ok', 'duplicate')),0), COALESCE(SUM(status LIKE 'error:%'),0)"
+                                " FROM llm_calls WHERE run_id = ?", (run_id,)).fetchone()
+        return {"calls": row[0], "tokens_in": row[1], "tokens_out": row[2], "tokens_cached": row[3], "cost_usd": row[4],
+                "estimated_calls": row[5], "replies": row[6], "errors": row[7]}
+
+    def llm_calls_without_candidate(self, run_id: str) -> dict[str, int]:
+        """Per problem, requests that yielded no candidate (provider errors, duplicates): they used
+        their proposal slots all the same."""
+        return {r[0]: r[1] for r in self.conn.execute(
+            "SELECT problem_id, COUNT(*) FROM llm_calls WHERE run_id = ? AND status != 'ok' GROUP BY problem_id",
+            (run_id,))}
+
+    def llm_errors(self, run_id: str) -> dict[str, int]:
+        """Failed requests of a run by kind."""
+        return {r[0].split(":", 1)[1]: r[1] for r in self.conn.execute(
+            "SELECT status, COUNT(*) FROM llm_calls WHERE run_id = ? AND status LIKE 'error:%' GROUP BY status",
+            (run_id,))}
 
 
 @dataclass(frozen=True)
@@ -236,11 +357,40 @@ class RunRow:
     id: str
     created_at: float
     updated_at: float
-    status: str
+    status: str  # as stored, except that a 'running' run whose driver is gone reads 'died'
     suite: str | None
     config: dict[str, Any]
     gpu: str | None
     software: str | None
+    host: str | None = None
+    pid: int | None = None
+
+
+HEARTBEAT_S = 10.0
+STALE_AFTER_S = 60.0  # a driver on another host is taken as dead after this long without a heartbeat
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid,
+    it names one process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def driver_alive(host: str | None, pid: int | None, pid_start: str | None, heartbeat_at: float | None) -> bool:
+    if host == socket.gethostname() and pid is not None:
+        return pid_start is not None and process_start(pid) == pid_start
+    return heartbeat_at is not None and time.time() - heartbeat_at < STALE_AFTER_S
+
+
+def _run_row(r: tuple[Any, ...]) -> RunRow:
+    status = r[3]
+    if status == "running" and not driver_alive(r[8], r[9], r[10], r[11]):
+        status = "died"
+    return RunRow(r[0], r[1], r[2], status, r[4], json.loads(r[5]), r[6], r[7], r[8], r[9])
 
 
 def _insert_candidate(c: sqlite3.Connection, run_id: str, problem_id: str, candidate: dict[str, Any], candidate_hash: str,
@@ -275,10 +425,11 @@ def _insert_evaluation(c: sqlite3.Connection, candidate_id: int, run_id: str, ev
 
 def _insert_llm_call(c: sqlite3.Connection, run_id: str, problem_id: str | None, provider: str, model: str, status: str,
                      tokens_in: int = 0, tokens_out: int = 0, tokens_cached: int = 0, cost_usd: float = 0.0,
-                     latency_s: float | None = None, prompt: str | None = None, response: str | None = None) -> int:
+                     latency_s: float | None = None, prompt: str | None = None, response: str | None = None,
+                     estimated: bool = False) -> int:
     cur = c.execute(
         "INSERT INTO llm_calls (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached,"
-        " cost_usd, latency_s, prompt, response, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " cost_usd, latency_s, prompt, response, created_at, estimated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (run_id, problem_id, provider, model, status, tokens_in, tokens_out, tokens_cached, cost_usd, latency_s,
-         prompt, response, time.time()))
+         prompt, response, time.time(), int(estimated)))
     return int(cur.lastrowid)

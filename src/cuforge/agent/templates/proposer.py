@@ -64,6 +64,24 @@ class TemplateProposer:
             return self._take(family, cfg, problem, tried)
         raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
 
+    def remember(self, problem: Problem, source: str) -> None:
+        """A candidate the run already has (restored on --resume): its config is not proposed again,
+        and a seed among them counts as seeded."""
+        cfg = config_of(source)
+        if not cfg:
+            return
+        families, _ = families_for(problem)
+        family = next((f for f in families if f.name == cfg.get("family")), None)
+        if family is None:
+            return
+        knobs = {k: v for k, v in cfg.items() if k in family.knobs}
+        key = self._key(family, knobs)
+        tried = self.tried.setdefault(problem.id, set())
+        if key not in tried:
+            tried.add(key)
+            if any(key == self._key(family, s) for s in family.seeds(problem)):
+                self.seeded[problem.id] = self.seeded.get(problem.id, 0) + 1
+
     @staticmethod
     def _key(family: Family, cfg: dict[str, Any]) -> str:
         return family.name + repr(sorted(family.complete(cfg).items()))
