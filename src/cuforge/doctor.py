@@ -129,7 +129,12 @@ def check_isolation() -> Check:
     from cuforge.sandbox.isolation import probe_network_isolation
 
     ok, detail = probe_network_isolation()
-    return Check("isolation", True, ("network: " + detail) + "; rlimits: cpu, file size, processes, no core dumps; secrets scrubbed",
+    from cuforge.sandbox.isolation import default_worker_memory_gib, physical_memory_bytes
+
+    limits = (f"worker host memory {default_worker_memory_gib():g} GiB (half of {physical_memory_bytes() / 2**30:.1f} GiB, "
+              "at most 64; worker_memory in a run config)")
+    return Check("isolation", True, ("network: " + detail) + f"; {limits}; rlimits: cpu, file size, processes, "
+                 "address space (CPU workers), no core dumps; secrets scrubbed",
                  "" if ok else "workers will run with the host network: " + detail)
 
 

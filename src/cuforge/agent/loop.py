@@ -88,8 +88,9 @@ def eval_config(cfg: RunConfig, problem: Problem) -> EvalConfig:
     compile time would dominate short evaluations."""
     wanted = [b for b in problem.meta.baselines if b != "torch.compile" or cfg.baseline == "torch.compile"]
     baselines = tuple(dict.fromkeys(["torch", *wanted]))
+    memory = {"max_host_memory_gib": cfg.worker_memory_gib} if cfg.worker_memory_gib else {}
     return EvalConfig(device="cpu" if cfg.compile_only else cfg.device, baselines=baselines, compile_only=cfg.compile_only,
-                      timeout_s=cfg.eval_timeout_s, max_timing_s=cfg.max_timing_s)
+                      timeout_s=cfg.eval_timeout_s, max_timing_s=cfg.max_timing_s, **memory)
 
 
 def feedback_text(ev: Evaluation, baseline: str) -> str:

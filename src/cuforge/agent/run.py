@@ -90,6 +90,8 @@ def select_problems(cfg: RunConfig) -> list[Problem]:
             raise ConfigError(f"--problem: no problem {', '.join(sorted(missing))} in suite {suite.name}")
     if not problems:
         raise ConfigError(f"--suite: suite {suite.name} has no loadable problems")
+    if cfg.device == "cpu" and not cfg.compile_only:
+        problems = [p.for_cpu_test_mode() for p in problems]
     return problems
 
 

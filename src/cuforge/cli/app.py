@@ -67,23 +67,58 @@ def describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
+def _click_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """Click's usage errors, help-on-no-args and abort, from click itself and from the copy that
+    newer typer releases carry inside them."""
+    mods = []
+    try:
+        import click
+
+        mods.append(click)
+    except ImportError:  # pragma: no cover - typer without click
+        pass
+    try:
+        from typer import _click
+
+        mods.append(_click)
+    except ImportError:
+        pass
+
+    def find(name: str) -> tuple[type, ...]:
+        found = [getattr(m, name, None) or getattr(getattr(m, "exceptions", None), name, None) for m in mods]
+        return tuple(c for c in found if isinstance(c, type))
+
+    return find("ClickException"), find("NoArgsIsHelpError"), find("Abort")
+
+
 def main() -> None:
-    """The console entry point: one error boundary around every command. Expected failures are
-    one line on stderr with exit code 2; --debug (anywhere on the line) shows the traceback."""
+    """The console entry point: one error boundary around every command. A bad option, a missing
+    file or any other expected failure is one line on stderr with exit code 2; --debug (anywhere on
+    the line) shows the traceback of an unexpected one."""
+    click_exc, no_args_exc, abort_exc = _click_exceptions()
     argv = sys.argv[1:]
     debug = "--debug" in argv or bool(os.environ.get("CUFORGE_DEBUG"))
     argv = [a for a in argv if a != "--debug"]
     try:
-        app(args=argv, prog_name="cuforge")
-    except KeyboardInterrupt:
+        code = app(args=argv, prog_name="cuforge", standalone_mode=False)
+    except no_args_exc as e:
+        print(e.ctx.get_help() if e.ctx else "")
+        code = EXIT_BAD_INPUT
+    except click_exc as e:  # bad options and arguments
+        where = f" (cuforge {e.ctx.command_path.split(' ', 1)[1]} --help)" if getattr(e, "ctx", None) and " " in e.ctx.command_path else ""
+        err_console.print(f"[bold red]error:[/] {escape(' '.join(e.format_message().split()))}{where}",
+                          highlight=False, soft_wrap=True)
+        code = EXIT_BAD_INPUT
+    except (KeyboardInterrupt, *abort_exc):
         err_console.print("[bold red]error:[/] interrupted", highlight=False)
-        sys.exit(130)
+        code = 130
     except Exception as e:  # noqa: BLE001 - the boundary
         if debug:
             raise
         err_console.print(f"[bold red]error:[/] {escape(describe_error(e))} (--debug shows the traceback)",
                           highlight=False, soft_wrap=True)
-        sys.exit(EXIT_BAD_INPUT)
+        code = EXIT_BAD_INPUT
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def emit_json(data: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail
+from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, store_path
 
 
 def _parse_baselines(value: Optional[str], problem: Any) -> tuple[str, ...]:
@@ -18,8 +18,8 @@ def _parse_baselines(value: Optional[str], problem: Any) -> tuple[str, ...]:
         return tuple(problem.meta.baselines)
     names = tuple(v.strip() for v in value.split(",") if v.strip())
     bad = [n for n in names if n not in BASELINES]
-    if bad:
-        fail(f"unknown baseline(s) {', '.join(bad)}; choose from {', '.join(BASELINES)}")
+    if bad or not names:
+        fail(f"--baselines: unknown baseline(s) {', '.join(bad) or repr(value)}; choose from {', '.join(BASELINES)}")
     return names
 
 
@@ -29,10 +29,10 @@ def eval_cmd(
     candidate_path: Path = typer.Argument(..., metavar="CANDIDATE.py", help="A Python file defining ModelNew."),
     baselines: Optional[str] = typer.Option(None, help="Comma-separated: torch, torch.compile, cublas, cublaslt "
                                             "(default: the problem's)."),
-    trials: int = typer.Option(5, min=5, help="Correctness trials, each on fresh inputs."),
+    trials: int = typer.Option(5, min=5, max=1000, help="Correctness trials, each on fresh inputs."),
     compile_mode: str = typer.Option("default", help="torch.compile mode for that baseline: default or max-autotune."),
-    timeout: float = typer.Option(300.0, help="Hard wall-clock limit for the evaluation, seconds."),
-    gpu: int = typer.Option(0, help="GPU index."),
+    timeout: float = typer.Option(300.0, min=1, max=86400, help="Hard wall-clock limit for the evaluation, seconds."),
+    gpu: int = typer.Option(0, min=0, max=1023, help="GPU index."),
     cpu: bool = typer.Option(False, "--cpu", help="Harness test mode without a GPU: correctness only, wall-clock times."),
     ncu: bool = typer.Option(False, "--ncu", help="Also collect an Nsight Compute profile of the candidate."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -40,21 +40,29 @@ def eval_cmd(
     """Evaluate one candidate: correctness, anti-cheat, timing against each baseline, profile."""
     from cuforge.problems.problem import ProblemError
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.evaluate import candidate_from_file, supervisor_for
+    from cuforge.sandbox.evaluate import CandidateFileError, candidate_from_file, supervisor_for
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import WorkerStartError
 
-    if not candidate_path.is_file():
-        fail(f"{candidate_path}: no such file")
+    modes = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+    if compile_mode not in modes:
+        fail(f"--compile-mode: unknown torch.compile mode {compile_mode!r}; choose from {', '.join(modes)}")
+    try:
+        candidate = candidate_from_file(candidate_path)
+    except CandidateFileError as e:
+        fail(str(e))
+    if not cpu:
+        _check_gpu(gpu)
     try:
         problem = load_problem(problem_ref)
     except ProblemError as e:
         fail(str(e))
-    if compile_mode not in ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead"):
-        fail(f"unknown torch.compile mode {compile_mode!r}")
+    if cpu and problem.meta.policy != "any":
+        err_console.print(f"CPU test mode: {problem.id}'s policy {problem.meta.policy!r} is judged as 'any' (no custom "
+                          "kernel runs without a GPU)", highlight=False, soft_wrap=True)
+        problem = problem.for_cpu_test_mode()
     config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout, compile_mode=compile_mode,
                         baselines=_parse_baselines(baselines, problem))
-    candidate = candidate_from_file(candidate_path)
     try:
         with console.status(f"evaluating {candidate_path.name} on {problem.id} ...", spinner="dots"):
             ev = supervisor_for(config, gpu).evaluate(problem, candidate, config)
@@ -77,6 +85,18 @@ def eval_cmd(
     else:
         print_evaluation(ev)
     raise typer.Exit(0 if ev.ok else EXIT_FAILURES)
+
+
+def _check_gpu(gpu: int) -> None:
+    """--gpu names a GPU this machine has (no GPU at all: say so, and point at --cpu)."""
+    from cuforge.sandbox.executor import visible_gpus
+
+    gpus = visible_gpus()
+    if not gpus:
+        fail("no GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty); --cpu runs the harness's "
+             "CPU test mode")
+    if gpu >= len(gpus):
+        fail(f"--gpu: no GPU {gpu} here ({len(gpus)} visible)")
 
 
 def print_evaluation(ev: Any) -> None:
@@ -113,8 +133,8 @@ def baseline_cmd(
     suite: str = typer.Option(..., "--suite", "-s", help="Built-in suite or a directory of problem files."),
     problem: Optional[str] = typer.Option(None, "--problem", "-p", help="Only this problem id (or name)."),
     baselines: Optional[str] = typer.Option(None, help="Comma-separated baselines (default: each problem's)."),
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
-    gpu: int = typer.Option(0, help="GPU index."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
+    gpu: int = typer.Option(0, min=0, max=1023, help="GPU index."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Measure baselines (eager, torch.compile, cuBLAS, cuBLASLt autotuned) for a suite and store them."""
@@ -128,15 +148,18 @@ def baseline_cmd(
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import WorkerStartError
 
+    _check_gpu(gpu)
     try:
         loaded = load_suite(suite)
     except ProblemError as e:
         fail(str(e))
     chosen = [p for p in loaded.problems if problem in (None, p.id, p.name)]
     if not chosen:
-        fail(f"no problem {problem!r} in {loaded.name}")
+        fail(f"--problem: no problem {problem!r} in {loaded.name}")
+    for p in chosen:
+        _parse_baselines(baselines, p)
     try:
-        store = Store(results)
+        store = Store(store_path(results))
     except StoreError as e:
         fail(str(e))
     rows, failures = [], 0

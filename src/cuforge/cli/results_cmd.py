@@ -8,17 +8,25 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import app, console, emit_json, fail
+from cuforge.cli.app import app, console, emit_json, fail, store_path
 from cuforge.cli.app import results_app
 
 
 def _open_store(path: Path) -> Any:
+    """Read-only commands open the store read-only: nothing in it is changed, converted or migrated."""
     from cuforge.results.store import Store, StoreError
 
     try:
-        return Store(path, create=False)
+        return Store(store_path(path), readonly=True)
     except StoreError as e:
         fail(str(e))
+
+
+def _check_baseline(baseline: str) -> None:
+    from cuforge.problems.problem import BASELINES
+
+    if baseline not in BASELINES:
+        fail(f"--baseline: unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
 
 
 @app.command()
@@ -26,16 +34,15 @@ def leaderboard(
     run: Optional[str] = typer.Option(None, "--run", "-r", help="Run id (default: the latest run)."),
     suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Only problems of this suite."),
     baseline: str = typer.Option("torch", help="cublas, cublaslt, torch or torch.compile."),
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Best correct speedup per problem, correct rate, fast_0/1/1.5/2 and geomean; hgemm per shape."""
-    from cuforge.problems.problem import BASELINES, ProblemError
+    from cuforge.problems.problem import ProblemError
     from cuforge.results.leaderboard import build_leaderboard
     from cuforge.results.store import StoreError
 
-    if baseline not in BASELINES:
-        fail(f"unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
+    _check_baseline(baseline)
     store = _open_store(results)
     try:
         row = store.run(run) if run else store.latest_run()
@@ -83,15 +90,22 @@ def leaderboard(
 @app.command()
 def report(
     run: Optional[str] = typer.Argument(None, metavar="RUN", help="Run id (default: the latest run)."),
-    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="Output HTML file."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="Output HTML file (not replaced without --force)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file (never a results store)."),
     baseline: str = typer.Option("torch", help="Baseline for speedups."),
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
 ) -> None:
     """Write one self-contained offline HTML report of a run (tables and SVG charts, no CDN)."""
+    from cuforge.outputs import OutputError, check_output_file, write_file
     from cuforge.results.leaderboard import build_leaderboard
     from cuforge.results.report import render_report
     from cuforge.results.store import StoreError
 
+    _check_baseline(baseline)
+    try:
+        check_output_file(out, force, (store_path(results),))
+    except OutputError as e:
+        fail(f"--out: {e}")
     store = _open_store(results)
     try:
         row = store.run(run) if run else store.latest_run()
@@ -100,14 +114,13 @@ def report(
     evaluations = store.evaluations(row.id)
     board = build_leaderboard(evaluations, store.run_problems(row.id), row.id, baseline)
     text = render_report(row, board, evaluations, store.run_problem_metas(row.id), store.llm_usage(row.id))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    write_file(out, text)
     console.print(f"wrote {out} ({len(text) // 1024} KiB, {len(evaluations)} evaluations)")
 
 
 @results_app.command("list")
 def results_list(
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Runs in the store, newest first."""
@@ -116,7 +129,7 @@ def results_list(
     if as_json:
         emit_json([{"id": r.id, "status": r.status, "suite": r.suite, "gpu": r.gpu, "created_at": r.created_at} for r in runs])
         return
-    t = Table(title=str(results))
+    t = Table(title=str(store_path(results)))
     for col in ("run", "status", "suite", "gpu", "evaluations"):
         t.add_column(col)
     for r in runs:
@@ -128,16 +141,26 @@ def results_list(
 def results_export(
     run: str = typer.Argument(..., metavar="RUN", help="Run id."),
     fmt: str = typer.Option("csv", "--format", "-f", help="csv or parquet."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: RUN.FORMAT)."),
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: RUN.FORMAT; not replaced "
+                                       "without --force)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file (never a results store)."),
+    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
 ) -> None:
     """Every evaluation of a run, joined with its candidate, as CSV or Parquet."""
-    from cuforge.results.dump import export_run
+    from cuforge.outputs import OutputError, check_output_file
+    from cuforge.results.dump import FORMATS, export_run
     from cuforge.results.store import StoreError
 
+    if fmt not in FORMATS:
+        fail(f"--format: unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    target = out or Path(f"{run}.{fmt}")
+    try:
+        check_output_file(target, force, (store_path(results),))
+    except OutputError as e:
+        fail(f"--out: {e}")
     store = _open_store(results)
     try:
-        path = export_run(store, run, fmt, out or Path(f"{run}.{fmt}"))
+        path = export_run(store, run, fmt, target)
     except StoreError as e:
         fail(str(e))
     console.print(f"wrote {path}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuforge.export.plan import ExportError, Plan
+from cuforge.outputs import OutputError, check_output_dir
 
 FORMATS = ("torch", "cmake")
 DEFAULT_NAMES = {"torch": "cuforge_kernels", "cmake": "cuforge"}
@@ -38,7 +39,11 @@ def export_run(store_path: Path, run_id: str | None, fmt: str, out: Path, name: 
     arch_list = parse_archs(archs)
     name = name or DEFAULT_NAMES[fmt]
     try:
-        store = Store(store_path, create=False)
+        check_output_dir(out)  # before any build: refuse a directory with files cuforge did not write
+    except OutputError as e:
+        raise ExportError(str(e)) from None
+    try:
+        store = Store(store_path, readonly=True)
         run_id = run_id or store.latest_run().id
         plan = build_plan(store, run_id, min_speedup)
     except StoreError as e:
@@ -47,13 +52,15 @@ def export_run(store_path: Path, run_id: str | None, fmt: str, out: Path, name: 
         reasons = "; ".join(f"{s['problem_id']}: {s['reason']}" for op in plan.ops for s in op.skipped[:3])
         raise ExportError(f"run {run_id} has no exportable kernel ({reasons or 'no problems'})")
     fatbins = compile_all({s: (k.source, k.options) for s, k in plan.kernels.items()}, arch_list, jobs)
-    out.mkdir(parents=True, exist_ok=True)
-    if fmt == "torch":
-        from cuforge.export.torch_pkg import write_torch_package
+    try:
+        if fmt == "torch":
+            from cuforge.export.torch_pkg import write_torch_package
 
-        files = write_torch_package(plan, fatbins, out, name, arch_list)
-    else:
-        from cuforge.export.cmake_lib import write_cmake_library
+            files = write_torch_package(plan, fatbins, out, name, arch_list)
+        else:
+            from cuforge.export.cmake_lib import write_cmake_library
 
-        files = write_cmake_library(plan, fatbins, out, name, arch_list)
+            files = write_cmake_library(plan, fatbins, out, name, arch_list)
+    except OutputError as e:
+        raise ExportError(str(e)) from None
     return ExportResult(out, fmt, name, plan, files)

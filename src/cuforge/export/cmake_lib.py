@@ -10,10 +10,10 @@ shape no kernel was tuned for, for operators without a library fallback)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from cuforge.export.nvcc import FatbinResult
+from cuforge.outputs import write_tree
 from cuforge.export.plan import Arg, Entry, ExportError, Op, Plan
 from cuforge.export.torch_pkg import check_name, speed_table
 
@@ -241,11 +241,7 @@ def write_cmake_library(plan: Plan, fatbins: dict[str, FatbinResult], out: Path,
     missing = [f"{s} for {a}: {why}" for s, r in fatbins.items() for a, why in r.failures.items()]
     if missing:
         raise ExportError(f"kernel {missing[0]} (the C library builds every kernel for every --arch; drop that arch)")
-    for d in ("include", "src", "tests"):
-        if (out / d).exists():
-            shutil.rmtree(out / d)
-        (out / d).mkdir(parents=True)
-    files = {out / "include" / f"{name}.h": header(name, plan),
+    files: dict[Path, str | bytes] = {out / "include" / f"{name}.h": header(name, plan),
              out / "src" / "dispatch.cu": dispatch_source(name, plan),
              out / "tests" / f"test_{name}.cpp": cpp_test(name, plan),
              out / "CMakeLists.txt": cmakelists(name, plan, archs),
@@ -253,9 +249,7 @@ def write_cmake_library(plan: Plan, fatbins: dict[str, FatbinResult], out: Path,
              out / "README.md": cmake_readme(name, plan, archs)}
     for symbol, k in plan.kernels.items():
         files[out / "src" / f"{symbol}.cu"] = kernel_unit(symbol, k.source)
-    for path, text in files.items():
-        path.write_text(text)
-    return sorted(files)
+    return write_tree(out, files)
 
 
 def cmake_readme(name: str, plan: Plan, archs: list[str]) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 from cuforge.export.nvcc import FatbinResult
+from cuforge.outputs import write_tree
 from cuforge.export.plan import Entry, ExportError, Op, Plan
 
 RUNTIME = Path(__file__).resolve().parent / "torch_runtime"
@@ -136,11 +136,6 @@ def readme(plan: Plan, name: str, archs: list[str], fatbins: dict[str, FatbinRes
 def write_torch_package(plan: Plan, fatbins: dict[str, FatbinResult], out: Path, name: str, archs: list[str]) -> list[Path]:
     check_name(name)
     pkg = out / name
-    if pkg.exists():
-        shutil.rmtree(pkg)
-    (pkg / "kernels").mkdir(parents=True)
-    (pkg / "reference").mkdir()
-    (out / "tests").mkdir(exist_ok=True)
     files: dict[Path, str | bytes] = {
         pkg / "__init__.py": (RUNTIME / "package_init.py").read_text(),
         pkg / "_loader.py": (RUNTIME / "_loader.py").read_text(),
@@ -156,9 +151,4 @@ def write_torch_package(plan: Plan, fatbins: dict[str, FatbinResult], out: Path,
     for symbol, k in plan.kernels.items():
         files[pkg / "kernels" / f"{symbol}.cu"] = k.source
         files[pkg / "kernels" / f"{symbol}.fatbin"] = fatbins[symbol].data
-    for path, data in files.items():
-        if isinstance(data, bytes):
-            path.write_bytes(data)
-        else:
-            path.write_text(data)
-    return sorted(files)
+    return write_tree(out, files)

@@ -29,7 +29,7 @@ def export_run(store: Store, run_id: str, fmt: str, out: Path) -> Path:
         raise StoreError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     frame = run_frame(store, run_id)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp = out.with_name(f".{out.name}.tmp")
     if fmt == "csv":
         frame.to_csv(tmp, index=False)
     else:

@@ -32,9 +32,31 @@ def applicable_baselines(problem: Problem) -> tuple[str, ...]:
     return tuple(problem.meta.baselines)
 
 
+class CandidateFileError(ValueError):
+    """A candidate file that cannot be used; the message names the file and the cause."""
+
+
 def candidate_from_file(path: Path) -> Candidate:
     """A format-A candidate: a Python file defining ModelNew."""
-    return Candidate(path.read_text(), "module", proposer="file")
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise CandidateFileError(f"{path}: is a directory, not a Python file") from None
+    except FileNotFoundError:
+        raise CandidateFileError(f"{path}: no such file") from None
+    except PermissionError:
+        raise CandidateFileError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise CandidateFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    if b"\x00" in data:
+        raise CandidateFileError(f"{path}: a binary file, not Python source")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CandidateFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if "ModelNew" not in text:
+        raise CandidateFileError(f"{path}: defines no ModelNew (a candidate is a Python file with class ModelNew)")
+    return Candidate(text, "module", proposer="file")
 
 
 @atexit.register

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cuforge.sandbox.isolation import default_worker_memory_gib
+
 # Every status an evaluation can end in. Cheats are "cheat:<kind>" with a kind from CHEAT_KINDS.
 # "compiled": a compile-only run loaded the candidate and built its kernels, and ran nothing.
 STATUSES = ("ok", "compiled", "compile_error", "runtime_error", "timeout", "crash", "wrong_output")
@@ -155,7 +157,7 @@ class EvalConfig:
     max_timing_s: float = 20.0
     profile: bool = True
     timeout_s: float = 300.0
-    max_host_memory_gib: float = 64.0
+    max_host_memory_gib: float = field(default_factory=default_worker_memory_gib)  # per worker
     compile_only: bool = False  # load the candidate and compile its kernels (no GPU needed); run nothing
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,12 +17,36 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 
 
+def physical_memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):  # pragma: no cover - not Linux
+        return 16 * 2**30
+
+
+WORKER_MEMORY_FRACTION = 0.5  # of physical memory, for one worker's host memory
+WORKER_MEMORY_CAP_GIB = 64.0
+
+
+def default_worker_memory_gib() -> float:
+    """One worker's host-memory limit: half the machine's memory, at most 64 GiB, so that a runaway
+    candidate is stopped by its own limit before the machine runs out."""
+    return round(min(WORKER_MEMORY_CAP_GIB, WORKER_MEMORY_FRACTION * physical_memory_bytes() / 2**30), 1)
+
+
+# Address space a CPU-mode worker may map beyond its memory limit (libraries, thread stacks, arenas).
+ADDRESS_SPACE_HEADROOM = 4 * 2**30
+
+
 @dataclass(frozen=True)
 class Limits:
     cpu_seconds: int = 6 * 3600  # whole worker lifetime; a runaway host loop ends here at worst
     file_size_bytes: int = 4 * 2**30
     max_processes: int = 4096  # per user; blocks fork bombs without breaking thread pools
     core_dumps: bool = False
+    # A hard address-space limit; only for workers without CUDA, whose driver reserves far more
+    # virtual memory than it uses (GPU workers are held to their memory limit by resident-set polling).
+    address_space_bytes: int | None = None
 
 
 def _unshare(flags: int) -> bool:
@@ -64,6 +88,11 @@ def apply_limits(limits: Limits) -> None:
     setl(resource.RLIMIT_NPROC, limits.max_processes)
     if not limits.core_dumps:
         setl(resource.RLIMIT_CORE, 0)
+    if limits.address_space_bytes:
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+        except (ValueError, OSError):
+            pass
 
 
 def child_setup(limits: Limits):  # noqa: ANN201

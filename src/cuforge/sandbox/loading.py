@@ -31,12 +31,16 @@ def module_from_source(source: str, name: str, extra_globals: dict[str, Any] | N
     return module
 
 
-def problem_module(source: str) -> types.ModuleType:
-    """Problem modules are cached per source: their reference outputs are reused across candidates."""
-    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+def problem_module(source: str, scale: dict[str, int] | None = None) -> types.ModuleType:
+    """Problem modules are cached per source (and scale): their reference outputs are reused across
+    candidates. `scale` sets module constants (the sizes) before anything reads them."""
+    key = hashlib.sha256((source + repr(sorted((scale or {}).items()))).encode()).hexdigest()[:16]
     mod = _PROBLEMS.get(key)
     if mod is None:
         mod = module_from_source(source, f"cuforge_problem_{key}")
+        for name, value in (scale or {}).items():
+            if hasattr(mod, name):
+                setattr(mod, name, value)
         _PROBLEMS[key] = mod
     return mod
 

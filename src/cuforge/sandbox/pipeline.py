@@ -93,7 +93,10 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     cheats.set_strict_precision()
     guard = cheats.Guard.snapshot()
     meta = problem["meta"]
-    ctx = Context(problem, candidate, config, device, problem_module(problem["source"]),
+    # The CPU test mode runs a problem at its declared small sizes (CUFORGE['small']): full sizes are
+    # GPU work and can exhaust a host's memory.
+    scale = meta.get("small") if config.device == "cpu" else None
+    ctx = Context(problem, candidate, config, device, problem_module(problem["source"], scale),
                   Tolerance(**meta["tolerance"]), seed, {"seed": seed}, {})
     restart = False
     try:

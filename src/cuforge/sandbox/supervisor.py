@@ -21,7 +21,7 @@ from cuforge.procenv import scrubbed_env
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
-from cuforge.sandbox.isolation import Limits, child_setup
+from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
 
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
@@ -37,7 +37,7 @@ def problem_payload(problem: Problem) -> dict[str, Any]:
         "id": problem.id,
         "source": problem.source,
         "meta": {"tolerance": {"atol": m.tolerance.atol, "rtol": m.tolerance.rtol, "rel_norm": m.tolerance.rel_norm},
-                 "flops": m.flops, "bytes": m.bytes, "dtype": m.dtype, "policy": m.policy},
+                 "flops": m.flops, "bytes": m.bytes, "dtype": m.dtype, "policy": m.policy, "small": dict(m.small)},
         "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in problem.outputs or ()],
     }
 
@@ -89,7 +89,10 @@ class Supervisor:
                  limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False) -> None:
         self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
         self.compile_only = compile_only
-        self.limits = limits or Limits()
+        # Workers without CUDA also get a hard address-space limit: a runaway candidate fails its own
+        # allocation instead of pushing the machine into the OOM killer.
+        self.limits = limits or Limits(address_space_bytes=int(default_worker_memory_gib() * 2**30) + ADDRESS_SPACE_HEADROOM
+                                       if self.cpu_mode else None)
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen[str] | None = None
         self.info: dict[str, Any] = {}
