@@ -57,12 +57,13 @@ def eval_cmd(
         problem = load_problem(problem_ref)
     except ProblemError as e:
         fail(str(e))
+    chosen_baselines = _parse_baselines(baselines, problem)
     if cpu and problem.meta.policy != "any":
         err_console.print(f"CPU test mode: {problem.id}'s policy {problem.meta.policy!r} is judged as 'any' (no custom "
                           "kernel runs without a GPU)", highlight=False, soft_wrap=True)
         problem = problem.for_cpu_test_mode()
     config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout, compile_mode=compile_mode,
-                        baselines=_parse_baselines(baselines, problem))
+                        baselines=chosen_baselines)
     try:
         with console.status(f"evaluating {candidate_path.name} on {problem.id} ...", spinner="dots"):
             ev = supervisor_for(config, gpu).evaluate(problem, candidate, config)
@@ -148,7 +149,6 @@ def baseline_cmd(
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import WorkerStartError
 
-    _check_gpu(gpu)
     try:
         loaded = load_suite(suite)
     except ProblemError as e:
@@ -158,6 +158,7 @@ def baseline_cmd(
         fail(f"--problem: no problem {problem!r} in {loaded.name}")
     for p in chosen:
         _parse_baselines(baselines, p)
+    _check_gpu(gpu)
     try:
         store = Store(store_path(results))
     except StoreError as e:

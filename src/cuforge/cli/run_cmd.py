@@ -73,10 +73,12 @@ def run(
         if prompt_dir is not None and not prompt_dir.is_dir():
             raise ConfigError(f"--prompt-dir: {prompt_dir} is not a directory")
         if replay is not None and not replay.is_file():
-            raise ConfigError(f"--replay: {replay} is not a file")
+            shipped = Path(__file__).resolve().parents[1] / "data" / replay.name
+            if len(replay.parts) != 1 or replay.suffix != ".jsonl" or not shipped.is_file():
+                raise ConfigError(f"--replay: {replay} is not a file")
+            replay = shipped  # a recorded demo shipped with cuforge, found from any directory
         if provider is None and not resume and (model or base_url or replay or reasoning_effort):
             raise ConfigError("--model/--base-url/--replay need --provider")
-        store = Store(results)
         flags: dict[str, Any] = {"suite": suite, "problems": problem or None, "islands": islands,
                                  "generations": generations, "budget_usd": budget_usd, "budget_tokens": budget_tokens,
                                  "wall_time_s": wall_time, "patience": patience, "concurrency": concurrency,
@@ -91,6 +93,7 @@ def run(
             flags["proposers"] = [ProposerSpec(provider, model or "", base_url, 1.0, str(replay) if replay else None,
                                                reasoning_effort)]
         if resume:
+            store = Store(results, create=False)
             row = store.run(resume)
             if row.status == "running":
                 raise ConfigError(f"--resume: run {resume} is still running (pid {row.pid} on {row.host}); "
@@ -105,6 +108,8 @@ def run(
             cfg = merge(load_toml(config) if config else {}, flags)
         progress = _Progress(cfg, quiet=as_json)
         prep = prepare(cfg, progress.on_failure)
+        if not resume:
+            store = Store(results)  # only once everything else checked out: a bad flag leaves no file behind
     except (ConfigError, StoreError, ProblemError) as e:
         fail(str(e))
     try:

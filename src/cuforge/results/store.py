@@ -54,17 +54,16 @@ def is_sqlite_file(path: Path) -> bool:
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
-    """mode=ro; where SQLite cannot even make its shared-memory file beside a read-only WAL store,
-    immutable=1 (safe there: nobody can be writing a file nobody may write)."""
+    """mode=ro. With no -wal file beside the store no connection has it open, so it is read as
+    immutable: SQLite then makes no -wal/-shm files next to it. With one (a run writing now, or a
+    crash's leftover), a plain read-only connection sees what is in it."""
     uri = path.resolve().as_uri()
-    try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30, isolation_level=None)
+    wal = path.with_name(path.name + "-wal")
+    if not wal.exists():
+        conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=30, isolation_level=None)
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:
-        if os.access(path, os.W_OK):
-            raise
-    conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=30, isolation_level=None)
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30, isolation_level=None)
     conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     return conn
 

@@ -56,7 +56,7 @@ def select_gpus(spec: str, available: list[str]) -> list[str]:
     spec = spec.strip()
     if spec == "all":
         if not available:
-            raise ExecutorError("no GPU visible (CUDA_VISIBLE_DEVICES empty or nvidia-smi lists none); "
+            raise ExecutorError("--gpus: no GPU visible (CUDA_VISIBLE_DEVICES empty or nvidia-smi lists none); "
                                 "use --compile-only or --cpu on a machine without GPUs")
         return list(available)
     try:
@@ -142,7 +142,8 @@ def worker_count(spec: str) -> int | None:
     if spec == "all":
         return None
     if spec.isdigit():
-        if int(spec) < 1:
-            raise ExecutorError("--gpus needs at least one worker")
+        most = max(os.cpu_count() or 1, 1) * 4
+        if not 1 <= int(spec) <= most:
+            raise ExecutorError(f"--gpus: {spec} workers; it must be from 1 to {most} (4 per CPU core here)")
         return int(spec)
     return len(select_gpus(spec, [str(i) for i in range(1024)]))
