@@ -19,12 +19,16 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from cuforge.aten_ops import compute_ops, families_of_ops
+from cuforge.device_map import CudaTo
 from cuforge.op_trace import OpRecorder
 
 # Full-size reference runs on the CPU are skipped above this much input data.
 CPU_FULL_SIZE_LIMIT_BYTES = 256 * 2**20
 
-def _spec(t: torch.Tensor) -> dict[str, Any]:
+def _spec(t: Any) -> dict[str, Any]:
+    if not isinstance(t, torch.Tensor):  # a number passed through as it is
+        kind = "bool" if isinstance(t, bool) else "int64" if isinstance(t, int) else "float64"
+        return {"shape": [], "dtype": kind, "value": t}
     return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
 
 
@@ -82,9 +86,14 @@ def _declared(module) -> dict[str, Any]:  # noqa: ANN001
     return meta
 
 
+# Non-tensor inputs KernelBench passes through to forward as they are.
+_SCALARS = (bool, int, float)
+
+
 def _call_inputs(module, device: str | None) -> tuple[list[Any], list[Any]]:  # noqa: ANN001
-    ctx = torch.device(device) if device else _nullcontext()
-    with ctx:
+    """get_init_inputs() and get_inputs() on `device` (None: the CPU); `.cuda()` and device="cuda"
+    in them are mapped there too (this process never uses a GPU)."""
+    with torch.device(device or "cpu"), CudaTo(device or "cpu"):
         try:
             init = list(module.get_init_inputs())
         except Exception as e:  # noqa: BLE001
@@ -94,17 +103,10 @@ def _call_inputs(module, device: str | None) -> tuple[list[Any], list[Any]]:  # 
         except Exception as e:  # noqa: BLE001
             raise _Bad(f"get_inputs() raised {type(e).__name__}: {e}") from None
     for i, x in enumerate(inputs):
-        if not isinstance(x, torch.Tensor):
-            raise _Bad(f"get_inputs() returned a non-tensor at position {i} ({type(x).__name__})")
+        if not isinstance(x, (torch.Tensor, *_SCALARS)):
+            raise _Bad(f"get_inputs() returned a {type(x).__name__} at position {i}: inputs must be tensors, "
+                       "numbers or booleans")
     return init, inputs
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: object) -> None:
-        return None
 
 
 def _param_specs(model: torch.nn.Module) -> list[dict[str, Any]]:
@@ -119,12 +121,21 @@ def _nbytes(specs: list[dict[str, Any]]) -> int:
 
 def _trace(module, init: list[Any], inputs: list[Any], device: str | None):  # noqa: ANN001, ANN202
     """Build the model and run forward once, recording aten ops and counted FLOPs."""
-    ctx = torch.device(device) if device else _nullcontext()
-    with ctx:
+    with torch.device(device or "cpu"), CudaTo(device or "cpu"):
         try:
             model = module.Model(*init)
         except Exception as e:  # noqa: BLE001
-            raise _Bad(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
+            if device != "meta" or not _is_meta_gap(e):
+                raise _Bad(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
+            model = None
+    if model is None:
+        # __init__ needs real values (a .item(), say): build it for real on the CPU, then move it.
+        with CudaTo("cpu"):
+            try:
+                model = module.Model(*init)
+            except Exception as e:  # noqa: BLE001
+                raise _Bad(f"Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from None
+        model = model.to(device)
     recorder = OpRecorder(graph=True)
     recorder.name_tensors("in", inputs)
     recorder.name_tensors("param", list(model.parameters()) + list(model.buffers()))

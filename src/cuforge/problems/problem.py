@@ -52,8 +52,15 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """A tensor input or output; or, with `value`, a number passed to forward as it is."""
+
     shape: tuple[int, ...]
     dtype: str
+    value: bool | int | float | None = None
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.value is not None
 
     @property
     def numel(self) -> int:
@@ -64,9 +71,11 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * dtype_size(self.dtype)
+        return 0 if self.is_scalar else self.numel * dtype_size(self.dtype)
 
     def describe(self) -> str:
+        if self.is_scalar:
+            return f"{type(self.value).__name__}={self.value!r}"
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
@@ -153,7 +162,7 @@ class SkippedProblem:
 
 
 def tensor_spec_from_dict(d: dict[str, Any]) -> TensorSpec:
-    return TensorSpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+    return TensorSpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]), d.get("value"))
 
 
 def meta_from_inspection(declared: dict[str, Any], derived: dict[str, Any]) -> ProblemMeta:

@@ -1,0 +1,94 @@
+"""The fp32 tolerance rule is fair to every honest summation order and still catches reduced precision.
+
+A matrix-vector product at K up to 2^20 is summed in fp32 in the orders real kernels use (sequential,
+pairwise, split-K, atomic in a random order) and with reduced-precision arithmetic (TF32-rounded
+operands, fp16, bf16), then judged by verify.compare against a float64 reference with the
+computation-aware scale |A| @ |x| (what verify.computation_scale computes for this model)."""
+
+import numpy as np
+import pytest
+import torch
+
+from cuforge.problems.problem import Tolerance
+from cuforge.sandbox import verify
+
+TOL = Tolerance.for_dtype("float32")
+
+
+def _round_mantissa(x: np.ndarray, bits: int) -> np.ndarray:
+    """Round float32 values to `bits` explicit mantissa bits (TF32: 10), to nearest even."""
+    i = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    drop = 23 - bits
+    half = np.uint64(1 << (drop - 1))
+    lsb = (i >> np.uint64(drop)) & np.uint64(1)
+    i = ((i + half - np.uint64(1) + lsb) >> np.uint64(drop)) << np.uint64(drop)
+    return i.astype(np.uint32).view(np.float32)
+
+
+def _orders(a: np.ndarray, x: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    p = a * x  # fp32 products, one rounding each
+    k = p.shape[1]
+    split = p.reshape(p.shape[0], 64, k // 64)
+    perm = rng.permutation(k)
+    return {
+        "sequential": np.add.accumulate(p, axis=1, dtype=np.float32)[:, -1],
+        "pairwise": p.sum(axis=1, dtype=np.float32),
+        "split_k_64": np.add.accumulate(split.sum(axis=2, dtype=np.float32), axis=1, dtype=np.float32)[:, -1],
+        "atomic_random_order": np.add.accumulate(p[:, perm], axis=1, dtype=np.float32)[:, -1],
+        "fma_sequential_4_lanes": np.add.accumulate(p.reshape(p.shape[0], k // 4, 4).sum(axis=2, dtype=np.float32),
+                                                    axis=1, dtype=np.float32)[:, -1],
+    }
+
+
+def _reduced(a: np.ndarray, x: np.ndarray) -> dict[str, np.ndarray]:
+    a16 = torch.from_numpy(a)
+    x16 = torch.from_numpy(x)
+    return {
+        "tf32_operands": (_round_mantissa(a, 10) * _round_mantissa(x, 10)).sum(axis=1, dtype=np.float32),
+        "fp16_operands": (a16.half().float() * x16.half().float()).sum(dim=1).numpy(),
+        "bf16_operands": (a16.bfloat16().float() * x16.bfloat16().float()).sum(dim=1).numpy(),
+        "fp16_accumulation": (a16.half() * x16.half()).float().numpy().astype(np.float16).sum(axis=1, dtype=np.float16)
+        .astype(np.float32),
+    }
+
+
+def _judge(got: np.ndarray, ref: torch.Tensor, scale: torch.Tensor) -> verify.Comparison:
+    return verify.compare(torch.from_numpy(np.ascontiguousarray(got)), ref, torch.float32, TOL, scale=scale)
+
+
+@pytest.mark.parametrize("k", [4096, 65536, 2**20])
+def test_every_fp32_summation_order_passes_and_reduced_precision_fails(k):
+    rng = np.random.default_rng(k)
+    rows = 64 if k == 2**20 else 256
+    a = rng.standard_normal((rows, k), dtype=np.float32)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    ref = torch.from_numpy((a.astype(np.float64) * x.astype(np.float64)).sum(axis=1))
+    scale = torch.from_numpy((np.abs(a).astype(np.float64) * np.abs(x).astype(np.float64)).sum(axis=1))
+    for name, got in _orders(a, x, rng).items():
+        plain = verify.compare(torch.from_numpy(got), ref, torch.float32, TOL)
+        cmp = _judge(got, ref, scale)
+        assert cmp.ok, (k, name, cmp.reason, plain.reason)
+    for name, got in _reduced(a, x).items():
+        cmp = _judge(got, ref, scale)
+        assert not cmp.ok and cmp.kind == "precision_downgrade", (k, name, cmp.rel_norm_err, cmp.reason)
+
+
+def test_the_scale_is_the_float64_model_on_absolute_values():
+    lin = torch.nn.Linear(300, 7).double()
+    x = torch.randn(5, 300, dtype=torch.float64)
+    (scale,) = verify.computation_scale(lin, [x])
+    expected = x.abs() @ lin.weight.abs().T + lin.bias.abs()
+    assert torch.allclose(scale, expected)
+    assert verify.computation_scale(None, [x]) is None
+
+
+def test_a_wrong_result_is_still_wrong_under_the_scaled_bound():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 4096), dtype=np.float32)
+    x = rng.standard_normal((1, 4096), dtype=np.float32)
+    ref = torch.from_numpy((a.astype(np.float64) * x).sum(axis=1))
+    scale = torch.from_numpy((np.abs(a).astype(np.float64) * np.abs(x)).sum(axis=1))
+    got = (a * x).sum(axis=1, dtype=np.float32)
+    got[3] = -got[3]  # one element wrong by its own size
+    cmp = _judge(got, ref, scale)
+    assert not cmp.ok and cmp.kind == "wrong_output" and cmp.mismatches == 1
