@@ -100,6 +100,7 @@ CASES = [
     (["eval", "level1/relu", "cand.py", "--gpu", "-1"], "--gpu"),
     (["eval", "level1/relu", "cand.py", "--compile-mode", "fast"], "--compile-mode"),
     (["eval", "level1/relu", "cand.py", "--cpu", "--baselines", "foo"], "--baselines"),
+    (["eval", "level1/relu", "cand.py", "--cpu", "--policy", "lenient"], "--policy"),
     (["eval", "level1/no_such", "cand.py", "--cpu"], "no_such"),
     (["eval", "level1/relu", "cand.py"], "GPU"),
     (["baseline", "--suite", "no_such_suite"], "no_such_suite"),

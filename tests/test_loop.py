@@ -138,14 +138,16 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path, suite_dir):
     assert rows(db, "SELECT status FROM runs")[0][0] == "finished"
 
 
-def test_every_named_baseline_but_torch_compile_is_timed():
+def test_every_named_baseline_and_torch_compile_are_timed_on_a_gpu():
     from cuforge.agent.config import RunConfig
     from cuforge.agent.loop import eval_config
     from cuforge.problems.hgemm import hgemm_problem
 
     p = hgemm_problem(64, 64, 64)
-    assert eval_config(RunConfig(), p).baselines == ("torch", "cublas", "cublaslt")
-    assert "torch.compile" in eval_config(RunConfig(baseline="torch.compile"), p).baselines
+    assert eval_config(RunConfig(), p).baselines == ("torch", "cublas", "cublaslt", "torch.compile")
+    assert eval_config(RunConfig(device="cpu"), p).baselines == ("torch", "cublas", "cublaslt")
+    assert eval_config(RunConfig(compile_only=True), p).baselines == ("torch", "cublas", "cublaslt")
+    assert "torch.compile" in eval_config(RunConfig(device="cpu", baseline="torch.compile"), p).baselines
 
 
 def test_template_proposer_is_the_default_and_runs_compile_only(tmp_path):

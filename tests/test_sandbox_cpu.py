@@ -283,3 +283,33 @@ def test_kernel_signatures_see_past_launch_attributes():
     assert list(sigs) == ["k1", "k2"]
     assert [(p.name, p.ctype, p.pointer) for p in sigs["k1"]] == [("x", "float", True), ("n", "int", False)]
     assert sigs["k2"][0].pointer and sigs["k2"][0].ctype == "half"
+
+
+def test_candidates_run_from_a_real_file_so_source_reading_tools_work(sup, problems):
+    # Triton's @jit reads its function's source with inspect: the candidate must come from a file.
+    ev = run(sup, problems, """
+    import inspect
+
+    def relu_rule(x):
+        return x.clamp_min(0)
+
+    SOURCE = inspect.getsource(relu_rule)
+    assert "clamp_min" in SOURCE and __file__.endswith(".py")
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            return relu_rule(x)
+    """)
+    assert ev.status == "ok", ev.message
+
+
+@pytest.mark.parametrize("module, package", [("tilelang", "tilelang"), ("cutlass.cute", "nvidia-cutlass-dsl")])
+def test_a_candidate_for_a_missing_dsl_names_the_package(sup, problems, module, package):
+    ev = run(sup, problems, f"""
+    import {module}
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x):
+            return x.clamp_min(0)
+    """)
+    assert ev.status == "compile_error" and f"needs package {package}" in ev.message, ev.message

@@ -84,9 +84,14 @@ class RunStats:
 
 def eval_config(cfg: RunConfig, problem: Problem) -> EvalConfig:
     """Every baseline the problem names is timed beside each candidate (the leaderboard's per-shape
-    table needs cuBLAS and cuBLASLt), except torch.compile unless it is the run's baseline: its
-    compile time would dominate short evaluations."""
-    wanted = [b for b in problem.meta.baselines if b != "torch.compile" or cfg.baseline == "torch.compile"]
+    table needs cuBLAS and cuBLASLt), and on a GPU torch.compile too, so that every run's leaderboard
+    can be read against it (the worker compiles once per problem; later evaluations only time it).
+    CPU test and compile-only runs skip it unless it is the run's baseline: inductor's C++ build
+    would dominate them."""
+    gpu = cfg.device == "cuda" and not cfg.compile_only
+    wanted = [b for b in problem.meta.baselines if b != "torch.compile"]
+    if gpu or cfg.baseline == "torch.compile":
+        wanted.append("torch.compile")
     baselines = tuple(dict.fromkeys(["torch", *wanted]))
     memory = {"max_host_memory_gib": cfg.worker_memory_gib} if cfg.worker_memory_gib else {}
     return EvalConfig(device="cpu" if cfg.compile_only else cfg.device, baselines=baselines, compile_only=cfg.compile_only,

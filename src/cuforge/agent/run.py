@@ -213,10 +213,13 @@ def prepare(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], None] | N
     return Prepared(cfg, problems, proposers, executor)
 
 
-def execute(prep: Prepared, store: Store, run_id: str | None, resume: bool,
+def execute(prep: Prepared | RunConfig, store: Store, run_id: str | None, resume: bool,
             on_update: Callable[[Search], None] | None = None,
             on_event: Callable[[str, str], None] | None = None) -> tuple[str, Search]:
-    """Run (or resume) to completion, a budget, an error or Ctrl-C. The run's status is kept current."""
+    """Run (or resume) to completion, a budget, an error or Ctrl-C. The run's status is kept current.
+    Takes what prepare() built, or settings to prepare from (benchmarks and tests)."""
+    if isinstance(prep, RunConfig):
+        prep = prepare(prep)
     cfg = prep.cfg
     if resume:
         assert run_id is not None

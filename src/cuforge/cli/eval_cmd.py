@@ -34,6 +34,8 @@ def eval_cmd(
     timeout: float = typer.Option(300.0, min=1, max=86400, help="Hard wall-clock limit for the evaluation, seconds."),
     gpu: int = typer.Option(0, min=0, max=1023, help="GPU index."),
     cpu: bool = typer.Option(False, "--cpu", help="Harness test mode without a GPU: correctness only, wall-clock times."),
+    policy: Optional[str] = typer.Option(None, help="Override the problem's policy: custom (the candidate must compute "
+                                         "with its own kernels) or any (library calls allowed, e.g. PyTorch itself)."),
     ncu: bool = typer.Option(False, "--ncu", help="Also collect an Nsight Compute profile of the candidate."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -44,6 +46,10 @@ def eval_cmd(
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import WorkerStartError
 
+    from cuforge.problems.problem import POLICIES
+
+    if policy is not None and policy not in POLICIES:
+        fail(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     modes = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
     if compile_mode not in modes:
         fail(f"--compile-mode: unknown torch.compile mode {compile_mode!r}; choose from {', '.join(modes)}")
@@ -58,6 +64,10 @@ def eval_cmd(
     except ProblemError as e:
         fail(str(e))
     chosen_baselines = _parse_baselines(baselines, problem)
+    if policy is not None:
+        from dataclasses import replace
+
+        problem = replace(problem, meta=replace(problem.meta, policy=policy))
     if cpu and problem.meta.policy != "any":
         err_console.print(f"CPU test mode: {problem.id}'s policy {problem.meta.policy!r} is judged as 'any' (no custom "
                           "kernel runs without a GPU)", highlight=False, soft_wrap=True)

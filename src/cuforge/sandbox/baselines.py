@@ -32,18 +32,25 @@ def eager(model: torch.nn.Module, sets: list[list[Any]]) -> Callable[[int], Any]
     return call
 
 
-_COMPILED: dict[tuple[int, str], Any] = {}
+_COMPILED: list[tuple[torch.nn.Module, str, Any]] = []  # (model, mode, compiled): this evaluation's only
 
 
 def compiled(model: torch.nn.Module, sets: list[list[Any]], mode: str = "default") -> Callable[[int], Any]:
-    """torch.compile (inductor); compiled once per model and mode in this worker."""
-    key = (id(model), mode)
-    fn = _COMPILED.get(key)
-    if fn is None:
-        fn = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
-        with torch.no_grad():
-            fn(*sets[0])  # compile outside any timed region
-        _COMPILED[key] = fn
+    """torch.compile (inductor), compiled outside any timed region. Only the current evaluation's
+    model is kept (an earlier one's would hold its GPU memory); a new model of the same problem
+    reuses dynamo's compiled code, so a run pays the compile once per problem and worker."""
+    hit = next((fn for m, md, fn in _COMPILED if m is model and md == mode), None)
+    if hit is None:
+        _COMPILED.clear()
+        try:
+            hit = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
+            with torch.no_grad():
+                hit(*sets[0])
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot be built is skipped, with the reason
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise BaselineUnavailable(f"torch.compile failed: {type(e).__name__}: {first}") from None
+        _COMPILED.append((model, mode, hit))
+    fn = hit
 
     def call(k: int) -> Any:
         with torch.no_grad():

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import linecache
 import sys
+import tempfile
 import types
+from pathlib import Path
 from typing import Any
 
 from cuforge.sandbox.evaluation import Diagnostic
@@ -20,15 +23,35 @@ class CandidateLoadError(Exception):
 _PROBLEMS: dict[str, types.ModuleType] = {}
 
 
-def module_from_source(source: str, name: str, extra_globals: dict[str, Any] | None = None) -> types.ModuleType:
+# Packages that candidates written for other DSLs import, and what to install for them.
+PACKAGE_FOR_MODULE = {"cutlass": "nvidia-cutlass-dsl (CuTe DSL)", "tilelang": "tilelang", "triton": "triton",
+                      "einops": "einops", "thunderkittens": "thunderkittens"}
+
+
+def module_from_source(source: str, name: str, extra_globals: dict[str, Any] | None = None,
+                       directory: Path | None = None) -> types.ModuleType:
+    """Run `source` as module `name`. With `directory`, from a real file there, so that tools that
+    read a function's source (Triton's @jit, inspect, tracebacks) work as they do on imported code."""
     module = types.ModuleType(name)
-    module.__file__ = f"<{name}>"
+    filename = f"<{name}>"
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}.py"
+        path.write_text(source)
+        filename = str(path)
+        linecache.checkcache(filename)
+    module.__file__ = filename
     if extra_globals:
         module.__dict__.update(extra_globals)
     sys.modules[name] = module
-    code = compile(source, f"<{name}>", "exec")
+    code = compile(source, filename, "exec")
     exec(code, module.__dict__)  # noqa: S102 - running user code is the worker's job
     return module
+
+
+def scratch_dir() -> Path:
+    """Where candidate files are written: the worker's private temporary directory."""
+    return Path(tempfile.gettempdir()) / "candidates"
 
 
 def problem_module(source: str, scale: dict[str, int] | None = None) -> types.ModuleType:
@@ -51,7 +74,12 @@ def candidate_class(module_source: str, problem: types.ModuleType, candidate_id:
 
     try:
         module = module_from_source(module_source, f"cuforge_candidate_{candidate_id}",
-                                    {"__cuforge_problem__": problem})
+                                    {"__cuforge_problem__": problem}, scratch_dir())
+    except ModuleNotFoundError as e:
+        root = (e.name or "").split(".")[0]
+        package = PACKAGE_FOR_MODULE.get(root, root or "?")
+        raise CandidateLoadError("compile_error", f"the candidate needs package {package}, which is not installed "
+                                 f"here (import {e.name} failed)") from None
     except SyntaxError as e:
         raise CandidateLoadError("compile_error", f"Python syntax error at line {e.lineno}: {e.msg}",
                                  [Diagnostic(e.lineno, e.offset, "error", f"Python: {e.msg}")]) from None

@@ -91,6 +91,8 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     seed = config.seed if config.seed is not None else secrets.randbits(30)
     base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
     cheats.set_strict_precision()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     guard = cheats.Guard.snapshot()
     meta = problem["meta"]
     # The CPU test mode runs a problem at its declared small sizes (CUFORGE['small']): full sizes are
@@ -122,6 +124,9 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
         ctx.correctness.update(s.extra)
     except torch.cuda.OutOfMemoryError as e:
         status, message, restart = "runtime_error", f"out of GPU memory: {str(e).splitlines()[0]}", True
+    if device.type == "cuda":
+        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)),
+                                                   ctx.correctness.get("peak_device_bytes", 0))
     ev = Evaluation(status=status, message=message, correctness=ctx.correctness, timings=ctx.timings,
                     profile=ctx.profile, **base)
     ev.wall_s = time.perf_counter() - t0
@@ -138,6 +143,27 @@ def _raise_guard(guard: cheats.Guard) -> None:
 def _tainted(guard: cheats.Guard) -> bool:
     """A candidate that patched anything leaves a worker nobody should trust again."""
     return bool(guard.violations())
+
+
+class Judge:
+    """Compares one call's outputs with the reference: the plain bounds first; where only they fail
+    and a float64 reference exists, the computation-aware bound (another summation order than
+    eager's is judged by how rounding grows with the terms summed, not accused)."""
+
+    def __init__(self, ctx: Context, models: Models, inputs: list[Any], ref_kind: str) -> None:
+        self.ctx, self.models, self.inputs, self.ref_kind = ctx, models, inputs, ref_kind
+        self._scales: list[Any] | None = None
+
+    def __call__(self, i: int, o: Any, r: torch.Tensor, n: torch.Tensor) -> verify.Comparison:
+        float64 = self.ref_kind == "float64"
+        cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n if float64 else None)
+        if cmp.ok or not cmp.on_tolerance or not float64:
+            return cmp
+        if self._scales is None:
+            self._scales = verify.computation_scale(self.models.reference64, self.inputs) or []
+        if i < len(self._scales) and self._scales[i] is not None:
+            cmp = verify.compare(o, r, n.dtype, self.ctx.tol, scale=self._scales[i])
+        return cmp
 
 
 @dataclass
@@ -170,6 +196,8 @@ def check_correctness(ctx: Context, models: Models) -> None:
     for trial in range(ctx.config.trials):
         inputs = verify.make_inputs(ctx.module, ctx.seed + 1000 * (trial + 1), ctx.device, gaussian=trial % 2 == 1)
         snapshots = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        if trial == 0 and ctx.device.type == "cuda":
+            ctx.correctness["eager_footprint_bytes"] = _eager_footprint(ctx, models.reference, snapshots)
         verify.poison_free_memory(ctx.device)
         outs = run_monitored(ctx, models.candidate, inputs, policy, first=trial == 0)
         outs_snap = [o.clone() for o in outs]  # what the candidate returned, before any reference runs
@@ -185,14 +213,9 @@ def check_correctness(ctx: Context, models: Models) -> None:
             raise Stop(cheat("aliasing"), "the candidate's output changed after it returned (it does not own its memory)")
         if len(outs_snap) != len(refs):
             raise Stop("wrong_output", f"returned {len(outs_snap)} outputs, expected {len(refs)}")
-        scales: list[Any] | None = None
+        judge = Judge(ctx, models, snapshots, ref_kind)
         for i, (o, r, n) in enumerate(zip(outs_snap, refs, native)):
-            cmp = verify.compare(o, r, n.dtype, ctx.tol, native=n if ref_kind == "float64" else None)
-            if not cmp.ok and cmp.on_tolerance and ref_kind == "float64":
-                # Another summation order than eager's: judge by how rounding grows with the terms summed.
-                scales = scales if scales is not None else (verify.computation_scale(models.reference64, snapshots) or [])
-                if i < len(scales) and scales[i] is not None:
-                    cmp = verify.compare(o, r, n.dtype, ctx.tol, scale=scales[i])
+            cmp = judge(i, o, r, n)
             for k in worst:
                 worst[k] = max(worst[k], getattr(cmp, k))
             if cmp.ok and cmp.scaled:
@@ -203,19 +226,41 @@ def check_correctness(ctx: Context, models: Models) -> None:
                 if verify.poison_fraction(o) > 0.5:
                     raise Stop(cheat("aliasing"), f"trial {trial}, output {i}: holds never-written memory (the poison "
                                "pattern): the output was allocated but not computed, hoping to read a freed result")
-                if previous is not None and previous_ref is not None:
-                    v = cheats.caching_violation(o, previous[i], not torch.equal(r, previous_ref[i]))
+                if previous is not None and previous_ref is not None and i < len(previous):
+                    v = cheats.caching_violation(verify.fingerprint(o), previous[i],
+                                                 not torch.equal(verify.fingerprint(r), previous_ref[i]))
                     if v:
                         raise Stop(cheat(v[0]), f"trial {trial}: {v[1]}")
                 status = cheat("precision_downgrade") if cmp.kind == "precision_downgrade" else "wrong_output"
                 raise Stop(status, f"trial {trial} ({'gaussian' if trial % 2 else 'problem'} inputs), output {i}: {cmp.reason}",
                            failed_trial=trial, comparison=cmp.to_dict(), reference=ref_kind)
-        previous, previous_ref = outs_snap, refs
+        # A sample of each output, not the outputs: the caching check needs no second full copy.
+        previous = [verify.fingerprint(o) for o in outs_snap]
+        previous_ref = [verify.fingerprint(r) for r in refs]
         ctx.correctness.update(trials_passed=trial + 1, reference=ref_kind, **worst)
         if shared_misses:
             ctx.correctness["misses_within_reference"] = shared_misses
         del outs, native, refs
     ctx.correctness["trials"] = ctx.config.trials
+
+
+def _eager_footprint(ctx: Context, model: torch.nn.Module, inputs: list[Any]) -> int:
+    """Device bytes eager PyTorch needs for one forward: inputs, parameters, and the peak of what the
+    forward allocates (activations, outputs). The evaluation's running peak is kept across the reset."""
+    dev = ctx.device
+    torch.cuda.synchronize(dev)
+    ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(dev)),
+                                               ctx.correctness.get("peak_device_bytes", 0))
+    before = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    with torch.no_grad():
+        out = model(*inputs)
+    torch.cuda.synchronize(dev)
+    extra = int(torch.cuda.max_memory_allocated(dev)) - before
+    del out
+    held = sum(t.nbytes for t in list(model.parameters()) + list(model.buffers()))
+    held += sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor))
+    return held + max(extra, 0)
 
 
 def _reference_aliases_input(native: list[torch.Tensor], inputs: list[Any]) -> bool:
@@ -287,7 +332,12 @@ def time_contenders(ctx: Context, models: Models) -> None:
         _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
         return
     flush = timing.L2Flusher(ctx.device)
-    sets = timing_sets(ctx, 3)
+    # Inputs bigger than the L2 cannot be served from it: one set suffices and saves device memory.
+    first = timing_sets(ctx, 1)
+    per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor))
+    sets = first if per_set > flush.nbytes // 2 else first + [verify.make_inputs(
+        ctx.module, ctx.seed + 7 + 31 * k, ctx.device, gaussian=False) for k in (1, 2)]
+    ctx.correctness["timing_input_sets"] = len(sets)
     cand_fn = _call(models.candidate, sets)
     estimate = timing.estimate_ms(cand_fn, len(sets), flush)
     escape = timing.escape_check(cand_fn, len(sets), estimate)
@@ -431,8 +481,9 @@ def _verify_timed_outputs(ctx: Context, models: Models, sets: list[list[Any]], o
     """Outputs produced while being timed must still match the reference for their own inputs."""
     for k in sorted(outputs)[:2]:
         refs, native, ref_kind = verify.reference_outputs(models.reference64, models.reference, sets[k])
+        judge = Judge(ctx, models, sets[k], ref_kind)
         for i, (o, r, n) in enumerate(zip(verify.as_list(outputs[k]), refs, native)):
-            cmp = verify.compare(o, r, n.dtype, ctx.tol, native=n if ref_kind == "float64" else None)
+            cmp = judge(i, o, r, n)
             if not cmp.ok:
                 raise Stop(cheat("result_caching"),
                            f"output {i} of a timed call on input set {k} is wrong ({cmp.reason}): results during timing "
