@@ -5,6 +5,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import DATA, run_cli
 from cuforge.problems.hgemm import hgemm_problem, hgemm_shapes, parse_hgemm_id
@@ -96,8 +97,8 @@ BAD_FILES = {
     "no_inputs.py": ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x): return x\n"
                      "def get_init_inputs(): return []\n", "missing get_inputs"),
     "nontensor.py": ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x): return x\n"
-                     "def get_inputs(): return [torch.randn(4), 3]\ndef get_init_inputs(): return []\n",
-                     "non-tensor at position 1 (int)"),
+                     "def get_inputs(): return [torch.randn(4), 'three']\ndef get_init_inputs(): return []\n",
+                     "a str at position 1: inputs must be tensors, numbers or booleans"),
     "missing_mod.py": ("import torch\nimport not_a_real_module_xyz\n", "imports missing module 'not_a_real_module_xyz'"),
     "raises.py": ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x): raise ValueError('boom')\n"
                   "def get_inputs(): return [torch.randn(4)]\ndef get_init_inputs(): return []\n",
@@ -120,6 +121,26 @@ def test_bad_files_are_skipped_with_one_line_causes(tmp_path):
     for name, (_, expected) in BAD_FILES.items():
         assert expected in reasons[name], (name, reasons[name])
         assert "\n" not in reasons[name]
+
+
+def test_kernelbench_idioms_load(tmp_path):
+    """Numbers among the inputs, .cuda() in get_inputs, an __init__ that needs real values."""
+    (tmp_path / "scalar.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, A, s): return A * s\n"
+        "def get_inputs(): return [torch.randn(64, 32).cuda(), 3.5]\ndef get_init_inputs(): return []\n")
+    (tmp_path / "item_init.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+        "        self.k = int(torch.linspace(0, n, n).sum().item()) % 7 + 1\n"
+        "        self.lin = torch.nn.Linear(n, self.k, device='cuda')\n"
+        "    def forward(self, x): return self.lin(x)\n"
+        "def get_inputs(): return [torch.randn(8, 16, device='cuda')]\ndef get_init_inputs(): return [16]\n")
+    suite = load_suite(str(tmp_path), timeout_s=60)
+    assert not suite.skipped, [s.reason for s in suite.skipped]
+    by = {p.name: p for p in suite.problems}
+    assert [t.describe() for t in by["scalar"].inputs] == ["float32[64, 32]", "float=3.5"]
+    assert by["scalar"].meta.policy == "mixed"  # plain KernelBench format: KernelBench's rule
+    k = int(torch.linspace(0, 16, 16).sum().item()) % 7 + 1
+    assert by["item_init"].outputs[0].shape == (8, k)
 
 
 def test_unknown_problem_refs_are_clear():

@@ -26,7 +26,8 @@ def test_runs_candidates_evaluations_round_trip(tmp_path):
     with pytest.raises(StoreError, match="no run 'nope'.*latest: run-fixture"):
         s.run("nope")
     s.add_llm_call(run.id, "level1/relu", "openai", "gpt-x", "ok", tokens_in=100, tokens_out=50, cost_usd=0.01)
-    assert s.llm_usage(run.id) == {"calls": 1, "tokens_in": 100, "tokens_out": 50, "tokens_cached": 0, "cost_usd": 0.01}
+    assert s.llm_usage(run.id) == {"calls": 1, "tokens_in": 100, "tokens_out": 50, "tokens_cached": 0, "cost_usd": 0.01,
+                                   "estimated_calls": 0, "replies": 1, "errors": 0}
 
 
 def _writer(path: str, worker: int, count: int) -> None:
@@ -98,5 +99,5 @@ def test_leaderboard_and_export_cli(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"garbage" * 1000)
     r = run_cli("results", "list", "--results", str(bad))
-    assert r.returncode == 2 and "not a usable cuforge store" in r.stderr
+    assert r.returncode == 2 and "not an SQLite database, so not a results store" in r.stderr
     assert bad.read_bytes() == b"garbage" * 1000  # nothing overwritten

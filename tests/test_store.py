@@ -22,7 +22,7 @@ def test_store_migrates_and_keeps_latest_baseline(tmp_path):
 def test_corrupt_or_newer_store_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="not a usable cuforge store"):
+    with pytest.raises(StoreError, match="not an SQLite database, so not a results store"):
         Store(bad)
     newer = tmp_path / "newer.db"
     c = sqlite3.connect(newer)

@@ -228,6 +228,15 @@ def stream_violation(trace: KernelTrace, timed_stream_id: int) -> Verdict | None
     return None
 
 
+# Kernels of PyTorch itself (aten, c10, CUB inside torch, inductor's generated Triton) and copies.
+TORCH_KERNEL = re.compile(r"at::|c10::|cub::|^Memset|^Memcpy|^triton_(poi|red|per|tem)_", re.IGNORECASE)
+
+
+def own_kernels(trace: KernelTrace) -> list[str]:
+    """Kernels the candidate brought itself: neither a library's nor PyTorch's own."""
+    return sorted({n for n in trace.names if not LIBRARY_KERNEL.search(n) and not TORCH_KERNEL.search(n)})
+
+
 def library_kernel_violation(trace: KernelTrace) -> Verdict | None:
     hits = sorted({n for n in trace.names if LIBRARY_KERNEL.search(n)})
     if hits:

@@ -17,7 +17,8 @@ CHEAT_KINDS = (
     "side_stream",        # kernels on a stream other than the timed one
     "thread",             # threads or processes left running after forward returned
     "result_caching",     # outputs that do not follow the inputs (reused across calls)
-    "library_call",       # library compute (aten ops, cuBLAS/cuDNN/CUTLASS kernels) under policy "custom"
+    "library_call",       # library compute (aten ops, cuBLAS/cuDNN/CUTLASS kernels) under policy "custom",
+                          # or no kernel of the candidate's own under policy "mixed"
     "precision_downgrade",  # lower-precision output or arithmetic, or global precision flags changed
     "timer_patch",        # timers, events, synchronize or profiler functions replaced
     "monkeypatch",        # torch functions or harness globals replaced

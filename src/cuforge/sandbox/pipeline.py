@@ -195,22 +195,25 @@ def check_correctness(ctx: Context, models: Models) -> None:
     shared_misses = 0
     for trial in range(ctx.config.trials):
         inputs = verify.make_inputs(ctx.module, ctx.seed + 1000 * (trial + 1), ctx.device, gaussian=trial % 2 == 1)
-        snapshots = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        seed = ctx.seed + 17 * trial
+        remembered = [verify.Remembered(x, seed) for x in inputs]
         if trial == 0 and ctx.device.type == "cuda":
-            ctx.correctness["eager_footprint_bytes"] = _eager_footprint(ctx, models.reference, snapshots)
-        verify.poison_free_memory(ctx.device)
+            ctx.correctness["eager_footprint_bytes"] = _eager_footprint(ctx, models.reference, inputs)
+        _poison(ctx)
         outs = run_monitored(ctx, models.candidate, inputs, policy, first=trial == 0)
-        outs_snap = [o.clone() for o in outs]  # what the candidate returned, before any reference runs
-        v = cheats.input_mutation_violation(inputs, snapshots)
-        if v:
-            raise Stop(cheat(v[0]), v[1])
+        returned = [verify.Remembered(o, seed + 1) for o in outs]  # before any reference runs
+        for i, r in enumerate(remembered):
+            if not r.unchanged():
+                raise Stop(cheat("input_mutation"), f"input {i} was modified by the candidate")
+        snapshots = [r.value for r in remembered]  # the inputs as drawn (checked unchanged)
         refs, native, ref_kind = verify.reference_outputs(models.reference64, models.reference, snapshots)
         sync(ctx.device)
         v = cheats.alias_violation(outs, inputs, native, _reference_aliases_input(native, snapshots))
         if v:
             raise Stop(cheat(v[0]), v[1])
-        if not all(verify.same_bits(o, s) for o, s in zip(outs, outs_snap)):
+        if not all(r.unchanged() for r in returned):
             raise Stop(cheat("aliasing"), "the candidate's output changed after it returned (it does not own its memory)")
+        outs_snap = [r.value for r in returned]
         if len(outs_snap) != len(refs):
             raise Stop("wrong_output", f"returned {len(outs_snap)} outputs, expected {len(refs)}")
         judge = Judge(ctx, models, snapshots, ref_kind)
@@ -242,6 +245,17 @@ def check_correctness(ctx: Context, models: Models) -> None:
             ctx.correctness["misses_within_reference"] = shared_misses
         del outs, native, refs
     ctx.correctness["trials"] = ctx.config.trials
+
+
+def _poison(ctx: Context) -> None:
+    """Poison freed memory; the fill itself is not the evaluation's need, so the peak is read before
+    it and counted from after it."""
+    if ctx.device.type == "cuda":
+        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(ctx.device)),
+                                                   ctx.correctness.get("peak_device_bytes", 0))
+    verify.poison_free_memory(ctx.device)
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
 
 
 def _eager_footprint(ctx: Context, model: torch.nn.Module, inputs: list[Any]) -> int:
@@ -303,6 +317,10 @@ def run_monitored(ctx: Context, model: Any, inputs: list[Any], policy: str, firs
             v = cheats.library_kernel_violation(trace)
             if v:
                 raise Stop(cheat(v[0]), v[1])
+    elif policy == "mixed" and trace is not None and not cheats.own_kernels(trace):
+        raise Stop(cheat("library_call"), "no kernel of its own: under policy 'mixed' (KernelBench's rule) PyTorch "
+                   "and library calls may compute beside the candidate's own kernels, not instead of them "
+                   f"(kernels seen: {', '.join(sorted(set(trace.names))[:4]) or 'none'})")
     outs = verify.as_list(out)
     _check_outputs(ctx, outs)
     return outs
@@ -381,6 +399,13 @@ def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[
         for name, t in timers.items():
             if not t.replays_recompute(_poison_outputs, _outputs_poisoned):
                 raise GraphUnfaithful(f"{name}: a replay does not recompute the outputs (work outside the capture stream)")
+        # A kernel launched on the legacy default stream (<<<grid, block>>> in load_inline code, as
+        # KernelBench's examples do) is not captured; an output the graph itself fills (zeros_like)
+        # then passes the poison check with the wrong values. Such a candidate is timed with events,
+        # as KernelBench times it, and not accused.
+        wrong = _first_wrong_output(ctx, models, sets, timers["candidate"].outputs)
+        if wrong:
+            raise GraphUnfaithful(f"candidate: replayed outputs do not match the reference ({wrong})")
     except Stop:
         raise
     except Exception as e:  # noqa: BLE001 - not capturable: time everyone with events instead
@@ -401,7 +426,14 @@ def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[
 def _between_batches(ctx: Context, tcfg: timing.TimingConfig) -> Any:
     out_bytes = sum(t["nbytes"] for t in _output_specs(ctx))
     count = max(1, min(tcfg.batch + 2, (8 * 2**30) // max(out_bytes, 1)))  # at most 8 GiB held at once
-    return lambda: verify.poison_cached_blocks(ctx.device, out_bytes, count)
+
+    def between() -> None:
+        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(ctx.device)),
+                                                   ctx.correctness.get("peak_device_bytes", 0))
+        verify.poison_cached_blocks(ctx.device, out_bytes, count)
+        torch.cuda.reset_peak_memory_stats(ctx.device)  # the poison blocks are not the evaluation's need
+
+    return between
 
 
 class GraphUnfaithful(RuntimeError):
@@ -477,17 +509,23 @@ def _quick_time(fn: Any, n_sets: int, flush: timing.L2Flusher) -> float:
     return statistics.median(t.samples(15))
 
 
-def _verify_timed_outputs(ctx: Context, models: Models, sets: list[list[Any]], outputs: dict[int, Any]) -> None:
-    """Outputs produced while being timed must still match the reference for their own inputs."""
+def _first_wrong_output(ctx: Context, models: Models, sets: list[list[Any]], outputs: dict[int, Any]) -> str:
+    """'' when the outputs of timed calls match the reference for their own inputs, else what is wrong."""
     for k in sorted(outputs)[:2]:
         refs, native, ref_kind = verify.reference_outputs(models.reference64, models.reference, sets[k])
         judge = Judge(ctx, models, sets[k], ref_kind)
         for i, (o, r, n) in enumerate(zip(verify.as_list(outputs[k]), refs, native)):
             cmp = judge(i, o, r, n)
             if not cmp.ok:
-                raise Stop(cheat("result_caching"),
-                           f"output {i} of a timed call on input set {k} is wrong ({cmp.reason}): results during timing "
-                           "do not follow the inputs")
+                return f"output {i} of a timed call on input set {k} is wrong ({cmp.reason})"
+    return ""
+
+
+def _verify_timed_outputs(ctx: Context, models: Models, sets: list[list[Any]], outputs: dict[int, Any]) -> None:
+    """Outputs produced while being timed must still match the reference for their own inputs."""
+    wrong = _first_wrong_output(ctx, models, sets, outputs)
+    if wrong:
+        raise Stop(cheat("result_caching"), f"{wrong}: results during timing do not follow the inputs")
 
 
 def _check_roofline(ctx: Context) -> None:

@@ -60,6 +60,55 @@ def on_device(device: torch.device) -> Any:
     return CudaTo(device)
 
 
+# Tensors above this size are remembered by a digest of their bits, not by a copy: KernelBench's
+# biggest inputs and outputs are 6 GiB each, and two copies of each would not fit beside the rest.
+COPY_LIMIT_BYTES = 256 * 2**20
+
+
+def bits_digest(t: torch.Tensor, seed: int) -> tuple[int, int]:
+    """(sum, randomly weighted sum) of a tensor's bits as integers, chunk by chunk: equal for equal
+    bits; for any change, equal only by a 1 in 2^64 chance (the weights are drawn per evaluation)."""
+    flat = t.detach().reshape(-1)
+    ints = flat.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[flat.element_size()])
+    gen = torch.Generator(device=flat.device).manual_seed(seed)
+    plain = weighted = 0
+    for i in range(0, ints.numel(), CHUNK_ELEMENTS):
+        c = ints[i:i + CHUNK_ELEMENTS].to(torch.int64)
+        w = torch.randint(-(2**31), 2**31, c.shape, generator=gen, device=c.device, dtype=torch.int64)
+        plain += int(c.sum())
+        weighted += int((c * w).sum())
+    return plain, weighted
+
+
+class Remembered:
+    """What a tensor held at one moment: a copy when small (or not contiguous), a digest when big.
+    `value` is the copy where one was made, else the tensor itself (to be used only after
+    `unchanged` confirmed it still holds those bits)."""
+
+    def __init__(self, t: Any, seed: int) -> None:
+        self.live = t
+        self.copy: Any = None
+        self.digest: tuple[int, int] | None = None
+        self.seed = seed
+        if not isinstance(t, torch.Tensor):
+            self.copy = t
+        elif t.is_contiguous() and t.nbytes > COPY_LIMIT_BYTES:
+            self.digest = bits_digest(t, seed)
+        else:
+            self.copy = t.clone()
+
+    def unchanged(self) -> bool:
+        if self.digest is not None:
+            return bits_digest(self.live, self.seed) == self.digest
+        if isinstance(self.live, torch.Tensor):
+            return same_bits(self.live, self.copy)
+        return True
+
+    @property
+    def value(self) -> Any:
+        return self.copy if self.digest is None else self.live
+
+
 FINGERPRINT_ELEMENTS = 1 << 20
 
 
