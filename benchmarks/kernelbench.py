@@ -108,7 +108,8 @@ def main() -> None:
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], f"{a.name}.json").write_text(text)
 
-    def evaluate(kind: str, level: str, problem_path: Path, source: str | None, policy: str) -> None:
+    def evaluate(kind: str, level: str, problem_path: Path, source: str | None, policy: str | None) -> None:
+        """policy None: the problem's own (KernelBench files: mixed, KernelBench's rule)."""
         t0 = time.perf_counter()
         base = {"kind": kind, "level": level, "file": problem_path.name}
         try:
@@ -118,10 +119,11 @@ def main() -> None:
             print(f"{level}/{problem_path.name}: invalid - {e}", flush=True)
             save()
             return
-        problem = replace(problem, meta=replace(problem.meta, policy=policy))
+        if policy is not None:
+            problem = replace(problem, meta=replace(problem.meta, policy=policy))
         cand = Candidate(as_candidate(problem.source) if source is None else source, "module", proposer="benchmark")
         ev = sup.evaluate(problem, cand, cfg)
-        row = row_of(ev, {**base, "validate_s": round(time.perf_counter() - t0 - ev.wall_s, 2),
+        row = row_of(ev, {**base, "policy": problem.meta.policy, "validate_s": round(time.perf_counter() - t0 - ev.wall_s, 2),
                           "kernelbench_h100_eager_ms": timings.get((level, problem_path.name))})
         out["rows"].append(row)
         print(f"{level}/{problem_path.name}: {ev.status} peak {row['peak_device_gib']} GiB (eager "
@@ -140,11 +142,11 @@ def main() -> None:
         evaluate("pytorch_as_candidate", level, path, None, "any")
     if a.examples:
         for sol, prob in EXAMPLES.items():
-            evaluate("example", "examples", KB / "examples" / prob, (KB / "examples" / sol).read_text(), "custom")
+            evaluate("example", "examples", KB / "examples" / prob, (KB / "examples" / sol).read_text(), None)
             out["rows"][-1]["solution"] = sol
     if a.adversarial:
         for adv in sorted((KB / "adversarial").glob("*.py")):
-            evaluate("adversarial", "adversarial", ADVERSARIAL_PROBLEM, adv.read_text(), "custom")
+            evaluate("adversarial", "adversarial", ADVERSARIAL_PROBLEM, adv.read_text(), None)
             out["rows"][-1]["solution"] = adv.name
     sup.close()
     rows = out["rows"]
