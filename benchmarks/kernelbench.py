@@ -85,6 +85,7 @@ def main() -> None:
     ap.add_argument("--adversarial", action="store_true")
     ap.add_argument("--max-timing", type=float, default=2.0, help="seconds of timing per evaluation")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--trials", type=int, default=5, help="correctness trials per evaluation (the house rule is 5)")
     ap.add_argument("--name", default="kernelbench")
     ap.add_argument("--cpu", action="store_true", help="the CPU test mode (no GPU): validation and correctness only")
     a = ap.parse_args()
@@ -97,7 +98,7 @@ def main() -> None:
     device = "cpu" if a.cpu else "cuda"
     sup = Supervisor(gpu=0, cpu_mode=a.cpu)
     cfg = EvalConfig(device=device, baselines=("torch",), max_timing_s=a.max_timing, timeout_s=a.timeout,
-                     min_samples=10, max_samples=100)
+                     min_samples=10, max_samples=100, trials=a.trials)
     timings = kb_timings()
     out: dict[str, Any] = {"benchmark": a.name, **stamp(), "config": vars(a), "rows": []}
     out_path = ROOT / "benchmarks" / "results" / f"{a.name}.json"

@@ -237,6 +237,10 @@ def check_correctness(ctx: Context, models: Models) -> None:
                 status = cheat("precision_downgrade") if cmp.kind == "precision_downgrade" else "wrong_output"
                 raise Stop(status, f"trial {trial} ({'gaussian' if trial % 2 else 'problem'} inputs), output {i}: {cmp.reason}",
                            failed_trial=trial, comparison=cmp.to_dict(), reference=ref_kind)
+        if trial == 0 and "no_own_kernel" in ctx.correctness:
+            raise Stop(cheat("library_call"), "no kernel of its own: under policy 'mixed' (KernelBench's rule) PyTorch "
+                       "and library calls may compute beside the candidate's own kernels, not instead of them "
+                       f"(kernels seen: {ctx.correctness.pop('no_own_kernel')})")
         # A sample of each output, not the outputs: the caching check needs no second full copy.
         previous = [verify.fingerprint(o) for o in outs_snap]
         previous_ref = [verify.fingerprint(r) for r in refs]
@@ -318,9 +322,8 @@ def run_monitored(ctx: Context, model: Any, inputs: list[Any], policy: str, firs
             if v:
                 raise Stop(cheat(v[0]), v[1])
     elif policy == "mixed" and trace is not None and not cheats.own_kernels(trace):
-        raise Stop(cheat("library_call"), "no kernel of its own: under policy 'mixed' (KernelBench's rule) PyTorch "
-                   "and library calls may compute beside the candidate's own kernels, not instead of them "
-                   f"(kernels seen: {', '.join(sorted(set(trace.names))[:4]) or 'none'})")
+        # Raised once the first trial's other checks pass, so a more specific cheat is named first.
+        ctx.correctness["no_own_kernel"] = ', '.join(sorted(set(trace.names))[:4]) or 'none'
     outs = verify.as_list(out)
     _check_outputs(ctx, outs)
     return outs
