@@ -177,7 +177,10 @@ def build_models(ctx: Context, cls: type) -> Models:
     with verify.on_device(ctx.device):
         init = list(ctx.module.get_init_inputs())
         torch.manual_seed(ctx.seed)
-        reference = ctx.module.Model(*init).to(ctx.device).eval()
+        # The reference stays in the mode a new Model is in (training, unless its __init__ says
+        # otherwise), as KernelBench runs it and as the candidate's ModelNew is: a BatchNorm of an eval()
+        # reference would normalise by running statistics while the candidate's uses the batch's.
+        reference = ctx.module.Model(*init).to(ctx.device)
         torch.manual_seed(ctx.seed)
         candidate = run_candidate(lambda: cls(*init), ctx.device, "ModelNew(*get_init_inputs())")
     if isinstance(candidate, torch.nn.Module):
