@@ -270,6 +270,11 @@ def test_escaped_work_needs_the_host_to_wait_for_the_device():
     assert "waited for" in escaped_work(waits)
     hidden = EscapeCheck(wall_ms=2.0, host_ms=0.05, event_ms=0.01, blocked_ms=0.05, spin_ms=5.0)
     assert "escapes the timed stream" in escaped_work(hidden)
+    # A launch-bound model (EfficientNet-B1 in PyTorch on an H100: 7.2 ms of host launches for 1.4 ms of
+    # device time, several hundred kernels) blocks on the full launch queue behind the spin: not a cheat.
+    launch_bound = EscapeCheck(wall_ms=7.3, host_ms=7.2, event_ms=1.4, blocked_ms=5.1, spin_ms=5.0)
+    assert escaped_work(launch_bound, kernels_per_call=400) is None
+    assert "waited for" in escaped_work(launch_bound, kernels_per_call=20)
 
 
 def test_kernel_signatures_see_past_launch_attributes():

@@ -315,6 +315,7 @@ def run_monitored(ctx: Context, model: Any, inputs: list[Any], policy: str, firs
         if v:
             raise Stop(cheat(v[0]), v[1])
         ctx.correctness["kernels"] = sorted(set(trace.names))[:20]
+        ctx.correctness["kernels_per_call"] = len(trace.names)
         ctx.correctness["device_us_first_call"] = trace.device_us
     if policy == "custom":
         lib = cheats.library_ops(recorder.ops)
@@ -365,7 +366,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
     cand_fn = _call(models.candidate, sets)
     estimate = timing.estimate_ms(cand_fn, len(sets), flush)
     escape = timing.escape_check(cand_fn, len(sets), estimate)
-    msg = timing.escaped_work(escape)
+    msg = timing.escaped_work(escape, int(ctx.correctness.get("kernels_per_call", 0)))
     if msg:
         raise Stop(cheat("escaped_work"), msg)
     ctx.correctness["escape_check"] = vars(escape)
