@@ -70,3 +70,12 @@ def get_init_inputs():
 def relu_problem_source(n: int = 4096, policy: str = "any", flops: str = "N") -> str:
     """A fp32 ReLU problem file, the test suites' smallest honest workload."""
     return RELU_PROBLEM.format(n=n, policy=policy, flops=flops)
+
+
+@pytest.fixture
+def suite_dir(tmp_path):
+    """A directory suite holding one small fp32 ReLU problem (policy any)."""
+    d = tmp_path / "suite"
+    d.mkdir()
+    (d / "relu.py").write_text(relu_problem_source())
+    return d

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, relu_problem_source
+from conftest import ROOT
 from llm_servers import (
     ScriptedLLMServer,
     anthropic_error,
@@ -47,14 +47,6 @@ def rows(db, sql):
         return c.execute(sql).fetchall()
     finally:
         c.close()
-
-
-@pytest.fixture
-def suite_dir(tmp_path):
-    d = tmp_path / "suite"
-    d.mkdir()
-    (d / "relu.py").write_text(relu_problem_source())
-    return d
 
 
 def openai_run(srv, suite_dir, db, *extra):

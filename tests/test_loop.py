@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, relu_problem_source
+from conftest import ROOT
 from llm_servers import ScriptedLLMServer, openai_error, openai_reply
 
 GOOD = "Clamp instead.\n```python\nimport torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clamp_min(0)\n```\n"
@@ -24,14 +24,6 @@ GARBAGE = "I would use shared memory here."
 def cli(*args, env=None, timeout=600):
     return subprocess.run([sys.executable, "-m", "cuforge.cli", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env=dict(os.environ, **(env or {})))
-
-
-@pytest.fixture
-def suite_dir(tmp_path):
-    d = tmp_path / "suite"
-    d.mkdir()
-    (d / "relu.py").write_text(relu_problem_source())
-    return d
 
 
 def replay_file(path: Path, texts: list[str]) -> Path:

@@ -261,7 +261,7 @@ def test_bad_price_tables_are_one_line_errors(tmp_path):
     with pytest.raises(PriceError, match=r"\['m'\] needs numbers"):
         load_prices(tmp_path / "p.toml")
     (tmp_path / "q.toml").write_text("not = [toml")
-    with pytest.raises(PriceError, match="not TOML"):
+    with pytest.raises(PriceError, match="not valid TOML"):
         load_prices(tmp_path / "q.toml")
     with pytest.raises(PriceError, match="not found"):
         load_prices(tmp_path / "missing.toml")

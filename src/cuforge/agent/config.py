@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import difflib
 import math
-import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from cuforge.tomlfile import TomlFileError, read_toml
 
 PROVIDERS = ("openai", "anthropic", "template", "replay")
 BASELINE_NAMES = ("torch", "torch.compile", "cublas", "cublaslt")
@@ -314,16 +310,9 @@ def settings_from_toml(data: dict[str, Any], source: str = "config") -> dict[str
 def load_toml(path: Path) -> dict[str, Any]:
     """A TOML config file as RunConfig field settings."""
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"--config: file {path} not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"--config: {path} is a directory, not a TOML file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config: cannot read {path} ({e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"--config: {path} is not valid TOML ({e})") from None
+        data = read_toml(path)
+    except TomlFileError as e:
+        raise ConfigError(f"--config: {path}: {e}") from None
     return settings_from_toml(data, str(path))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,11 +28,7 @@ from cuforge.agent.llm_errors import (  # noqa: F401 - re-exported: the proposer
     classify_sdk_error,
 )
 from cuforge.agent.prompts import Prompt
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from cuforge.tomlfile import TomlFileError, read_toml
 
 PRICES_PATH = Path(__file__).resolve().parents[1] / "data" / "prices.toml"
 
@@ -66,14 +61,9 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
     """model -> Price (USD per million tokens) from a TOML table of [model] input/output/cached."""
     path = path or PRICES_PATH
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise PriceError(f"prices file {path} not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PriceError(f"prices file {path}: cannot read it ({e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise PriceError(f"prices file {path}: not TOML ({e})") from None
+        data = read_toml(path)
+    except TomlFileError as e:
+        raise PriceError(f"prices file {path}: {e}") from None
     prices = {}
     for model, v in data.items():
         try:
