@@ -186,3 +186,17 @@ def test_validate_skips_huge_full_size_reference_without_small(tmp_path):
     """))
     ((path, ok, msg, _),) = validate_files([f])
     assert ok and "skipped: inputs are 1024 MiB" in msg
+
+
+def test_a_reference_too_slow_for_the_cpu_still_validates(tmp_path):
+    """KernelBench's bidirectional GRUs outlast the CPU limit at full size: valid, reference not run."""
+    from cuforge.problems.loader import validate_files
+
+    (tmp_path / "slow.py").write_text(
+        "import time, torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        if x.device.type == 'cpu':\n            time.sleep(60)\n        return x * 2\n"
+        "def get_inputs(): return [torch.randn(8)]\ndef get_init_inputs(): return []\n")
+    (tmp_path / "hangs.py").write_text("import time\nwhile True:\n    time.sleep(1)\n")
+    results = {p.name: (ok, msg) for p, ok, msg, _ in validate_files(sorted(tmp_path.glob("*.py")), timeout_s=8)}
+    assert results["slow.py"][0] and "reference not run on the CPU: over 8 s" in results["slow.py"][1]
+    assert not results["hangs.py"][0] and "hangs" in results["hangs.py"][1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,6 +155,9 @@ class Supervisor:
                 except OSError:
                     pass
             self.proc = None
+        if self.workdir is not None:  # the worker's scratch space, its log with it
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
