@@ -106,7 +106,7 @@ def problems_show(
 @problems_app.command("validate")
 def problems_validate(
     target: Path = typer.Argument(..., help="A problem file or a directory of them."),
-    timeout: float = typer.Option(60.0, help="Seconds allowed per file (import, inputs, reference run)."),
+    timeout: float = typer.Option(180.0, min=1, max=3600, help="Seconds allowed per file (import, inputs, reference run)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Load each file in a subprocess, check its interface and run its reference once on the CPU."""
