@@ -147,11 +147,11 @@ def run(
 def totals_line(search: Any) -> str:
     s = search.stats
     est = f" ({s.estimated_calls} estimated)" if s.estimated_calls else ""
+    sent = f" ({s.http_requests} sent, retries included)" if s.http_requests else ""
     errors = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
     return (f"totals: {s.evaluations} evaluations ({s.succeeded} succeeded), {s.evals_per_minute:.1f}/min; "
-            f"LLM {s.llm_calls} requests ({s.http_requests} sent, retries included), "
-            f"{s.tokens_in + s.tokens_out} tokens{est}, ${s.cost_usd:.4f}; parse errors {s.parse_errors}, "
-            f"duplicates {s.duplicates}; provider errors: {errors}")
+            f"LLM {s.llm_calls} requests{sent}, {s.tokens_in + s.tokens_out} tokens{est}, ${s.cost_usd:.4f}; "
+            f"parse errors {s.parse_errors}, duplicates {s.duplicates}; provider errors: {errors}")
 
 
 def summary_table(search: Any, cfg: Any, rows: list[Any] | None = None) -> Table:
