@@ -318,3 +318,34 @@ def test_a_candidate_for_a_missing_dsl_names_the_package(sup, problems, module, 
             return x.clamp_min(0)
     """)
     assert ev.status == "compile_error" and f"needs package {package}" in ev.message, ev.message
+
+
+DROPOUT_PROBLEM = '''
+import torch
+class Model(torch.nn.Module):
+    def __init__(self, n, p):
+        super().__init__()
+        self.linear = torch.nn.Linear(n, n)
+        self.dropout = torch.nn.Dropout(p)
+    def forward(self, x):
+        return torch.softmax(self.dropout(self.linear(x)), dim=1)
+def get_inputs():
+    return [torch.rand(64, 256)]
+def get_init_inputs():
+    return [256, 0.2]
+'''
+
+
+def test_training_mode_dropout_reference_passes_pytorch_itself(tmp_path):
+    """KernelBench's level2/66 keeps Dropout in training mode: candidate and reference draw their
+    masks after one reseed, so PyTorch's own implementation is ok and a mask-free one is not."""
+    (tmp_path / "dropout.py").write_text(DROPOUT_PROBLEM)
+    (problem,), skipped = load_files([tmp_path / "dropout.py"])
+    assert not skipped
+    with Supervisor(cpu_mode=True) as s:
+        own = s.evaluate(problem, Candidate(DROPOUT_PROBLEM + "\nclass ModelNew(Model):\n    pass\n"), CFG)
+        assert own.status == "ok", own.message
+        no_dropout = DROPOUT_PROBLEM + ("\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                                        "        return torch.softmax(self.linear(x), dim=1)\n")
+        ev = s.evaluate(problem, Candidate(no_dropout), CFG)
+        assert ev.status == "wrong_output", ev.message

@@ -144,18 +144,22 @@ def float64_model(model: torch.nn.Module) -> torch.nn.Module | None:
 
 
 def reference_outputs(
-    model64: torch.nn.Module | None, model: torch.nn.Module, inputs: list[Any]
+    model64: torch.nn.Module | None, model: torch.nn.Module, inputs: list[Any], rng_seed: int | None = None
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], str]:
     """(outputs to compare against, the native model's live outputs, reference kind).
 
     Floating outputs come from the float64 model on float64 inputs where that runs, else from the
-    native model upcast; integer outputs (indices) always from the native model.
+    native model upcast; integer outputs (indices) always from the native model. `rng_seed`, when
+    given, reseeds torch's generators before each model runs, so a stochastic reference (a training-
+    mode Dropout) draws the same random numbers the candidate drew after the same reseed.
     """
     with torch.no_grad():
+        reseed(rng_seed)
         native = as_list(model(*inputs))
         if model64 is not None:
             try:
                 ins64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                reseed(rng_seed)
                 out64 = as_list(model64(*ins64))
                 del ins64
                 merged = [o64 if n.is_floating_point() else n for o64, n in zip(out64, native)]
@@ -166,6 +170,11 @@ def reference_outputs(
                     torch.cuda.empty_cache()
     # compare() upcasts chunk by chunk: no float64 copy of a big output is made here.
     return list(native), native, "native"
+
+
+def reseed(rng_seed: int | None) -> None:
+    if rng_seed is not None:
+        torch.manual_seed(rng_seed)
 
 
 # The computation-aware bound (see compare): an element may be off by ELEMENT_ULPS units of rounding
