@@ -63,6 +63,20 @@ def shard_of(items: list[Any], spec: str | None) -> list[Any]:
     return [x for k, x in enumerate(items) if k % n == i - 1]
 
 
+def prevalidate(paths: list[Path], inspectors: int) -> None:
+    """Inspect the files in parallel first (one inspector process per chunk); the inspection cache
+    then answers each evaluation's own load at once, so the GPU waits on no CPU reference."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuforge.problems.loader import inspect_files
+
+    t0 = time.perf_counter()
+    n = max(1, min(inspectors, len(paths)))
+    with ThreadPoolExecutor(n) as pool:
+        list(pool.map(inspect_files, [paths[i::n] for i in range(n)]))
+    print(f"validated {len(paths)} files with {n} inspectors in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
 def row_of(ev: Any, extra: dict[str, Any]) -> dict[str, Any]:
     c = ev.correctness
     t = ev.timings
@@ -88,6 +102,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=5, help="correctness trials per evaluation (the house rule is 5)")
     ap.add_argument("--name", default="kernelbench")
     ap.add_argument("--cpu", action="store_true", help="the CPU test mode (no GPU): validation and correctness only")
+    ap.add_argument("--inspectors", type=int, default=4,
+                    help="files validated in parallel up front (each inspector runs full-size references on the CPU)")
     a = ap.parse_args()
 
     from cuforge.problems.suites import load_problem
@@ -139,7 +155,9 @@ def main() -> None:
             wanted = [w for w in a.files.split(",") if w]
             names = [p for p in names if any(p.name.startswith(w) for w in wanted)]
         files += [(f"level{level}", p) for p in names]
-    for level, path in shard_of(files, a.shard):
+    chosen = shard_of(files, a.shard)
+    prevalidate([p for _, p in chosen], a.inspectors)
+    for level, path in chosen:
         evaluate("pytorch_as_candidate", level, path, None, "any")
     if a.examples:
         for sol, prob in EXAMPLES.items():
