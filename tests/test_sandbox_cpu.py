@@ -254,9 +254,35 @@ def test_misses_the_eager_reference_shares_do_not_fail_a_candidate():
     larger[0, 0] += 1e-3  # a miss larger than any of the eager output's
     assert not compare(larger, ref, torch.float32, tol, native=eager).ok
     tf32 = (ref * (1 + torch.randn_like(ref) * 3e-4)).float()  # TF32-sized errors everywhere
-    tf32_eager = (ref * (1 + torch.randn_like(ref) * 3e-4)).float()
-    verdict = compare(tf32, ref, torch.float32, tol, native=tf32_eager)
+    fp32_eager = (ref * (1 + torch.randn_like(ref) * 1e-7)).float()  # the harness runs eager with TF32 off
+    fp32_eager[0, :4] += 5e-4
+    verdict = compare(tf32, ref, torch.float32, tol, native=fp32_eager)
     assert not verdict.ok and verdict.kind == "precision_downgrade"
+
+
+def test_error_norm_is_calibrated_by_the_eager_output_where_the_output_cancels():
+    """KernelBench's level2/23 (GroupNorm then a mean) and 77 (BatchNorm then a global average) give
+    outputs near zero: every fp32 result, eager PyTorch's own, has a huge relative error norm. A
+    candidate as accurate as eager (within NATIVE_NORM_FACTOR) passes; TF32-level error does not."""
+    import torch
+
+    from cuforge.problems.problem import Tolerance
+    from cuforge.sandbox.verify import NATIVE_NORM_FACTOR, compare
+
+    tol = Tolerance.for_dtype("float32")
+    torch.manual_seed(0)
+    ref = torch.randn(128, dtype=torch.float64) * 1e-9  # a mean of normalised values: ~0
+    eager = (ref + torch.randn_like(ref) * 3e-8).float()  # fp32 rounding of O(1) terms that cancel
+    honest = (ref + torch.randn_like(ref) * 9e-8).float()  # another summation order: 3x eager's error
+    assert not compare(honest, ref, torch.float32, tol).ok  # uncalibrated: the norm bound fails it
+    verdict = compare(honest, ref, torch.float32, tol, native=eager)
+    assert verdict.ok, verdict.reason
+    tf32 = (ref + torch.randn_like(ref) * 3e-8 * 2**13).float()  # TF32: 2^13 coarser rounding
+    assert not compare(tf32, ref, torch.float32, tol, native=eager).ok  # past atol already
+    coarse = (ref + torch.randn_like(ref) * 3e-8 * 2**9).float()  # within atol, 512x eager's error
+    verdict = compare(coarse, ref, torch.float32, tol, native=eager)
+    assert not verdict.ok and verdict.kind == "precision_downgrade", verdict.reason
+    assert NATIVE_NORM_FACTOR < 2**9
 
 
 def test_escaped_work_needs_the_host_to_wait_for_the_device():

@@ -239,7 +239,8 @@ def stream_violation(trace: KernelTrace, timed_stream_id: int) -> Verdict | None
     cuBLAS fork and join them inside one op: Swin and ShuffleNet in PyTorch do) when they ended before
     the end marker that forward's caller launched on the timed stream started; one still running
     then was not waited for and escapes the timer."""
-    escaped = []
+    escaped: list[int] = []
+    why: list[str] = []
     for i, stream in enumerate(trace.streams):
         if stream in (timed_stream_id, -1):
             continue
@@ -248,9 +249,11 @@ def stream_violation(trace: KernelTrace, timed_stream_id: int) -> Verdict | None
         ended = (trace.end_marker_at is not None and i < len(trace.ends) and trace.ends[i] <= trace.end_marker_at)
         if not (library and ended):
             escaped.append(stream)
+            if len(why) < 3:
+                why.append(f"{name[:80] or '?'} ({'still running at the end marker' if library else 'not a library kernel'})")
     if escaped:
         return ("side_stream", f"device work on stream(s) {sorted(set(escaped))}, not on the timed stream "
-                f"{timed_stream_id}")
+                f"{timed_stream_id}: {'; '.join(why)}")
     return None
 
 

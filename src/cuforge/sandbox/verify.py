@@ -185,6 +185,10 @@ def reseed(rng_seed: int | None) -> None:
 # in the products or the sum does not.
 ELEMENT_ULPS = 8.0
 NORM_ULPS = 4.0
+# A correct implementation in the problem's precision may be this many times less accurate, in
+# error norm, than the problem's own eager output; TF32, fp16 and bf16 arithmetic are 2^13 to 2^16
+# times coarser than fp32, so calibrating against eager still names them.
+NATIVE_NORM_FACTOR = 16.0
 
 
 def accumulation_unit(dtype: torch.dtype) -> float:
@@ -281,7 +285,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     o_lo = r_lo = math.inf
     o_hi = r_hi = -math.inf
     mismatches = native_misses = 0
-    native_max_abs = 0.0
+    native_max_abs = native_err_sq = 0.0
     sample: list[dict[str, Any]] = []
     for i in _chunks(numel):
         o = of[i:i + CHUNK_ELEMENTS].double()
@@ -311,11 +315,13 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
             for j in torch.nonzero(far)[:5 - len(sample)].flatten().tolist():
                 sample.append({"index": _index(i + j, shape), "got": float(o[j]), "expected": float(r[j])})
         mismatches += n
-        if nf is not None and sf is None:
+        if nf is not None:
             nd = (torch.where(finite, nf[i:i + CHUNK_ELEMENTS].double(), 0.0) - r).abs()
-            native_misses += int((nd > tol.atol + tol.rtol * r.abs()).sum())
-            if nd.numel():
-                native_max_abs = max(native_max_abs, float(nd.max()))
+            native_err_sq += float((nd * nd).sum())
+            if sf is None:
+                native_misses += int((nd > tol.atol + tol.rtol * r.abs()).sum())
+                if nd.numel():
+                    native_max_abs = max(native_max_abs, float(nd.max()))
         del o, r, diff, allowed, far
     if bad and (bad != ref_bad or nonfinite_apart):
         return Comparison(False, f"{bad} NaN/Inf elements (reference has {ref_bad})", mismatches=bad)
@@ -326,6 +332,10 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     if numel > 1 and r_hi > r_lo and o_hi == o_lo:
         return Comparison(False, "output is constant while the reference is not", **base)
     norm_bound = tol.rel_norm
+    if ref_norm > 0 and native_err_sq > 0:
+        # The problem's own eager result against float64: an output that cancels (a mean of a
+        # normalised tensor is ~0) makes any relative norm large, the eager op's too.
+        norm_bound = max(norm_bound, NATIVE_NORM_FACTOR * math.sqrt(native_err_sq) / ref_norm)
     if sf is None:
         bound = f"atol={tol.atol:g}, rtol={tol.rtol:g}"
     else:
