@@ -375,3 +375,26 @@ def test_training_mode_dropout_reference_passes_pytorch_itself(tmp_path):
                                         "        return torch.softmax(self.linear(x), dim=1)\n")
         ev = s.evaluate(problem, Candidate(no_dropout), CFG)
         assert ev.status == "wrong_output", ev.message
+
+
+def test_blocking_probe_spins_longer_than_a_launch_bound_call_takes_on_the_host():
+    """KernelBench's CViT in training mode spends 5.7 ms per call on the host: a 5 ms probe spin made
+    it look as if it waited for the device. The spin now lasts at least 4x the call's host time."""
+    from cuforge.sandbox.timing import BLOCK_SPIN_CYCLES, MAX_BLOCK_SPIN_CYCLES, block_spin_cycles
+
+    assert block_spin_cycles(0.01) == BLOCK_SPIN_CYCLES
+    assert block_spin_cycles(5.7) >= 4 * 5.7e-3 * 2.0e9  # >= 4x host time at 2 GHz
+    assert block_spin_cycles(1e6) == MAX_BLOCK_SPIN_CYCLES
+
+
+@pytest.mark.parametrize("name, library", [
+    ("void fft2d_r2c_16x16<float>(float2*, float const*, int, int, int)", True),  # cuDNN FFT conv (AlexNet)
+    ("void convolveNd_dgrad_float_engine<float, 3, 512, 6, 5, 3, 3, 3, false>(int, int)", True),  # ConvTranspose3d
+    ("void cudnn::cnn::conv2d_grouped_direct_kernel<float>(...)", True),
+    ("add_kernel(float const*, float const*, float*, int)", False),  # KernelBench's example: a candidate's own
+    ("fused_gelu_kernel", False),
+])
+def test_library_kernels_are_told_from_a_candidates_own(name, library):
+    from cuforge.sandbox.cheats import LIBRARY_KERNEL
+
+    assert bool(LIBRARY_KERNEL.search(name)) is library

@@ -30,7 +30,10 @@ Verdict = tuple[str, str]  # (cheat kind, message)
 LIBRARY_KERNEL = re.compile(
     r"cublas|cublasLt|cudnn|cutlass|nvjet|xmma|gemmk1|gemv2|gemvx|splitKreduce|magma|cufft|cusparse|"
     r"^(sm\d+|ampere|volta|turing|hopper)_|implicit_convolve|winograd|"
-    r"^triton_(poi|red|per|tem)_fused|at::native::.*(gemm|conv|softmax|norm|reduce_kernel)",
+    r"^triton_(poi|red|per|tem)_fused|at::native::.*(gemm|conv|softmax|norm|reduce_kernel)|"
+    # cuDNN's convolution engines (FFT, dgrad/wgrad, grouped direct) and its layout transforms
+    r"\bfft\dd_|\bfft\d?d?_[rc]2[rc]|regular_fft|flip_filter|convolveNd|_engine<|[Cc]gemm|compute_gemm_pointers|"
+    r"conv2d_grouped|[Nn]chwTo[Nn]hwc|[Nn]hwcTo[Nn]chw|transpose_readWrite|scalePackedTensor",
     re.IGNORECASE,
 )
 

@@ -221,7 +221,15 @@ class EscapeCheck:
     spin_ms: float = 0.0  # that spin's length on the device
 
 
-BLOCK_SPIN_CYCLES = 10_000_000  # ~5 ms: far longer than any host launch path
+BLOCK_SPIN_CYCLES = 10_000_000  # ~5 ms: longer than most host launch paths
+MAX_BLOCK_SPIN_CYCLES = 400_000_000  # ~200 ms
+
+
+def block_spin_cycles(host_ms: float) -> int:
+    """A spin at least 4x the call's own host time (counted at 2 GHz, above any boost clock): a
+    launch-bound call (KernelBench's CViT in training mode spends 5.7 ms in autograd bookkeeping)
+    that does not wait for the device still returns long before the spin ends."""
+    return int(min(MAX_BLOCK_SPIN_CYCLES, max(BLOCK_SPIN_CYCLES, 4 * host_ms * 1e-3 * 2.0e9)))
 
 
 def escape_check(fn: Contender, n_sets: int, event_ms: float, calls: int = 20) -> EscapeCheck:
@@ -236,7 +244,7 @@ def escape_check(fn: Contender, n_sets: int, event_ms: float, calls: int = 20) -
     t2 = _perf_counter()
     start, end = _Event(enable_timing=True), _Event(enable_timing=True)
     start.record()
-    _sleep(BLOCK_SPIN_CYCLES)
+    _sleep(block_spin_cycles((t1 - t0) * 1e3 / calls))
     end.record()
     t3 = _perf_counter()
     fn(0)
