@@ -42,7 +42,8 @@ ADDRESS_SPACE_HEADROOM = 4 * 2**30
 class Limits:
     cpu_seconds: int = 6 * 3600  # whole worker lifetime; a runaway host loop ends here at worst
     file_size_bytes: int = 4 * 2**30
-    max_processes: int = 4096  # per user; blocks fork bombs without breaking thread pools
+    max_processes: int = 4096  # per user; blocks fork bombs without breaking thread pools (not for root: the kernel exempts uid 0)
+    open_files: int = 65536
     core_dumps: bool = False
     # A hard address-space limit; only for workers without CUDA, whose driver reserves far more
     # virtual memory than it uses (GPU workers are held to their memory limit by resident-set polling).
@@ -76,16 +77,18 @@ def enter_private_network() -> bool:
 
 def apply_limits(limits: Limits) -> None:
     def setl(which: int, value: int) -> None:
+        # Hard limits, not soft ones: candidate code could raise a soft limit back to the hard one.
         try:
             soft, hard = resource.getrlimit(which)
             cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (cap, hard))
+            resource.setrlimit(which, (cap, cap))
         except (ValueError, OSError):
             pass
 
     setl(resource.RLIMIT_CPU, limits.cpu_seconds)
     setl(resource.RLIMIT_FSIZE, limits.file_size_bytes)
     setl(resource.RLIMIT_NPROC, limits.max_processes)
+    setl(resource.RLIMIT_NOFILE, limits.open_files)
     if not limits.core_dumps:
         setl(resource.RLIMIT_CORE, 0)
     if limits.address_space_bytes:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
+from cuforge.sandbox.jail import JailPlan, bwrap_argv, jail_env, jail_plan
 
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
@@ -30,6 +32,10 @@ POLL_S = 0.25
 
 class WorkerStartError(RuntimeError):
     pass
+
+
+class NoJailError(WorkerStartError):
+    """No jail is available and the caller did not accept running candidates unconfined."""
 
 
 def problem_payload(problem: Problem) -> dict[str, Any]:
@@ -72,9 +78,11 @@ def _rss_bytes(pid: int) -> int:
     return total
 
 
-def _describe_exit(code: int | None) -> str:
+def _describe_exit(code: int | None, jailed: bool = False) -> str:
     if code is None:
         return "still running"
+    if jailed and 128 < code < 128 + 65:
+        code = 128 - code  # bubblewrap exits with 128 + the signal that killed the worker
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -87,9 +95,12 @@ class Supervisor:
     """One worker, pinned to one GPU (or the CPU test mode), respawned as needed."""
 
     def __init__(self, gpu: int | str | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
-                 limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False) -> None:
+                 limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False,
+                 unsafe_no_jail: bool = False, jail: JailPlan | None = None) -> None:
         self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
         self.compile_only = compile_only
+        self.unsafe_no_jail = unsafe_no_jail
+        self._jail = jail
         # Workers without CUDA also get a hard address-space limit: a runaway candidate fails its own
         # allocation instead of pushing the machine into the OOM killer.
         self.limits = limits or Limits(address_space_bytes=int(default_worker_memory_gib() * 2**30) + ADDRESS_SPACE_HEADROOM
@@ -101,36 +112,63 @@ class Supervisor:
         self.log_path: Path | None = None
         self.spawns = 0
 
+    @property
+    def jail(self) -> JailPlan:
+        if self._jail is None:
+            self._jail = jail_plan()
+        return self._jail
+
     # -------------------------------------------------------------- lifecycle
 
-    def start(self) -> dict[str, Any]:
-        self.close()
-        self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
-        self.log_path = self.workdir / "worker.log"
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        """The worker's argv and environment: inside the jail where there is one."""
+        jail = self.jail
+        if not jail.confined and not self.unsafe_no_jail:
+            raise NoJailError(f"no jail for candidate code on this machine ({jail.detail}); "
+                              "pass --unsafe-no-jail to run candidates unconfined")
         src_root = str(Path(__file__).resolve().parents[2])
         env = scrubbed_env({
             "CUDA_VISIBLE_DEVICES": "" if self.cpu_mode else physical_gpu(self.gpu),
             "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
-            "TMPDIR": str(self.workdir),
-            "HOME": str(self.workdir),
-            **self.extra_env,
         })
-        # The caches (cubins, baselines helper, ceilings) are shared with the user's cache dir.
-        env.setdefault("CUFORGE_CACHE_DIR", str(_cache_dir()))
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir() / "inductor"))
-        env.setdefault("TRITON_CACHE_DIR", str(_cache_dir() / "triton"))
         args = [sys.executable, "-m", "cuforge.sandbox.worker"]
-        if self.isolate_network:
-            args.append("--isolate-network")
         if self.cpu_mode:
             args.append("--cpu")
         if self.compile_only:
             args.append("--compile-only")
+        shared = _cache_dir()
+        if jail.confined:
+            env.update(jail_env(shared_cache=shared.is_dir()))
+            env.update(self.extra_env)
+            return bwrap_argv(jail, args, gpu=not self.cpu_mode, shared_cache=shared), env
+        # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
+        if self.isolate_network:
+            args.append("--isolate-network")
+        assert self.workdir is not None
+        env.update({"TMPDIR": str(self.workdir), "HOME": str(self.workdir),
+                    "CUFORGE_CACHE_DIR": str(self.workdir / "cache"),
+                    "TORCHINDUCTOR_CACHE_DIR": str(self.workdir / "cache" / "inductor"),
+                    "TRITON_CACHE_DIR": str(self.workdir / "cache" / "triton"),
+                    "CUFORGE_SHARED_CACHE": str(shared), **self.extra_env})
+        return args, env
+
+    def start(self) -> dict[str, Any]:
+        self.close()
+        self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
+        self.log_path = self.workdir / "worker.log"
+        try:
+            args, env = self._command()
+        except NoJailError:
+            self.close()
+            raise
         log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the worker
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     env=env, cwd=self.workdir, preexec_fn=child_setup(self.limits))
-        log.close()
+        try:
+            self.proc = _spawner().submit(
+                subprocess.Popen, args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                env=env, cwd=self.workdir, preexec_fn=child_setup(self.limits)).result()
+        finally:
+            log.close()
         self.spawns += 1
         reply = self._read(START_TIMEOUT_S)
         if reply is None or reply.get("op") != "hello" or "info" not in reply:
@@ -139,6 +177,8 @@ class Supervisor:
             self.close()
             raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
         self.info = reply["info"]
+        self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
+        self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), self.proc.pid  # the host's pid, not the jail's
         return self.info
 
     def close(self) -> None:
@@ -228,17 +268,31 @@ class Supervisor:
             code = self.proc.wait() if self.proc else None
             tail = self.log_tail()
             self.close()
-            return Evaluation(status="crash", message=f"worker died ({_describe_exit(code)})" + (f": {tail}" if tail else ""),
+            return Evaluation(status="crash", message=f"worker died ({_describe_exit(code, self.jail.confined)})" + (f": {tail}" if tail else ""),
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         if reply.get("op") == "error":
             self.close()
             return Evaluation(status="crash", message=f"harness error in worker: {reply.get('message')}",
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         ev = Evaluation.from_dict(reply["evaluation"])
+        ev.device = {**ev.device, "pid": self.info.get("pid"), "jail": self.info.get("jail")}
         ev.worker_restarted = restarted
         if reply.get("restart"):
             self.close()
         return ev
+
+
+_SPAWNER: ThreadPoolExecutor | None = None
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """One long-lived thread starts every worker. The jail dies with its parent (PR_SET_PDEATHSIG),
+    and the kernel means the parent *thread*: a worker started from a short-lived thread (an
+    executor's request thread) would be killed the moment that thread ended."""
+    global _SPAWNER
+    if _SPAWNER is None:
+        _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuforge-spawn")
+    return _SPAWNER
 
 
 def _cache_dir() -> Path:

