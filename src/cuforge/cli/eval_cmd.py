@@ -11,6 +11,15 @@ from rich.table import Table
 from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, store_path
 
 
+def _require_jail(unsafe_no_jail: bool) -> None:
+    from cuforge.sandbox.jail import JailError, require_jail
+
+    try:
+        require_jail(unsafe_no_jail)
+    except JailError as e:
+        fail(str(e))
+
+
 def _parse_baselines(value: Optional[str], problem: Any) -> tuple[str, ...]:
     from cuforge.problems.problem import BASELINES
 
@@ -37,6 +46,8 @@ def eval_cmd(
     policy: Optional[str] = typer.Option(None, help="Override the problem's policy: custom (the candidate must compute "
                                          "with its own kernels) or any (library calls allowed, e.g. PyTorch itself)."),
     ncu: bool = typer.Option(False, "--ncu", help="Also collect an Nsight Compute profile of the candidate."),
+    unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Evaluate candidate code without a jail "
+                                        "where none is available (it can then read your files and keys)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Evaluate one candidate: correctness, anti-cheat, timing against each baseline, profile."""
@@ -57,6 +68,7 @@ def eval_cmd(
         candidate = candidate_from_file(candidate_path)
     except CandidateFileError as e:
         fail(str(e))
+    _require_jail(unsafe_no_jail)
     if not cpu:
         _check_gpu(gpu)
     try:
@@ -146,6 +158,8 @@ def baseline_cmd(
     baselines: Optional[str] = typer.Option(None, help="Comma-separated baselines (default: each problem's)."),
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
     gpu: int = typer.Option(0, min=0, max=1023, help="GPU index."),
+    unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Run the problems' code without a jail "
+                                        "where none is available."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Measure baselines (eager, torch.compile, cuBLAS, cuBLASLt autotuned) for a suite and store them."""
@@ -166,6 +180,7 @@ def baseline_cmd(
     chosen = [p for p in loaded.problems if problem in (None, p.id, p.name)]
     if not chosen:
         fail(f"--problem: no problem {problem!r} in {loaded.name}")
+    _require_jail(unsafe_no_jail)
     for p in chosen:
         _parse_baselines(baselines, p)
     _check_gpu(gpu)

@@ -55,6 +55,8 @@ def run(
     ray_resource: Optional[str] = typer.Option(None, help="Ray resource one evaluation worker takes (default GPU)."),
     config: Optional[Path] = typer.Option(None, help="TOML file with the same settings (the flags' names); flags win."),
     prompt_dir: Optional[Path] = typer.Option(None, help="Directory of prompt templates overriding the built-in ones."),
+    unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Evaluate candidate code without a jail "
+                                        "where none is available (it can then read your files and keys)."),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable summary at the end."),
 ) -> None:
     """Search for faster kernels: propose, evaluate in the sandbox, evolve; everything goes to the store.
@@ -67,6 +69,9 @@ def run(
     from cuforge.results.store import Store, StoreError
 
     results = store_path(results)
+    from cuforge.cli.eval_cmd import _require_jail
+
+    _require_jail(unsafe_no_jail)
     try:
         if base_url is not None:
             check_url(base_url)

@@ -9,8 +9,6 @@ import ctypes
 import ctypes.util
 import os
 import resource
-import subprocess
-import sys
 from dataclasses import dataclass
 
 CLONE_NEWNET = 0x40000000
@@ -110,28 +108,3 @@ def child_setup(limits: Limits):  # noqa: ANN201
         apply_limits(limits)
 
     return setup
-
-
-def probe_network_isolation() -> tuple[bool, str]:
-    """Can a child of this process get a private network namespace? (doctor and worker start)."""
-    code = (
-        "import sys, socket\n"
-        "from cuforge.sandbox.isolation import enter_private_network\n"
-        "ok = enter_private_network()\n"
-        "if not ok: sys.exit(3)\n"
-        "s = socket.socket(); s.settimeout(1)\n"
-        "try:\n"
-        "    s.connect(('1.1.1.1', 53)); sys.exit(4)\n"
-        "except OSError: sys.exit(0)\n"
-    )
-    src_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=src_root)
-    try:
-        r = subprocess.run([sys.executable, "-c", code], env=env, timeout=20, capture_output=True)
-    except subprocess.TimeoutExpired:
-        return False, "probe timed out"
-    if r.returncode == 0:
-        return True, "private network namespace (no interfaces but a down loopback)"
-    if r.returncode == 3:
-        return False, "unshare(CLONE_NEWNET) refused: run as root, or enable unprivileged user namespaces"
-    return False, f"probe failed (exit {r.returncode})"

@@ -101,6 +101,29 @@ def jail_plan() -> JailPlan:
     return JailPlan(NONE, why)
 
 
+UNSAFE_ENV = "CUFORGE_UNSAFE_NO_JAIL"
+
+
+def allow_unconfined() -> None:
+    """The user passed --unsafe-no-jail: workers of this process (and its children) may run unjailed."""
+    os.environ[UNSAFE_ENV] = "1"
+
+
+def unconfined_allowed() -> bool:
+    return os.environ.get(UNSAFE_ENV) == "1"
+
+
+def require_jail(unsafe_no_jail: bool) -> JailPlan:
+    """Before any candidate runs: the jail, or the user's explicit consent to run without one."""
+    plan = jail_plan()
+    if unsafe_no_jail:
+        allow_unconfined()
+    elif not plan.confined:
+        raise JailError(f"no jail for LLM-written code on this machine: {plan.detail}; "
+                        "pass --unsafe-no-jail to evaluate candidates unconfined")
+    return plan
+
+
 def namespace_flags() -> list[str]:
     return ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 

@@ -24,7 +24,7 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
-from cuforge.sandbox.jail import JailPlan, bwrap_argv, jail_env, jail_plan
+from cuforge.sandbox.jail import JailPlan, bwrap_argv, jail_env, jail_plan, unconfined_allowed
 
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
@@ -96,10 +96,10 @@ class Supervisor:
 
     def __init__(self, gpu: int | str | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
                  limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False,
-                 unsafe_no_jail: bool = False, jail: JailPlan | None = None) -> None:
+                 unsafe_no_jail: bool | None = None, jail: JailPlan | None = None) -> None:
         self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
         self.compile_only = compile_only
-        self.unsafe_no_jail = unsafe_no_jail
+        self.unsafe_no_jail = unconfined_allowed() if unsafe_no_jail is None else unsafe_no_jail
         self._jail = jail
         # Workers without CUDA also get a hard address-space limit: a runaway candidate fails its own
         # allocation instead of pushing the machine into the OOM killer.
@@ -238,6 +238,18 @@ class Supervisor:
                     raise MemoryError(_rss_bytes(self.proc.pid))
         finally:
             sel.close()
+
+    def probe(self, targets: dict[str, Any], timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Ask the (jailed) worker to try what a hostile candidate would; see sandbox/jail_probe.py."""
+        if not self.alive():
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": "probe", "targets": targets}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read(timeout_s)
+        if not reply or reply.get("op") != "probe":
+            raise WorkerStartError(f"the worker did not answer the jail probe ({self.log_tail()})")
+        return list(reply["report"])
 
     def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
         base = {"problem_id": problem.id, "candidate_id": candidate.id}

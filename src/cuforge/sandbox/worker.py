@@ -88,6 +88,25 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="cuforge-parent-watch", daemon=True).start()
 
 
+def stray_processes() -> list[int]:
+    """Processes of the jail (its own pid namespace) other than its init and this worker: whatever
+    a candidate started and left behind, double-forked or not. Empty outside a jail."""
+    if not os.environ.get("CUFORGE_JAILED"):
+        return []
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":  # a zombie is already gone but for its exit status
+                out.append(int(name))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     isolation = "host network"
@@ -130,9 +149,22 @@ def main(argv: list[str] | None = None) -> None:
         if req.get("op") == "ping":
             proto.write(json.dumps({"op": "pong"}) + "\n")
             continue
+        if req.get("op") == "probe":
+            from cuforge.sandbox.jail_probe import probe
+
+            proto.write(json.dumps({"op": "probe", "report": probe(req.get("targets") or {})}) + "\n")
+            continue
         try:
             config = EvalConfig.from_dict(req["config"])
             ev, restart = evaluate_request(req["problem"], req["candidate"], config, info)
+            strays = stray_processes()
+            if strays:
+                # A double fork escapes the worker's own child census: the jail's census sees it, and
+                # the jail (every process in it) ends with this worker.
+                restart = True
+                if ev.ok:
+                    ev.status, ev.message = "cheat:thread", (f"the candidate left {len(strays)} process(es) running "
+                                                             "in the jail after its evaluation")
             reply = {"op": "result", "evaluation": ev.to_dict(), "restart": restart}
         except Exception as e:  # noqa: BLE001 - a harness bug must still produce a verdict
             traceback.print_exc()
