@@ -1,0 +1,246 @@
+"""Hostile candidates against the jail (issue #21), each through a real jailed worker: what every
+one of them tries, and the precise outcome - no secret anywhere, no file changed outside the
+scratch space, the driver alive, no process left behind, no connection reaching the driver."""
+
+import hashlib
+import os
+import signal
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import relu_problem_source, run_cli
+
+import cuforge
+from cuforge.problems.loader import load_files
+from cuforge.results.store import Store
+from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.jail import jail_plan
+from cuforge.sandbox.supervisor import Supervisor
+
+pytestmark = pytest.mark.skipif(not jail_plan().confined, reason=f"no jail here: {jail_plan().detail}")
+
+SECRET = "sk-jail-test-9f2c41d7e0"
+CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
+HONEST = """
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)
+"""
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The driver's side: a secret in its environment, a home with an SSH key, a results store, a
+    shared cache, a loopback listener; and the problem."""
+    root = tmp_path_factory.mktemp("world")
+    old_key, os.environ["OPENAI_API_KEY"] = os.environ.get("OPENAI_API_KEY"), SECRET
+    home = root / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY-MARKER\n")
+    store_path = root / "results" / "cuforge.db"
+    Store(store_path).close()
+    cache = tmp_path_factory.getbasetemp() / "cache"  # what the autouse fixture points CUFORGE_CACHE_DIR at
+    (cache / "cubins").mkdir(parents=True, exist_ok=True)
+    (cache / "cubins" / "trusted.cubin").write_bytes(b"trusted")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.3)
+    (root / "relu.py").write_text(relu_problem_source(policy="any"))
+    (problem,), _ = load_files([root / "relu.py"])
+    sup = Supervisor(cpu_mode=True)
+    w = {"root": root, "home": home, "store": store_path, "cache": cache, "port": listener.getsockname()[1],
+         "listener": listener, "problem": problem, "sup": sup, "package": Path(cuforge.__file__).parent,
+         "site": Path(textwrap.__file__).parent}
+    yield w
+    sup.close()
+    listener.close()
+    if old_key is None:
+        os.environ.pop("OPENAI_API_KEY", None)
+    else:
+        os.environ["OPENAI_API_KEY"] = old_key
+
+
+def hashes(w) -> dict[str, str]:
+    return {"package": tree_hash(w["package"]), "store": hashlib.sha256(w["store"].read_bytes()).hexdigest(),
+            "cache": tree_hash(w["cache"]), "home": tree_hash(w["home"])}
+
+
+def evaluate(w, attack: str, config: EvalConfig = CFG):
+    source = "import os, sys, signal, socket, time, torch\n" + textwrap.dedent(attack) + HONEST
+    before = hashes(w)
+    ev = w["sup"].evaluate(w["problem"], Candidate(source), config)
+    assert hashes(w) == before, "a file outside the scratch space changed"
+    text = repr(ev.to_dict()) + (w["sup"].log_tail(200) if w["sup"].log_path else "")
+    assert SECRET not in text and "PRIVATE-KEY-MARKER" not in text
+    return ev
+
+
+def test_the_driver_environment_and_home_are_out_of_reach(world):
+    ev = evaluate(world, f"""
+    found = []
+    for pid in os.listdir('/proc'):
+        try:
+            found.append(open(f'/proc/{{pid}}/environ', 'rb').read())
+        except OSError:
+            pass
+    for path in ({str(world['home'] / '.ssh' / 'id_ed25519')!r}, os.path.expanduser('~/.ssh/id_ed25519')):
+        try:
+            found.append(open(path, 'rb').read())
+        except OSError:
+            pass
+    leaked = [f for f in found if b'{SECRET}' in f or b'PRIVATE-KEY-MARKER' in f]
+    print('LEAK', leaked, file=sys.stderr)
+    assert not leaked, leaked
+    """)
+    assert ev.status == "ok", ev.message
+
+
+def test_the_package_site_packages_store_and_caches_are_read_only(world):
+    ev = evaluate(world, f"""
+    import sqlite3
+    attempts = {{
+        {str(world['package'] / '__init__.py')!r}: 'a',
+        {str(world['package'] / 'sandbox' / 'verify.py')!r}: 'w',
+        {str(world['site'] / 'cuforge_evil.pth')!r}: 'w',
+        {str(world['cache'] / 'cubins' / 'trusted.cubin')!r}: 'w',
+        os.path.join(os.environ.get('CUFORGE_SHARED_CACHE', '/nonexistent'), 'cubins', 'trusted.cubin'): 'w',
+    }}
+    for path, mode in attempts.items():
+        try:
+            with open(path, mode) as f:
+                f.write('import os; os.system("echo pwned")\\n')
+        except OSError:
+            pass
+    try:
+        c = sqlite3.connect({str(world['store'])!r})
+        c.execute('create table pwned(x)')
+        c.commit()
+    except Exception:
+        pass
+    """)
+    assert ev.status == "ok", ev.message
+
+
+def test_no_connection_reaches_the_driver_or_the_internet(world):
+    ev = evaluate(world, f"""
+    reached = []
+    for addr in (('127.0.0.1', {world['port']}), ('1.1.1.1', 53), ('10.0.0.1', 80)):
+        s = socket.socket()
+        s.settimeout(0.5)
+        try:
+            s.connect(addr)
+            reached.append(addr)
+        except OSError:
+            pass
+    assert not reached, reached
+    """)
+    assert ev.status == "ok", ev.message
+    with pytest.raises(OSError):
+        world["listener"].accept()  # the driver's listener saw nothing
+
+
+def test_killing_every_process_it_can_see_reaches_nothing_outside(world):
+    """Inside its pid namespace the candidate sees its worker and the jail's init, which the kernel
+    shields from signals sent inside; the driver is not there to kill."""
+    driver = os.getpid()
+    ev = evaluate(world, f"""
+    for pid in [{driver}, os.getppid(), 1] + sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    """)
+    assert ev.status == "ok" and world["sup"].alive(), (ev.status, ev.message)
+
+
+def test_a_worker_killed_by_its_candidate_costs_one_evaluation(world):
+    spawns = world["sup"].spawns
+    ev = evaluate(world, "os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert ev.status == "crash" and "SIGKILL" in ev.message, (ev.status, ev.message)
+    ev = evaluate(world, "")
+    assert ev.status == "ok" and ev.worker_restarted and world["sup"].spawns == spawns + 1
+
+
+def test_a_double_forked_process_is_gone_when_its_evaluation_ends(world):
+    marker = f"cuforge-orphan-{os.getpid()}-{time.time_ns()}"
+    ev = evaluate(world, f"""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])
+        os._exit(0)
+    os.wait()
+    time.sleep(0.5)
+    """)
+    assert ev.status == "cheat:thread" and not world["sup"].alive(), (ev.status, ev.message)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        alive = [p for p in os.listdir("/proc") if p.isdigit() and marker.encode() in _cmdline(p)]
+        if not alive:
+            break
+        time.sleep(0.1)
+    assert not alive, "the orphan outlived its evaluation"
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_worker_that_stops_itself_is_a_timeout_and_the_next_evaluation_runs(world):
+    config = EvalConfig(**{**CFG.to_dict(), "timeout_s": 10})
+    ev = evaluate(world, """
+class Stopper:
+    pass
+os.kill(os.getpid(), signal.SIGSTOP)
+""", config)
+    assert ev.status == "timeout" and ev.worker_restarted
+    assert evaluate(world, "").status == "ok"
+
+
+def test_cli_eval_survives_a_candidate_that_kills_its_parent(tmp_path, monkeypatch):
+    (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
+    (tmp_path / "killer.py").write_text("import os, signal, torch\nfor pid in (os.getppid(), 1, -1):\n"
+                                        "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n"
+                                        "        pass\nos.kill(os.getpid(), signal.SIGKILL)\n" + HONEST)
+    r = run_cli("eval", str(tmp_path / "relu.py"), str(tmp_path / "killer.py"), "--cpu", "--json",
+                env={"OPENAI_API_KEY": SECRET})
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert SECRET not in r.stdout + r.stderr
+    assert '"status": "crash"' in r.stdout
+
+
+def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path):
+    (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
+    (tmp_path / "ok.py").write_text("import torch\n" + HONEST)
+    r = run_cli("eval", str(tmp_path / "relu.py"), str(tmp_path / "ok.py"), "--cpu", env={"CUFORGE_JAIL": "none"})
+    assert r.returncode == 2 and "no jail" in r.stderr and "--unsafe-no-jail" in r.stderr
+    r = run_cli("run", "--suite", "hgemm-small", "--compile-only", env={"CUFORGE_JAIL": "none"})
+    assert r.returncode == 2 and "--unsafe-no-jail" in r.stderr
+    r = run_cli("eval", str(tmp_path / "relu.py"), str(tmp_path / "ok.py"), "--cpu", "--unsafe-no-jail", "--json",
+                env={"CUFORGE_JAIL": "none"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert '"jail": "none (--unsafe-no-jail)"' in r.stdout
