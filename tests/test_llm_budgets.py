@@ -350,3 +350,37 @@ def test_the_template_search_never_reproposes_after_a_kill(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     hashes = [h for (h,) in rows(db, "SELECT candidate_hash FROM candidates")]
     assert len(hashes) == len(set(hashes)) == 8
+
+
+def test_resume_never_reruns_the_candidate_a_dead_driver_was_evaluating(tmp_path, suite_dir):
+    """The driver dies (SIGKILL) while a worker runs a candidate: that candidate may be what killed
+    it, so --resume records it as a crash (it was marked started before the worker saw it) and
+    evaluates only what no worker had received."""
+    db = tmp_path / "started.db"
+    marker = tmp_path / "ran"
+    slow = GOOD.replace("import torch\n", f"import torch, time\ntry:\n    open({str(marker)!r}, 'a').write('x')\n"
+                        "except OSError:\n    pass\ntime.sleep(600)\n")
+    with ScriptedLLMServer(lambda n: openai_reply(slow) if n == 0 else varied_good(n)) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "cuforge.cli",
+                                 *openai_run(srv, suite_dir, db, "--islands", "1", "--generations", "3")],
+                                cwd=ROOT, env=dict(os.environ, **KEY), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+
+        def started() -> bool:
+            try:
+                return bool(rows(db, "SELECT COUNT(*) FROM candidates WHERE started_at IS NOT NULL")[0][0])
+            except sqlite3.OperationalError:
+                return False
+
+        assert _wait_for(started, 120)
+        time.sleep(8)  # the worker starts and imports the candidate, which sleeps
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        run_id = rows(db, "SELECT id FROM runs")[0][0]
+        slow_id = rows(db, "SELECT id FROM candidates WHERE started_at IS NOT NULL")[0][0]
+        r = cli("run", "--resume", run_id, "--results", str(db), "--json")
+        assert r.returncode == 0, r.stderr[-2000:]
+    status, message = rows(db, f"SELECT status, message FROM evaluations WHERE candidate_id = {slow_id}")[0]
+    assert status == "crash" and "not run again" in message
+    assert rows(db, f"SELECT COUNT(*) FROM evaluations WHERE candidate_id = {slow_id}")[0][0] == 1
+    assert not marker.exists()  # and the jail kept it from writing outside its scratch

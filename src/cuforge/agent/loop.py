@@ -221,17 +221,29 @@ class Search:
         self.stats.stop_reason = self.stats.stop_reason or self.budget_left() or "all problems done"
         return self.stats
 
-    async def resume_pending(self, pending: list[tuple[int, Problem, Candidate, Member | None]]) -> None:
-        """Candidates a killed run stored but never finished evaluating: evaluate them first, one per slot."""
+    async def resume_pending(self, pending: list[tuple[int, Problem, Candidate, Member | None, float | None]]) -> None:
+        """Candidates a killed run stored but never finished evaluating: evaluate them first, one per
+        slot; except one a worker had already received when the driver died, which may be what
+        killed it: that one is recorded as a crash, never run again."""
         slots = asyncio.Semaphore(self.slots)
 
-        async def one(cid: int, problem: Problem, cand: Candidate, parent: Member | None) -> None:
+        async def one(cid: int, problem: Problem, cand: Candidate, parent: Member | None, started_at: float | None) -> None:
             st = self.states[problem.id]
+            if started_at is not None:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started_at))
+                ev = Evaluation(problem_id=problem.id, candidate_id=cand.id, status="crash",
+                                message=f"the run's driver died while this candidate was being evaluated (started "
+                                        f"{when}); it is not run again")
+                self._record(st, cid, cand, ev, parent, island=0, generation=st.proposed)
+                st.proposed += 1
+                return
             async with slots:
                 if self.stop.is_set():
                     return
+                self.store.mark_started(cid)
                 ev = await asyncio.to_thread(self.evaluate_blocking, problem, cand, eval_config(self.cfg, problem))
             if self.abandoned:
+                self.store.mark_started(cid, False)
                 return  # stays pending for the next resume
             self._record(st, cid, cand, ev, parent, island=0, generation=st.proposed)
             st.proposed += 1
@@ -245,10 +257,11 @@ class Search:
             item = await queue.get()
             if item is None:
                 return
-            problem, cand, future = item
+            problem, cand, future, cid = item
             if future.done():  # its proposal was cancelled while it waited
                 continue
             try:
+                self.store.mark_started(cid)  # before the worker sees it: see resume_pending
                 ev = await asyncio.to_thread(self.evaluate_blocking, problem, cand, eval_config(self.cfg, problem))
                 if ev.device.get("name"):
                     self.device = ev.device
@@ -366,13 +379,15 @@ class Search:
     async def _evaluate(self, st: ProblemState, queue: asyncio.Queue[Any], cid: int, cand: Candidate,
                         parent: Member | None, island: int, generation: int) -> None:
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
-        await queue.put((st.problem, cand, future))
+        await queue.put((st.problem, cand, future, cid))
         try:
             ev = await future
         except asyncio.CancelledError:
             future.cancel()
+            self.store.mark_started(cid, False)  # the run stopped it, not the candidate: --resume runs it
             raise
         if self.abandoned:
+            self.store.mark_started(cid, False)  # the user stopped it, not the candidate: --resume runs it
             return  # the worker was ended under it: the candidate stays pending for --resume
         self._record(st, cid, cand, ev, parent, island, generation)
 

@@ -177,7 +177,7 @@ def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Proble
         launch = LaunchSpec.from_dict(row["launch"]) if row["launch"] else None
         cand = Candidate(row["source"], row["format"], launch, row["proposer"])
         parent = members.get(row["parents"][0]) if row["parents"] else None
-        pending.append((row["candidate_id"], st.problem, cand, parent))
+        pending.append((row["candidate_id"], st.problem, cand, parent, row["started_at"]))
         st.population.keys.add(source_key(row["source"]))
         _remember(search, st.problem, row["source"])
     return pending

@@ -113,4 +113,9 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN heartbeat_at REAL;
     ALTER TABLE llm_calls ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
     """,
+    # 5: when a candidate was handed to a worker: a candidate whose evaluation a dead driver never
+    # finished (it may have killed the driver) is recorded as a crash on --resume, never re-run.
+    """
+    ALTER TABLE candidates ADD COLUMN started_at REAL;
+    """,
 ]

@@ -308,12 +308,20 @@ class Store:
             out.append(d)
         return out
 
+    def mark_started(self, candidate_id: int, started: bool = True) -> None:
+        """Set (before a worker gets the candidate) or clear (the user stopped its evaluation) the
+        candidate's start time; see pending_candidates."""
+        with self.transaction() as c:
+            c.execute("UPDATE candidates SET started_at = ? WHERE id = ?", (time.time() if started else None, candidate_id))
+
     def pending_candidates(self, run_id: str) -> list[dict[str, Any]]:
-        """Candidates stored but never evaluated (the run was killed while they were in flight)."""
-        q = ("SELECT c.id, c.problem_id, c.source, c.format, c.launch, c.proposer, c.parents, c.island, c.generation "
-             "FROM candidates c LEFT JOIN evaluations e ON e.candidate_id = c.id WHERE c.run_id = ? AND e.id IS NULL "
-             "ORDER BY c.id")
-        cols = ("candidate_id", "problem_id", "source", "format", "launch", "proposer", "parents", "island", "generation")
+        """Candidates stored but never evaluated (the run was killed while they were in flight);
+        `started_at` is set for one a worker had already received."""
+        q = ("SELECT c.id, c.problem_id, c.source, c.format, c.launch, c.proposer, c.parents, c.island, c.generation, "
+             "c.started_at FROM candidates c LEFT JOIN evaluations e ON e.candidate_id = c.id "
+             "WHERE c.run_id = ? AND e.id IS NULL ORDER BY c.id")
+        cols = ("candidate_id", "problem_id", "source", "format", "launch", "proposer", "parents", "island", "generation",
+                "started_at")
         out = []
         for row in self.conn.execute(q, (run_id,)):
             d = dict(zip(cols, row))
