@@ -360,7 +360,7 @@ def test_resume_never_reruns_the_candidate_a_dead_driver_was_evaluating(tmp_path
     marker = tmp_path / "ran"
     slow = GOOD.replace("import torch\n", f"import torch, time\ntry:\n    open({str(marker)!r}, 'a').write('x')\n"
                         "except OSError:\n    pass\ntime.sleep(600)\n")
-    with ScriptedLLMServer(lambda n: openai_reply(slow) if n == 0 else varied_good(n)) as srv:
+    with ScriptedLLMServer(lambda n: openai_reply(slow) if n == 1 else varied_good(n)) as srv:
         proc = subprocess.Popen([sys.executable, "-m", "cuforge.cli",
                                  *openai_run(srv, suite_dir, db, "--islands", "1", "--generations", "3")],
                                 cwd=ROOT, env=dict(os.environ, **KEY), stdout=subprocess.DEVNULL,
