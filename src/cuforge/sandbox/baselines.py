@@ -103,6 +103,11 @@ def build_cublaslt_helper() -> Path:
     src = _NATIVE / "cublaslt_helper.cu"
     tag = hashlib.sha256(src.read_bytes() + str(lib).encode()).hexdigest()[:16]
     out = cache_dir() / "native" / f"libcuforge_cublaslt_{tag}.so"
+    from cuforge.sandbox import trusted_cache
+
+    shared = trusted_cache.verified_path("native", out.name)
+    if shared is not None:
+        return shared
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

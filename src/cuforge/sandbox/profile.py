@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -70,12 +71,25 @@ def _matmul_op(device: torch.device, dtype: torch.dtype, size: int) -> Any:
     return lambda: torch.matmul(a, b)
 
 
-def ceilings_for(device: torch.device) -> Ceilings:
-    """Measured once per (GPU model, torch version) and cached on disk."""
+def ceilings_path(device: torch.device) -> Path:
+    """This worker's own cache entry for the ceilings (see trusted_cache for the shared one)."""
     from cuforge.problems.loader import cache_dir
 
     name = torch.cuda.get_device_name(device)
-    path = cache_dir() / "ceilings" / f"{name.replace(' ', '_')}-{torch.__version__}.json"
+    return cache_dir() / "ceilings" / f"{name.replace(' ', '_')}-{torch.__version__}.json"
+
+
+def ceilings_for(device: torch.device) -> Ceilings:
+    """Measured once per (GPU model, torch version) and cached on disk."""
+    from cuforge.sandbox import trusted_cache
+
+    path = ceilings_path(device)
+    shared = trusted_cache.verified_bytes("ceilings", path.name)
+    if shared is not None:
+        try:
+            return Ceilings(**json.loads(shared))
+        except (ValueError, TypeError):
+            pass
     if path.exists():
         try:
             return Ceilings(**json.loads(path.read_text()))

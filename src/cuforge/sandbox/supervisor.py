@@ -21,6 +21,7 @@ from typing import Any
 
 from cuforge.procenv import scrubbed_env
 from cuforge.problems.problem import Problem
+from cuforge.sandbox import trusted_cache
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
@@ -177,6 +178,8 @@ class Supervisor:
             self.close()
             raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
         self.info = reply["info"]
+        # Made before the worker received any candidate: the only moment its output is trusted.
+        trusted_cache.accept(_cache_dir(), reply.get("trusted") or {})
         self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
         self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), self.proc.pid  # the host's pid, not the jail's
         return self.info

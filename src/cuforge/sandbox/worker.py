@@ -88,6 +88,30 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="cuforge-parent-watch", daemon=True).start()
 
 
+def trusted_artifacts() -> dict[str, str]:
+    """Before any candidate: what the shared cache lacks and later workers may trust (the ceilings,
+    the cuBLASLt helper), made here and handed to the supervisor in the hello; see trusted_cache."""
+    import torch
+
+    from cuforge.sandbox import trusted_cache
+    from cuforge.sandbox.baselines import BaselineUnavailable, build_cublaslt_helper
+    from cuforge.sandbox.profile import ceilings_for, ceilings_path
+
+    made = {}
+    device = torch.device("cuda")
+    path = ceilings_path(device)
+    if trusted_cache.verified_path("ceilings", path.name) is None:
+        ceilings_for(device)
+        made[f"ceilings/{path.name}"] = path
+    try:
+        helper = build_cublaslt_helper()
+        if trusted_cache.shared_dir() is None or not str(helper).startswith(str(trusted_cache.shared_dir())):
+            made[f"native/{helper.name}"] = helper
+    except BaselineUnavailable as e:
+        print(f"cuBLASLt helper unavailable: {e}", file=sys.stderr)
+    return trusted_cache.handover(made)
+
+
 def stray_processes() -> list[int]:
     """Processes of the jail (its own pid namespace) other than its init and this worker: whatever
     a candidate started and left behind, double-forked or not. Empty outside a jail."""
@@ -139,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     settle_torch()
     info = _device_info(device, isolation)
     info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
-    proto.write(json.dumps({"op": "hello", "info": info}) + "\n")
+    trusted = {} if device != "cuda" or "--compile-only" in argv else trusted_artifacts()
+    proto.write(json.dumps({"op": "hello", "info": info, "trusted": trusted}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
