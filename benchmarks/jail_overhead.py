@@ -55,6 +55,20 @@ def main() -> None:
         subprocess.run(["/bin/true"], check=True)
         plain_ms.append((time.perf_counter() - t0) * 1e3)
 
+    # Where a worker's start goes: Python, torch and a CUDA context, jailed and not.
+    import sys
+
+    from cuforge.sandbox.jail import jail_env
+
+    probe = [sys.executable, "-c", "import time; t = time.perf_counter(); import torch; "
+             "torch.zeros(1, device='cuda'); torch.cuda.synchronize(); print(time.perf_counter() - t)"]
+    cuda_init: dict[str, list[float]] = {"jailed": [], "unjailed": []}
+    env = dict(os.environ, **jail_env(False))
+    for _ in range(3):
+        cuda_init["jailed"].append(float(subprocess.run(bwrap_argv(plan, probe, gpu=True, shared_cache=None), env=env,
+                                                        capture_output=True, text=True, check=True).stdout))
+        cuda_init["unjailed"].append(float(subprocess.run(probe, capture_output=True, text=True, check=True).stdout))
+
     problem = hgemm_problem(1024, 1024, 1024)
     base = hgemm_candidate("fp32")
     config = EvalConfig(baselines=("torch",))
@@ -83,6 +97,7 @@ def main() -> None:
     write_result("jail_overhead", {
         "jail": plan.detail, "bubblewrap_start_ms": summary(bwrap_ms), "plain_process_start_ms": summary(plain_ms),
         "worker_start_s": {k: summary(v) for k, v in starts.items()},
+        "torch_cuda_init_s": {k: summary(v) for k, v in cuda_init.items()},
         "evaluation_wall_s": {k: summary(v) for k, v in evals.items()},
         "evals_per_minute": {k: 60 / statistics.median(v) for k, v in evals.items()},
         "problem": problem.id, "statuses": sorted(statuses), "workers": infos,

@@ -113,8 +113,9 @@ def trusted_artifacts() -> dict[str, str]:
 
 
 def stray_processes() -> list[int]:
-    """Processes of the jail (its own pid namespace) other than its init and this worker: whatever
-    a candidate started and left behind, double-forked or not. Empty outside a jail."""
+    """Orphans of the jail (its own pid namespace): processes its init adopted besides this worker,
+    which is what a double fork leaves behind. The worker's own children (torch.compile's compile
+    workers, a candidate's subprocess) are the forward's child census's business. Empty outside a jail."""
     if not os.environ.get("CUFORGE_JAILED"):
         return []
     me = os.getpid()
@@ -123,10 +124,11 @@ def stray_processes() -> list[int]:
         if name.isdigit() and int(name) not in (1, me):
             try:
                 with open(f"/proc/{name}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
+                    fields = f.read().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            if state != "Z":  # a zombie is already gone but for its exit status
+            state, ppid = fields[0], int(fields[1])
+            if ppid == 1 and state != "Z":  # a zombie is already gone but for its exit status
                 out.append(int(name))
     return out
 
