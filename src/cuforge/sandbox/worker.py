@@ -116,27 +116,43 @@ def stray_processes() -> list[int]:
     """Orphans of the jail (its own pid namespace): processes its init adopted besides this worker,
     which is what a double fork leaves behind. The worker's own children (torch.compile's compile
     workers, a candidate's subprocess) are the forward's child census's business. Empty outside a jail."""
-    if not os.environ.get("CUFORGE_JAILED"):
+    jailed = os.environ.get("CUFORGE_JAILED")
+    if not jailed:
         return []
-    me = os.getpid()
-    out = []
+    me, group = os.getpid(), os.getpgid(0)
+    procs: dict[int, tuple[str, int, int]] = {}
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me):
+        if name.isdigit() and int(name) != me:
             try:
                 with open(f"/proc/{name}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except (OSError, IndexError):
                 continue
-            state, ppid = fields[0], int(fields[1])
-            if ppid == 1 and state != "Z":  # a zombie is already gone but for its exit status
-                out.append(int(name))
-    return out
+            procs[int(name)] = (fields[0], int(fields[1]), int(fields[2]))  # state, ppid, process group
+    if jailed == "landlock":
+        # No pid namespace: the worker's process group (seccomp forbids leaving it) is the jail;
+        # an orphan is a member whose parent is not one.
+        members = {pid for pid, (_, _, pgrp) in procs.items() if pgrp == group} | {me}
+        return [pid for pid, (state, ppid, pgrp) in procs.items()
+                if pgrp == group and ppid not in members and state != "Z"]
+    return [pid for pid, (state, ppid, _) in procs.items() if pid != 1 and ppid == 1 and state != "Z"]
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     isolation = "host network"
-    if os.environ.get("CUFORGE_JAILED"):
+    jail_applied = True
+    if os.environ.get("CUFORGE_JAILED") == "landlock":
+        # First thing: Landlock and seccomp apply to this thread and what it creates from now on.
+        from cuforge.sandbox.jail_landlock import LandlockError, restrict
+
+        try:
+            spec = json.loads(os.environ["CUFORGE_JAIL_SPEC"])
+            restrict(spec["read_only"], spec["writable"], spec["devices"])
+            isolation = "jail (landlock): Landlock file system, TCP, signal and socket scoping; seccomp"
+        except (LandlockError, KeyError, ValueError) as e:
+            isolation, jail_applied = f"jail (landlock) failed: {e}", False
+    elif os.environ.get("CUFORGE_JAILED"):
         isolation = f"jail ({os.environ['CUFORGE_JAILED']}): private network, pid, mount and user namespaces"
     elif "--isolate-network" in argv:
         # unshare(CLONE_NEWUSER) fails in a process with more than one thread: before any thread starts.
@@ -164,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     set_strict_precision()
     settle_torch()
     info = _device_info(device, isolation)
+    info["jail_applied"] = jail_applied
     info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
     trusted = {} if device != "cuda" or "--compile-only" in argv else trusted_artifacts()
     proto.write(json.dumps({"op": "hello", "info": info, "trusted": trusted}) + "\n")
