@@ -174,7 +174,7 @@ def test_a_read_only_store_can_be_read_and_is_not_converted(tmp_path):
     c = sqlite3.connect(db)
     c.execute("PRAGMA journal_mode=DELETE")
     for table, col in (("runs", "host"), ("runs", "pid"), ("runs", "pid_start"), ("runs", "heartbeat_at"),
-                       ("llm_calls", "estimated")):
+                       ("llm_calls", "estimated"), ("candidates", "started_at")):
         c.execute(f"ALTER TABLE {table} DROP COLUMN {col}")
     c.execute("PRAGMA user_version = 3")  # as an older cuforge left it
     c.commit()
