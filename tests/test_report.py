@@ -55,3 +55,14 @@ def test_report_renders_in_chromium_without_errors(report_file, tmp_path):
 
     result = json.loads(check.group(1))
     assert result["charts"] >= 4 and result["rendered"] == result["charts"], result
+
+
+def test_the_report_says_which_jail_confined_the_candidates():
+    from cuforge.results.report import jail_line
+
+    jailed = [{"device": {"jail": "namespaces"}}, {"device": {"jail": "namespaces"}}]
+    assert jail_line(jailed) == "<p>jail: namespaces</p>"
+    unjailed = jailed + [{"device": {"jail": "none (--unsafe-no-jail)"}}]
+    line = jail_line(unjailed)
+    assert 'class="warn"' in line and "without a jail" in line and "--unsafe-no-jail" in line
+    assert "unrecorded" in jail_line([{"device": {}}])  # evaluations stored before the jail existed

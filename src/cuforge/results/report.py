@@ -182,7 +182,8 @@ def summary_table(board: Leaderboard) -> str:
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3;cursor:pointer}
-svg.chart{display:block;margin:10px 0;border:1px solid #eee}h2{margin-top:28px}"""
+svg.chart{display:block;margin:10px 0;border:1px solid #eee}h2{margin-top:28px}
+p.warn{background:#fde8e8;border:1px solid #e0a0a0;padding:6px 10px}"""
 
 # Sorting by header click, and a self-check the tests read back: every chart drew something.
 _SCRIPT = """document.querySelectorAll('table.sortable th').forEach(function(th, i){th.addEventListener('click', function(){
@@ -194,6 +195,15 @@ return b.width>0&&b.height>0&&s.querySelectorAll('rect,circle,polyline,line').le
 document.getElementById('selfcheck').textContent=JSON.stringify({charts:charts.length,rendered:ok});"""
 
 
+def jail_line(evaluations: list[dict[str, Any]]) -> str:
+    """Which jail confined the candidates; a run evaluated with --unsafe-no-jail says so plainly."""
+    kinds = sorted({str((e.get("device") or {}).get("jail") or "unrecorded") for e in evaluations})
+    if any(k.startswith("none") for k in kinds):
+        return ('<p class="warn"><b>Candidates ran without a jail</b> (--unsafe-no-jail): they could read '
+                f"this machine's files and keys. Jails: {esc(', '.join(kinds))}</p>")
+    return f"<p>jail: {esc(', '.join(kinds)) if kinds else 'no evaluation'}</p>"
+
+
 def render_report(run: Any, board: Leaderboard, evaluations: list[dict[str, Any]], metas: dict[str, dict[str, Any]],
                   usage: dict[str, float]) -> str:
     title = f"cuforge run {run.id}"
@@ -203,6 +213,7 @@ def render_report(run: Any, board: Leaderboard, evaluations: list[dict[str, Any]
 <h1>{esc(title)}</h1>
 <p>status {esc(run.status)} &middot; suite {esc(run.suite)} &middot; GPU {esc(run.gpu)} &middot; {esc(run.software)}
 &middot; {len(evaluations)} evaluations &middot; LLM calls {int(usage.get('calls', 0))}, ${usage.get('cost_usd', 0):.2f}</p>
+{jail_line(evaluations)}
 <p><small>config: {cfg}</small></p>
 <h2>Summary</h2>{summary_table(board)}
 <h2>hgemm speedup heatmaps</h2>{heatmaps(board)}
