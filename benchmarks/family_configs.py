@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--baseline", action="append", default=[], help="baselines (default torch, torch.compile)")
     ap.add_argument("--name", default="family_configs")
     a = ap.parse_args()
-    from cuforge.agent.templates.families import family_for
+    from cuforge.kernels.families import family_for
     from cuforge.problems.suites import load_problem
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import Supervisor

@@ -18,7 +18,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    from cuforge.agent.templates.fp32 import GemmF32
+    from cuforge.kernels.fp32 import GemmF32
     from cuforge.problems.suites import load_problem
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import Supervisor

@@ -40,7 +40,7 @@ def main() -> None:
         print_table()
         return
     from cuforge.agent.config import RunConfig
-    from cuforge.agent.templates.families import config_of
+    from cuforge.kernels.families import config_of
     from cuforge.agent.run import execute
     from cuforge.results.leaderboard import build_leaderboard
     from cuforge.results.store import Store

@@ -28,7 +28,7 @@ def main() -> None:
     a = ap.parse_args()
     from cuforge.agent.config import RunConfig
     from cuforge.agent.run import execute
-    from cuforge.agent.templates.families import families_for
+    from cuforge.kernels.families import families_for
     from cuforge.problems.suites import load_suite
     from cuforge.results.leaderboard import build_leaderboard
     from cuforge.results.store import Store

@@ -3,7 +3,7 @@
 kernels are evaluated by the sandbox in one worker, interleaved (before, after, then after, before in the
 next round), each against the same baselines. The ratio after / before of their speedups is the change.
 
-    git show HEAD:src/cuforge/agent/templates/gemm_sm90.cu.j2 > benchmarks/sweeps/gemm_sm90_before.cu.j2
+    git show HEAD:src/cuforge/kernels/gemm_sm90.cu.j2 > benchmarks/sweeps/gemm_sm90_before.cu.j2
     python benchmarks/template_ab.py --before benchmarks/sweeps/gemm_sm90_before.cu.j2 \\
         --from-suite benchmarks/results/hgemm_suite.json --max-volume 1073741824 --baseline cublas
 
@@ -57,7 +57,7 @@ def main() -> None:
         raise SystemExit(f"--before {a.before}: {e}") from None
     if not a.from_suite and not a.configs:
         raise SystemExit("give --from-suite and/or --configs: nothing to compare")
-    from cuforge.agent.templates.families import FAMILIES
+    from cuforge.kernels.families import FAMILIES
     from cuforge.problems.suites import load_problem
     from cuforge.rewards import geomean
     from cuforge.sandbox.evaluation import EvalConfig

@@ -4,10 +4,10 @@ compiling with NVRTC."""
 
 import pytest
 
-from cuforge.agent.templates.chains import literal
-from cuforge.agent.templates.families import families_for, family_for
-from cuforge.agent.templates.fp32 import GemmF32, Gemv, match_gemm
-from cuforge.agent.templates.norms import NormRows, match_norm
+from cuforge.kernels.chains import literal
+from cuforge.kernels.families import families_for, family_for
+from cuforge.kernels.fp32 import GemmF32, Gemv, match_gemm
+from cuforge.kernels.norms import NormRows, match_norm
 from cuforge.problems.suites import load_problem
 from cuforge.sandbox.candidate import LaunchSpec
 from template_helpers import problem_from_expr, smoke_compile

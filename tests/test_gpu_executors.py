@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from cuforge.agent.templates.families import GemmSm80
+from cuforge.kernels.families import GemmSm80
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.sandbox.evaluation import EvalConfig
 from cuforge.sandbox.executor import LocalExecutor, visible_gpus

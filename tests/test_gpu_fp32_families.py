@@ -4,8 +4,8 @@ rows), with every fused epilogue kind, for both GEMM maths."""
 
 import pytest
 
-from cuforge.agent.templates.fp32 import GemmF32, Gemv
-from cuforge.agent.templates.norms import NormRows
+from cuforge.kernels.fp32 import GemmF32, Gemv
+from cuforge.kernels.norms import NormRows
 from cuforge.sandbox.evaluation import EvalConfig
 from template_helpers import problem_from_expr
 

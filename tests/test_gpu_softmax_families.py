@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from cuforge.agent.templates.gemm_softmax import GemmSoftmax
-from cuforge.agent.templates.softmax import SoftmaxRows
+from cuforge.kernels.gemm_softmax import GemmSoftmax
+from cuforge.kernels.softmax import SoftmaxRows
 from cuforge.problems.suites import load_problem
 from cuforge.sandbox.evaluation import EvalConfig
 from template_helpers import problem_from_expr

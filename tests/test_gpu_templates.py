@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from cuforge.agent.templates.families import Elementwise, GemmSm80, GemmSm90
+from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.evaluation import EvalConfig
@@ -167,14 +167,14 @@ def check_row_family(sup, tmp_path, fam, exprs, shapes, scale=1):
 
 
 def test_softmax_family_is_correct_on_odd_rows(sup, tmp_path):
-    from cuforge.agent.templates.families import SoftmaxRows
+    from cuforge.kernels.families import SoftmaxRows
 
     exprs = {"softmax": "torch.softmax(x, dim=-1)", "log_softmax": "torch.log_softmax(x, dim=-1)"}
     check_row_family(sup, tmp_path, SoftmaxRows(), exprs, ((7, 1), (33, 1000), (64, 4099), (2048, 8192)), scale=4)
 
 
 def test_reduction_family_is_correct_on_odd_rows(sup, tmp_path):
-    from cuforge.agent.templates.families import ReduceRows
+    from cuforge.kernels.families import ReduceRows
 
     exprs = {"sum": "torch.sum(x, dim=-1)", "max": "torch.max(x, dim=-1).values", "argmax": "torch.argmax(x, dim=-1)"}
     check_row_family(sup, tmp_path, ReduceRows(), exprs, ((5, 1), (33, 1001), (256, 65536)))
@@ -206,7 +206,7 @@ LINEAR_EXPRS = {"relu": "torch.relu(self.linear(x))", "silu": "F.silu(self.linea
 def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path, op):
     """x @ W^T + b then ReLU / SiLU / GELU / nothing, with W read K-major from the parameter; partial
     tiles, split-K (the epilogue runs once, after the reduction), both epilogue paths."""
-    from cuforge.agent.templates.families import LinearSm90
+    from cuforge.kernels.families import LinearSm90
 
     g = LinearSm90()
     expr = LINEAR_EXPRS[op]

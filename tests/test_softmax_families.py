@@ -4,10 +4,10 @@ it), what they refuse and why, and their configs compiling with NVRTC."""
 
 import pytest
 
-from cuforge.agent.templates.chains import structural_mask
-from cuforge.agent.templates.families import family_for
-from cuforge.agent.templates.gemm_softmax import GemmSoftmax, match_gemm_softmax
-from cuforge.agent.templates.softmax import SoftmaxRows, match_softmax
+from cuforge.kernels.chains import structural_mask
+from cuforge.kernels.families import family_for
+from cuforge.kernels.gemm_softmax import GemmSoftmax, match_gemm_softmax
+from cuforge.kernels.softmax import SoftmaxRows, match_softmax
 from cuforge.problems.suites import load_problem
 from template_helpers import problem_from_expr, smoke_compile
 

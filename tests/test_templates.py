@@ -4,8 +4,8 @@ of a smoke set compiling with NVRTC."""
 import pytest
 
 from cuforge.agent.population import Member
-from cuforge.agent.templates.families import Elementwise, GemmSm80, GemmSm90, config_of, families_for, family_for
-from cuforge.agent.templates.proposer import NotCovered, TemplateProposer
+from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90, config_of, families_for, family_for
+from cuforge.agent.template_proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.suites import load_problem
 from template_helpers import smoke_compile

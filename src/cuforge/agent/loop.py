@@ -393,7 +393,7 @@ class Search:
 
     async def _template_step(self, st: ProblemState, queue: asyncio.Queue[Any], proposer: Any, mode: str,
                              parent: Member | None, island: int, generation: int) -> None:
-        from cuforge.agent.templates.proposer import NotCovered
+        from cuforge.agent.template_proposer import NotCovered
 
         inspirations = st.population.inspirations(parent.candidate_id if parent else None, self.cfg.inspirations)
         try:

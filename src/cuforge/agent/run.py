@@ -71,7 +71,7 @@ def build_proposers(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], N
             elif spec.provider == "replay":
                 out.append((ReplayProposer(Path(spec.replay_file)), spec.weight))
             else:
-                from cuforge.agent.templates.proposer import TemplateProposer
+                from cuforge.agent.template_proposer import TemplateProposer
 
                 out.append((TemplateProposer(cfg.seed), spec.weight))
         except ProviderAuthError as e:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cuforge.agent.templates.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, tiles  # noqa: F401
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -514,10 +514,10 @@ class ReduceRows(RowFamily):
         return ("in0.shape[:-1]", "int64" if self.ops[problem.ops] == "argmax" else "float32")
 
 
-from cuforge.agent.templates.fp32 import GemmF32, Gemv  # noqa: E402 - they build on this module's names
-from cuforge.agent.templates.norms import NormRows  # noqa: E402
-from cuforge.agent.templates.gemm_softmax import GemmSoftmax  # noqa: E402
-from cuforge.agent.templates.softmax import SoftmaxRows  # noqa: E402
+from cuforge.kernels.fp32 import GemmF32, Gemv  # noqa: E402 - they build on this module's names
+from cuforge.kernels.norms import NormRows  # noqa: E402
+from cuforge.kernels.gemm_softmax import GemmSoftmax  # noqa: E402
+from cuforge.kernels.softmax import SoftmaxRows  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
                           SoftmaxRows(), GemmSoftmax(), ReduceRows()]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.agent.templates.base import SMEM_LIMIT, Family
-from cuforge.agent.templates.chains import Epilogue, compile_chain, leaf_spec, literal
+from cuforge.kernels.base import SMEM_LIMIT, Family
+from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec, literal
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.agent.templates.base import SMEM_LIMIT, Family
-from cuforge.agent.templates.chains import Epilogue, compile_chain, leaf_spec
-from cuforge.agent.templates.softmax import SOFTMAX_OPS, depends_on_inputs
+from cuforge.kernels.base import SMEM_LIMIT, Family
+from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.softmax import SOFTMAX_OPS, depends_on_inputs
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec

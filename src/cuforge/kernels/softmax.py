@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.agent.templates.base import Family
-from cuforge.agent.templates.chains import CTYPES, Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.base import Family
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from cuforge.agent.templates.families import Family, config_of, families_for
+from cuforge.kernels.families import Family, config_of, families_for
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.agent.templates.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
-from cuforge.agent.templates.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
+from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec

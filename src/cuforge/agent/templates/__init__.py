@@ -1,1 +1,0 @@
-"""The offline proposer: parameterized CUDA kernel families (jinja2-rendered) and their search."""
