@@ -301,3 +301,17 @@ def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path, jail_kind):
                 env={"CUFORGE_JAIL": "none"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert '"jail": "none (--unsafe-no-jail)"' in r.stdout
+
+
+def test_nsight_compute_runs_the_candidate_inside_the_jail_too(tmp_path, jail_kind):
+    """`cuforge eval --ncu` starts the candidate again under ncu: that process is jailed as well."""
+    from cuforge.sandbox.ncu import NcuError, jailed
+
+    cmd = ["ncu", "python", "-m", "cuforge.sandbox.ncu_target", str(tmp_path / "request.json")]
+    if jail_kind == "landlock":
+        with pytest.raises(NcuError, match="namespace jail"):
+            jailed(cmd, str(tmp_path))
+        return
+    argv = jailed(cmd, str(tmp_path))
+    assert argv[0] == jail_plan().bwrap and "--unshare-all" in argv and argv[-len(cmd):] == cmd
+    assert ["--bind", str(tmp_path), str(tmp_path)] == argv[argv.index("--bind"):argv.index("--bind") + 3]

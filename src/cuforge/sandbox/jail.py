@@ -193,7 +193,7 @@ def device_nodes(gpu: bool) -> list[str]:
 
 
 def bwrap_argv(plan: JailPlan, argv: list[str], *, gpu: bool, shared_cache: Path | None,
-               scratch_bytes: int = SCRATCH_BYTES) -> list[str]:
+               scratch_bytes: int = SCRATCH_BYTES, extra_rw: tuple[str, ...] = ()) -> list[str]:
     """The command that runs `argv` inside the jail. The worker's environment (HOME, TMPDIR, caches)
     must name paths inside it: see jail_env."""
     assert plan.bwrap is not None
@@ -209,6 +209,8 @@ def bwrap_argv(plan: JailPlan, argv: list[str], *, gpu: bool, shared_cache: Path
         args += ["--ro-bind", "/sys", "/sys"]  # CUDA and NVML read the PCI topology there
     if shared_cache is not None and shared_cache.is_dir():
         args += ["--ro-bind", str(shared_cache), SHARED_CACHE]
+    for d in extra_rw:  # a directory of the caller's the jailed command must write (ncu's request)
+        args += ["--bind", d, d]
     args += ["--chdir", SCRATCH, "--", *argv]
     return args
 

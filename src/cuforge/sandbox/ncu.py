@@ -114,6 +114,22 @@ def summarize_rows(rows: list[dict[str, str]], metrics: dict[str, str]) -> dict[
     return out
 
 
+def jailed(cmd: list[str], tmp: str) -> list[str]:
+    """The candidate runs under ncu inside the namespace jail too (its request directory bound in);
+    Landlock cannot confine ncu's injection, and no jail needs the user's --unsafe-no-jail."""
+    from cuforge.sandbox.jail import LANDLOCK, NAMESPACES, bwrap_argv, jail_plan, unconfined_allowed
+
+    plan = jail_plan()
+    if plan.kind == NAMESPACES:
+        return bwrap_argv(plan, cmd, gpu=True, shared_cache=None, extra_rw=(tmp,))
+    if plan.kind == LANDLOCK:
+        raise NcuError("--ncu runs the candidate under Nsight Compute, which the Landlock jail does not confine; "
+                       "it needs the namespace jail")
+    if not unconfined_allowed():
+        raise NcuError(f"no jail for the profiled candidate ({plan.detail}); pass --unsafe-no-jail")
+    return cmd
+
+
 def ncu_profile(problem: Problem, candidate: Candidate, gpu: int = 0, timeout_s: float = 300.0) -> dict[str, Any]:
     ncu = find_ncu()
     if ncu is None:
@@ -125,10 +141,11 @@ def ncu_profile(problem: Problem, candidate: Candidate, gpu: int = 0, timeout_s:
         req = Path(tmp) / "request.json"
         req.write_text(json.dumps({"problem": problem_payload(problem), "candidate": candidate.to_dict()}))
         src_root = str(Path(__file__).resolve().parents[2])
-        env = scrubbed_env({"CUDA_VISIBLE_DEVICES": str(gpu), "PYTHONPATH": src_root, "TMPDIR": tmp})
+        env = scrubbed_env({"CUDA_VISIBLE_DEVICES": str(gpu), "PYTHONPATH": src_root, "TMPDIR": tmp, "HOME": tmp})
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
                "--metrics", ",".join(metrics.values()), "--csv", "--page", "raw",
                sys.executable, "-m", "cuforge.sandbox.ncu_target", str(req)]
+        cmd = jailed(cmd, tmp)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=tmp)
         except subprocess.TimeoutExpired:
