@@ -4,6 +4,7 @@ create, and never replaces the results store it reads."""
 import hashlib
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,7 @@ def test_a_read_only_store_can_be_read_and_is_not_converted(tmp_path):
         os.chmod(tmp_path, 0o755)
         os.chmod(db, 0o644)
     assert db.read_bytes() == before
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode), "a report written to /dev/null replaced the device"
     c = sqlite3.connect(db)
     assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     assert c.execute("PRAGMA user_version").fetchone()[0] == 3
@@ -275,3 +277,22 @@ def test_a_runaway_cpu_candidate_is_stopped_by_its_own_limit(tmp_path):
     ev = json.loads(r.stdout)
     assert ev["status"] in ("runtime_error", "crash") and ("memory" in ev["message"].lower()
                                                            or "alloc" in ev["message"].lower()), ev["message"]
+
+
+def test_an_output_into_a_pipe_is_written_into_not_replaced(tmp_path):
+    """`-o /dev/stdout`, `-o /dev/null` or a FIFO: the output goes through it, and the device or
+    pipe is still there afterwards (an atomic rename would have replaced it with a file)."""
+    import threading
+
+    from fixture_store import build
+
+    build(tmp_path / "r.db").close()
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    r = cli(tmp_path, "report", "--results", str(tmp_path / "r.db"), "-o", str(fifo))
+    reader.join(60)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and b"<!DOCTYPE html>" in got[0]

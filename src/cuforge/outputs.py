@@ -38,6 +38,8 @@ def check_output_file(path: Path, force: bool = False, protected: tuple[Path, ..
                 raise OutputError(f"{path} is the results store being read; write the output elsewhere")
     if path.is_dir():
         raise OutputError(f"{path} is a directory; name an output file")
+    if path.exists() and not path.is_file():
+        return  # a device or a pipe (/dev/null, /dev/stdout, a FIFO): written into, never replaced
     if path.exists() and is_sqlite_file(path):
         raise OutputError(f"{path} is an SQLite database; cuforge never overwrites one, even with --force")
     if path.exists() and not force:
@@ -45,7 +47,12 @@ def check_output_file(path: Path, force: bool = False, protected: tuple[Path, ..
 
 
 def write_file(path: Path, data: str | bytes) -> None:
-    """Write through a temporary file so that a failure never leaves a half-written output."""
+    """Write through a temporary file so that a failure never leaves a half-written output. A device
+    or a pipe is written into: renaming over /dev/null would replace the device with a file."""
+    if path.exists() and not path.is_file() and not path.is_dir():
+        with open(path, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     if isinstance(data, bytes):
