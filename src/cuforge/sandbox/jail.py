@@ -227,12 +227,18 @@ def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool) -> dict[st
     return {"read_only": read_only, "writable": [scratch], "devices": devices}
 
 
-def jail_env(shared_cache: bool) -> dict[str, str]:
-    """HOME, TMPDIR and every cache directory on the jail's private scratch."""
-    env = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "XDG_CACHE_HOME": f"{SCRATCH}/.cache",
-           "CUFORGE_CACHE_DIR": f"{SCRATCH}/.cache/cuforge", "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH}/.cache/inductor",
-           "TRITON_CACHE_DIR": f"{SCRATCH}/.cache/triton", "TORCH_EXTENSIONS_DIR": f"{SCRATCH}/.cache/torch_extensions",
-           "CUFORGE_JAILED": NAMESPACES}
+def scratch_env(scratch: str, shared_cache: str | None) -> dict[str, str]:
+    """HOME, TMPDIR and every cache directory (cuforge's, inductor's, Triton's, torch extensions')
+    on a worker's private scratch; the shared, trusted cache named read-only beside them."""
+    cache = f"{scratch}/.cache"
+    env = {"HOME": scratch, "TMPDIR": scratch, "XDG_CACHE_HOME": cache, "CUFORGE_CACHE_DIR": f"{cache}/cuforge",
+           "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton",
+           "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions"}
     if shared_cache:
-        env["CUFORGE_SHARED_CACHE"] = SHARED_CACHE
+        env["CUFORGE_SHARED_CACHE"] = shared_cache
     return env
+
+
+def jail_env(shared_cache: bool) -> dict[str, str]:
+    """The namespace jail's environment: its scratch tmpfs, the shared cache where it is mounted."""
+    return {**scratch_env(SCRATCH, SHARED_CACHE if shared_cache else None), "CUFORGE_JAILED": NAMESPACES}

@@ -26,7 +26,7 @@ from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
 from cuforge.sandbox.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
-                                  unconfined_allowed)
+                                  scratch_env, unconfined_allowed)
 
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
@@ -152,11 +152,8 @@ class Supervisor:
         elif self.isolate_network:
             # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
             args.append("--isolate-network")
-        env.update({"TMPDIR": str(self.workdir), "HOME": str(self.workdir),
-                    "CUFORGE_CACHE_DIR": str(self.workdir / "cache"),
-                    "TORCHINDUCTOR_CACHE_DIR": str(self.workdir / "cache" / "inductor"),
-                    "TRITON_CACHE_DIR": str(self.workdir / "cache" / "triton"),
-                    "CUFORGE_SHARED_CACHE": str(shared), **self.extra_env})
+        env.update(scratch_env(str(self.workdir), str(shared)))
+        env.update(self.extra_env)
         return args, env
 
     def start(self) -> dict[str, Any]:
