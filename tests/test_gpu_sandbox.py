@@ -180,3 +180,24 @@ def test_library_kernels_hidden_from_aten_are_named(sup):
 def test_load_inline_candidates_are_accepted(sup, problems):
     ev = sup.evaluate(problems["relu_custom"], cand("relu_load_inline.py"), EvalConfig(timeout_s=280, max_timing_s=2.0))
     assert ev.status == "ok", ev.message
+
+
+def test_poison_reaches_freed_blocks_inside_segments_that_stay_allocated():
+    """A block freed inside a segment another tensor still lives in cannot go back to the driver; the
+    poison must still overwrite it, or `torch.empty` hands a later candidate the freed result."""
+    import torch
+
+    from cuforge.sandbox import verify
+
+    dev = torch.device("cuda", 0)
+    whole = torch.empty(2 * 2**26, dtype=torch.uint8, device=dev)
+    del whole  # one cached 128 MiB segment, split by the next two allocations
+    keep = torch.ones(2**24, dtype=torch.float32, device=dev)
+    result = torch.full((2**24,), 3.0, dtype=torch.float32, device=dev)
+    address = result.data_ptr()
+    del result
+    verify.poison_free_memory(dev)
+    reused = torch.empty(2**24, dtype=torch.float32, device=dev)
+    assert reused.data_ptr() == address  # the same block came back ...
+    assert verify.poison_fraction(reused) == 1.0  # ... holding the poison, not the freed 3.0s
+    assert bool((keep == 1).all())

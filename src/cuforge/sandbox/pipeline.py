@@ -200,8 +200,6 @@ def check_correctness(ctx: Context, models: Models) -> None:
         inputs = verify.make_inputs(ctx.module, ctx.seed + 1000 * (trial + 1), ctx.device, gaussian=trial % 2 == 1)
         seed = ctx.seed + 17 * trial
         remembered = [verify.Remembered(x, seed) for x in inputs]
-        if trial == 0 and ctx.device.type == "cuda":
-            ctx.correctness["eager_footprint_bytes"] = _eager_footprint(ctx, models.reference, inputs)
         _poison(ctx)
         # Candidate and reference draw their random numbers (Dropout in training mode) from one
         # reseed, unrelated to the input seeds, as PyTorch's own implementation of the problem would.
@@ -255,6 +253,10 @@ def check_correctness(ctx: Context, models: Models) -> None:
         if shared_misses:
             ctx.correctness["misses_within_reference"] = shared_misses
         del outs, native, refs
+        # Measured after the candidate's trial, never before it: a reference output computed on these
+        # inputs and freed ahead of the candidate is what a result-reuse kernel hopes to be handed.
+        if trial == 0 and ctx.device.type == "cuda":
+            ctx.correctness["eager_footprint_bytes"] = _eager_footprint(ctx, models.reference, snapshots)
     ctx.correctness["trials"] = ctx.config.trials
 
 

@@ -414,7 +414,9 @@ def poison_free_memory(device: torch.device, min_bytes: int = 64 * 2**20) -> int
     total = max(released, min_bytes)
     free, _ = torch.cuda.mem_get_info(device)
     total = min(total, max(free - 512 * 2**20, 0))
-    poisoned = 0
+    # Free blocks inside segments that still hold live tensors cannot be released; the next
+    # allocation of their size gets them back with whatever the last owner left there.
+    poisoned = poison_cached_free_blocks(device)
     if total > 0:
         block = torch.empty(total, dtype=torch.uint8, device=device)
         block.fill_(POISON_BYTE)
@@ -428,3 +430,18 @@ def poison_free_memory(device: torch.device, min_bytes: int = 64 * 2**20) -> int
     del smalls
     torch.cuda.synchronize(device)
     return poisoned
+
+
+def poison_cached_free_blocks(device: torch.device) -> int:
+    """Poison every free block the caching allocator holds for `device`, re-taking each by its exact
+    size (largest first, so best fit hands back that very block). Returns the bytes poisoned."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    sizes = sorted((b["size"] for seg in torch.cuda.memory_snapshot() if seg["device"] == index
+                    for b in seg["blocks"] if b["state"] == "inactive"
+                    # a large segment's remainder under 1 MiB serves no request (smaller ones use the small pool)
+                    and (seg["segment_type"] == "small" or b["size"] > 2**20)), reverse=True)
+    blocks = [torch.empty(n, dtype=torch.uint8, device=device) for n in sizes]
+    for b in blocks:
+        b.fill_(POISON_BYTE)
+    del blocks
+    return sum(sizes)
