@@ -23,11 +23,12 @@ def test_coverage_and_clear_refusals():
     assert family_for(load_problem("level1/log_softmax"))[0].name == "softmax_rows"
     for name in ("sum_dim", "max_dim", "argmax_dim"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "reduce_rows", name
-    fam, why = family_for(load_problem("level1/cumsum"))
+    assert family_for(load_problem("level1/cumsum"))[0].name == "scan_rows"
+    fam, why = family_for(load_problem("level1/conv3x3"))
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
     assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
     with pytest.raises(NotCovered, match="not covered offline"):
-        TemplateProposer().propose_candidate(load_problem("level1/cumsum"), "SEED", None, [])
+        TemplateProposer().propose_candidate(load_problem("level1/conv3x3"), "SEED", None, [])
 
 
 def test_constraints_prune_before_compiling():

@@ -56,9 +56,49 @@ def _unary(op: str, node: OpNode, x: str) -> str | None:
         "abs": f"fabsf({x})",
         "rsqrt": f"rsqrtf({x})",
         "sqrt": f"sqrtf({x})",
+        "log": f"logf({x})",
+        "log1p": f"log1pf({x})",
+        "expm1": f"expm1f({x})",
+        "reciprocal": f"(1.f / {x})",
+        "square": f"({x} * {x})",
+        "erf": f"erff({x})",
+        "sin": f"sinf({x})",
+        "cos": f"cosf({x})",
+        "hardsigmoid": f"(fminf(fmaxf({x} + 3.f, 0.f), 6.f) / 6.f)",
+        "hardswish": f"({x} * fminf(fmaxf({x} + 3.f, 0.f), 6.f) / 6.f)",
+        "mish": f"({x} * tanhf({x} > 20.f ? {x} : log1pf(expf({x}))))",
+        "log_sigmoid_forward": f"(fminf({x}, 0.f) - log1pf(expf(-fabsf({x}))))",
+        "sign": f"(({x} > 0.f) - ({x} < 0.f) + 0.f * {x})",
     }
     if op in table:
         return table[op]
+    if op == "elu":  # elu(x, alpha, scale, input_scale); SELU is elu with its two constants
+        alpha, scale, in_scale = (list(node.args[1:4]) + [1.0, 1.0, 1.0])[:3]
+        if any(is_ref(a) or not isinstance(a, (int, float)) for a in (alpha, scale, in_scale)):
+            return None
+        neg = f"{literal(alpha)} * expm1f({x} * {literal(in_scale)})"
+        return f"{literal(scale)} * ({x} > 0.f ? {x} : {neg})"
+    if op == "softplus":  # log(1 + exp(beta x)) / beta, linear above the threshold, as torch does
+        beta = node.args[1] if len(node.args) > 1 else node.kwarg("beta", 1.0)
+        threshold = node.args[2] if len(node.args) > 2 else node.kwarg("threshold", 20.0)
+        if is_ref(beta) or is_ref(threshold):
+            return None
+        bx = x if float(beta) == 1.0 else f"({literal(beta)} * {x})"
+        soft = f"log1pf(expf({bx}))" if float(beta) == 1.0 else f"log1pf(expf({bx})) / {literal(beta)}"
+        return f"({bx} > {literal(threshold)} ? {x} : {soft})"
+    if op == "pow":  # a constant exponent; small integer powers as products (what torch computes for them)
+        e = node.args[1] if len(node.args) > 1 else None
+        if is_ref(e) or not isinstance(e, (int, float)) or isinstance(e, bool):
+            return None
+        if float(e) == 2.0:
+            return f"({x} * {x})"
+        if float(e) == 3.0:
+            return f"({x} * {x} * {x})"
+        if float(e) == 0.5:
+            return f"sqrtf({x})"
+        if float(e) == 1.0:
+            return x
+        return f"powf({x}, {literal(e)})"
     if op == "leaky_relu":
         slope = literal(node.args[1] if len(node.args) > 1 else 0.01)
         return f"({x} > 0.f ? {x} : {x} * {slope})"
@@ -83,11 +123,20 @@ def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
         return f"{x} * {y}"
     if op == "div" and node.kwarg("rounding_mode") is None:
         return f"{x} / {y}"
+    if op == "rsub":  # y - alpha * x
+        return f"{y} - {x if alpha == 1 else f'({literal(alpha)} * {x})'}"
+    if op == "maximum":
+        return f"fmaxf({x}, {y})"
+    if op == "minimum":
+        return f"fminf({x}, {y})"
     return None
 
 
-ELEMENTWISE = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "rsqrt", "sqrt",
-               "leaky_relu", "clamp", "hardtanh", "add", "sub", "mul", "div", "masked_fill")
+UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "log1p",
+         "expm1", "reciprocal", "square", "erf", "sin", "cos", "hardsigmoid", "hardswish", "mish",
+         "log_sigmoid_forward", "sign", "elu", "softplus", "pow", "leaky_relu", "clamp", "hardtanh")
+BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum")
+ELEMENTWISE = UNARY + BINARY + ("masked_fill",)
 CTYPES = {"float32": "float", "float16": "__half"}
 
 
@@ -143,8 +192,14 @@ def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
 
 
 def indexing(spec: TensorSpec, full: tuple[int, ...]) -> str | None:
-    """How a leaf tensor broadcasts against the output: per element, per column or per row."""
-    shape = tuple(spec.shape)
+    """How a leaf tensor broadcasts against the output: per element, per column, per row or one value."""
+    return broadcast_kind(tuple(spec.shape), full)
+
+
+def broadcast_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
+    """"rc", "c", "r" or "s" (a single value) for a shape that broadcasts simply to `full`, else None."""
+    if len(shape) <= len(full) and all(d == 1 for d in shape) and shape != full:
+        return "s"
     if shape == full:
         return "rc"
     if shape in ((full[-1],), (1, full[-1])) and len(full) >= 1:
@@ -175,7 +230,9 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             continue
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
-        if tuple(node.shape) != full:
+        if broadcast_kind(tuple(node.shape), full) is None:
+            # A value that broadcasts to the output (an op on a per-column operand, say) is computed
+            # per output element: the same value at every element it broadcasts to.
             return f"{node.op} changes the shape to {list(node.shape)}"
         if node.op == "masked_fill":
             if not is_ref(node.args[0]) or node.args[0] not in env:
@@ -188,7 +245,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             continue
         operands: list[str] = []
         tensor_args = [a for a in node.args if is_ref(a)]
-        for a in node.args[: 2 if node.op in ("add", "sub", "mul", "div") else 1]:
+        for a in node.args[: 2 if node.op in BINARY else 1]:
             if not is_ref(a):
                 if isinstance(a, (int, float)):  # bools too
                     operands.append(literal(a))
@@ -208,7 +265,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if (a, how) not in tensors:
                 tensors.append((a, how))
             i = tensors.index((a, how))
-            operands.append(load(f"{prefix}{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r'}[how] }]"))
+            operands.append(load(f"{prefix}{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r', 's': '0'}[how] }]"))
         if not tensor_args:
             return f"{node.op} reads no tensor"
         expr = _unary(node.op, node, operands[0]) if len(operands) == 1 else _binary(node.op, node, *operands)
@@ -218,6 +275,8 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         lines.append(f"const float {name} = {expr};")
         env[node.out] = name
     last = nodes[-1].out if nodes else anchor_out
+    if nodes and not rowsum and tuple(nodes[-1].shape) != full:
+        return f"the chain's result has shape {list(nodes[-1].shape)}, not the anchor's {list(full)}"
     if result is None:
         outs = problem.graph_outputs
         if len(outs) != 1 or outs[0] != last:

@@ -518,9 +518,12 @@ from cuforge.kernels.fp32 import GemmF32, Gemv  # noqa: E402 - they build on thi
 from cuforge.kernels.norms import NormRows  # noqa: E402
 from cuforge.kernels.gemm_softmax import GemmSoftmax  # noqa: E402
 from cuforge.kernels.softmax import SoftmaxRows  # noqa: E402
+from cuforge.kernels.pointwise import PointwiseChain  # noqa: E402
+from cuforge.kernels.reduce_dim import ReduceDim  # noqa: E402
+from cuforge.kernels.scan import ScanRows  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
-                          SoftmaxRows(), GemmSoftmax(), ReduceRows()]
+                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

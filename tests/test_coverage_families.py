@@ -1,0 +1,114 @@
+"""The pointwise-chain, dim-reduction and scan families on the CPU: which traced forwards they match
+(activations spelled as one op or written out, per-row/column operands, reductions over middle
+dims, inclusive/reversed/exclusive/masked scans), clear refusals, and NVRTC compiles of their seeds and
+random configs."""
+
+import pytest
+
+from cuforge.kernels.families import families_for
+from cuforge.kernels.pointwise import PointwiseChain, match_pointwise
+from cuforge.kernels.reduce_dim import ReduceDim, match_dim_reduction
+from cuforge.kernels.scan import ScanRows, match_scan
+from template_helpers import problem_from_expr, smoke_compile
+
+X = "torch.randn(8, 96)"
+
+POINTWISE = [
+    ("a / (1 + torch.abs(a))", X, "a"),                                       # softsign, written out
+    ("a * torch.sigmoid(a)", X, "a"),                                          # swish
+    ("0.5 * a * (1.0 + torch.tanh(0.7978845608 * (a + 0.044715 * torch.pow(a, 3.0))))", X, "a"),  # MinGPT GELU
+    ("torch.selu(a)", X, "a"),
+    ("F.elu(a, alpha=0.7)", X, "a"),
+    ("F.hardsigmoid(a)", X, "a"),
+    ("F.softplus(a)", X, "a"),
+    ("F.hardtanh(a, -0.5, 2.0)", X, "a"),
+    ("F.leaky_relu(a, 0.2)", X, "a"),
+    ("torch.tanh(a) * 2.5 - 1", X, "a"),
+    ("F.mish(a) + torch.log1p(torch.exp(a))", X, "a"),
+    ("torch.maximum(a, b) * a", f"{X}, {X}", "a, b"),
+    ("(a + b) * torch.sigmoid(b)", "torch.randn(8, 96), torch.randn(96)", "a, b"),  # a per-column operand
+    ("a * b", "torch.randn(4, 8, 96), torch.randn(4, 8, 1)", "a, b"),             # a per-row operand
+]
+
+
+@pytest.mark.parametrize("expr, inputs, args", POINTWISE)
+def test_pointwise_chains_match_and_compile(tmp_path, expr, inputs, args):
+    p = problem_from_expr(tmp_path, expr, inputs, args=args)
+    m = match_pointwise(p)
+    assert not isinstance(m, str), m
+    assert "pointwise" in [f.name for f in families_for(p)[0]]
+    smoke_compile(PointwiseChain(), p, 2)
+
+
+def test_pointwise_indexes_rows_and_columns_only_when_an_operand_needs_them(tmp_path):
+    flat = match_pointwise(problem_from_expr(tmp_path, "a * b + 1", f"{X}, {X}"))
+    per_col = match_pointwise(problem_from_expr(tmp_path, "a * b + 1", "torch.randn(8, 96), torch.randn(96)"))
+    assert not flat.indexed and per_col.indexed
+    assert per_col.chain.tensors == (("in1", "c"),)
+
+
+@pytest.mark.parametrize("expr, inputs, why", [
+    ("a.sum(dim=0)", X, "not only elementwise ops"),
+    ("a.int() + 1", X, "not only elementwise ops"),
+    ("a", X, "no traced graph"),
+    ("a + b", "torch.randn(8, 96), torch.randn(8, 1, 96)", "broadcast"),
+])
+def test_pointwise_refusals_say_why(tmp_path, expr, inputs, why):
+    p = problem_from_expr(tmp_path, expr, inputs, args="a, b" if "b" in expr else "a")
+    found = match_pointwise(p)
+    assert isinstance(found, str)
+    assert PointwiseChain().supports(p) is not None
+
+
+@pytest.mark.parametrize("expr, op, outer, reduced, inner", [
+    ("torch.sum(a, dim=1, keepdim=True)", "sum", 4, 16, 40),
+    ("torch.mean(a, dim=(1,))", "mean", 4, 16, 40),
+    ("torch.max(a, dim=1)[0]", "max", 4, 16, 40),
+    ("torch.min(a, dim=0)[0]", "min", 1, 4, 640),
+    ("torch.amax(a, dim=(0, 1))", "max", 1, 64, 40),
+    ("torch.argmax(a, dim=1)", "argmax", 4, 16, 40),
+    ("torch.argmin(a, dim=0)", "argmin", 1, 4, 640),
+])
+def test_dim_reductions_match_and_compile(tmp_path, expr, op, outer, reduced, inner):
+    p = problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 40)", args="a")
+    m = match_dim_reduction(p)
+    assert not isinstance(m, str), m
+    assert (m.op, m.outer, m.reduced, m.inner) == (op, outer, reduced, inner)
+    smoke_compile(ReduceDim(), p, 2)
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("torch.sum(a, dim=-1)", "not a single"),  # traced as sum_lastdim: reduce_rows covers it
+    ("torch.sum(a, dim=(0, 2))", "not adjacent"),
+    ("torch.sum(a)", "no constant dim"),
+    ("torch.sum(a, dim=1) * 2", "not a single"),
+])
+def test_dim_reduction_refusals(tmp_path, expr, why):
+    found = match_dim_reduction(problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 40)", args="a"))
+    assert isinstance(found, str) and why in found, found
+
+
+@pytest.mark.parametrize("expr, inputs, args, want", [
+    ("torch.cumsum(a, dim=1)", "torch.rand(6, 300)", "a", ("sum", False, False, None)),
+    ("torch.cumprod(a, dim=-1)", "torch.rand(6, 300)", "a", ("prod", False, False, None)),
+    ("torch.cumsum(a.flip(1), dim=1).flip(1)", "torch.rand(6, 300)", "a", ("sum", True, False, None)),
+    ("torch.cat((torch.zeros_like(a.select(1, 0).unsqueeze(1)), torch.cumsum(a.narrow(dim=1, start=0, length=a.size(1) - 1), dim=1)), dim=1)",
+     "torch.rand(6, 300)", "a", ("sum", False, True, None)),
+    ("torch.cumsum(a * m, dim=1)", "torch.rand(6, 300), torch.randint(0, 2, (6, 300)).bool()", "a, m", ("sum", False, False, "in1")),
+])
+def test_scans_match_and_compile(tmp_path, expr, inputs, args, want):
+    p = problem_from_expr(tmp_path, expr, inputs, args=args)
+    m = match_scan(p)
+    assert not isinstance(m, str), m
+    assert (m.op, m.reverse, m.exclusive, m.mask) == want
+    smoke_compile(ScanRows(), p, 2)
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("torch.cumsum(a, dim=0)", "not a cumsum or cumprod over the last dim"),
+    ("torch.cumsum(a, dim=1) * 2", "not a cumsum"),
+    ("torch.cumsum(a.flip(0), dim=1).flip(1)", "flip"),
+])
+def test_scan_refusals(tmp_path, expr, why):
+    found = match_scan(problem_from_expr(tmp_path, expr, "torch.rand(6, 300)", args="a"))
+    assert isinstance(found, str) and why in found, found
