@@ -112,3 +112,38 @@ def test_scans_match_and_compile(tmp_path, expr, inputs, args, want):
 def test_scan_refusals(tmp_path, expr, why):
     found = match_scan(problem_from_expr(tmp_path, expr, "torch.rand(6, 300)", args="a"))
     assert isinstance(found, str) and why in found, found
+
+
+GN_INIT = "        self.gn = nn.GroupNorm(4, 16)"
+IN_INIT = "        self.inorm = nn.InstanceNorm2d(16)"
+
+
+@pytest.mark.parametrize("expr, inputs, init, kind, rows", [
+    ("a / torch.mean(torch.abs(a), dim=1, keepdim=True)", "torch.randn(8, 300)", "        pass", "l1", True),
+    ("a / torch.norm(a, p=2, dim=1, keepdim=True)", "torch.randn(8, 300)", "        pass", "l2", True),
+    ("a / torch.sqrt(torch.mean(a ** 2, dim=1, keepdim=True) + 1e-5)", "torch.randn(4, 16, 8, 8)", "        pass", "rms", False),
+    ("self.inorm(a)", "torch.randn(4, 16, 8, 8)", IN_INIT, "instance", True),
+    ("self.gn(a)", "torch.randn(4, 16, 8, 8)", GN_INIT, "group", True),
+])
+def test_normalizations_match_and_compile(tmp_path, expr, inputs, init, kind, rows):
+    from cuforge.kernels.normalize import Normalize, match_normalize
+
+    p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
+    m = match_normalize(p)
+    assert not isinstance(m, str), m
+    assert m.kind == kind and (m.inner == 1) == rows
+    if kind == "group":
+        assert (m.outer, m.reduced, m.groups, m.channel_span) == (16, 256, 4, 64) and m.weight and m.bias
+    smoke_compile(Normalize(), p, 2)
+
+
+@pytest.mark.parametrize("expr, init, why", [
+    ("a / torch.mean(torch.abs(a), dim=(1, 2), keepdim=True)", "        pass", "more than one dim"),
+    ("a / torch.mean(a, dim=1, keepdim=True)", "        pass", "not an L1, L2 or RMS"),
+    ("self.bn(a)", "        self.bn = nn.BatchNorm2d(16)", "not an instance or group norm"),
+])
+def test_normalization_refusals(tmp_path, expr, init, why):
+    from cuforge.kernels.normalize import match_normalize
+
+    found = match_normalize(problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 8, 8)", args="a", init=init))
+    assert isinstance(found, str) and why in found, found

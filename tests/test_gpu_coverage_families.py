@@ -76,3 +76,18 @@ def test_argmax_breaks_ties_towards_the_first_index(sup, tmp_path):
 ])
 def test_scans(sup, tmp_path, expr, inputs, args):
     check(sup, ScanRows(), problem_from_expr(tmp_path, expr, inputs, args=args))
+
+
+@pytest.mark.parametrize("expr, inputs, init", [
+    ("a / torch.mean(torch.abs(a), dim=1, keepdim=True)", "torch.randn(64, 65535)", "        pass"),
+    ("a / torch.norm(a, p=2, dim=1, keepdim=True)", "torch.randn(100, 4096)", "        pass"),
+    ("a / torch.sqrt(torch.mean(a ** 2, dim=1, keepdim=True) + 1e-5)", "torch.randn(8, 64, 33, 65)", "        pass"),
+    ("a / torch.norm(a, p=2, dim=1, keepdim=True)", "torch.randn(16, 300, 77)", "        pass"),
+    ("self.inorm(a)", "torch.randn(8, 16, 33, 65)", "        self.inorm = nn.InstanceNorm2d(16)"),
+    ("self.gn(a)", "torch.randn(8, 64, 32, 32)",
+     "        self.gn = nn.GroupNorm(8, 64)\n        nn.init.normal_(self.gn.weight)\n        nn.init.normal_(self.gn.bias)"),
+])
+def test_normalizations(sup, tmp_path, expr, inputs, init):
+    from cuforge.kernels.normalize import Normalize
+
+    check(sup, Normalize(), problem_from_expr(tmp_path, expr, inputs, args="a", init=init))

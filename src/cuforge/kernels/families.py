@@ -521,9 +521,10 @@ from cuforge.kernels.softmax import SoftmaxRows  # noqa: E402
 from cuforge.kernels.pointwise import PointwiseChain  # noqa: E402
 from cuforge.kernels.reduce_dim import ReduceDim  # noqa: E402
 from cuforge.kernels.scan import ScanRows  # noqa: E402
+from cuforge.kernels.normalize import Normalize  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
-                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows()]
+                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

@@ -59,7 +59,7 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
     out = problem.outputs[0] if len(problem.outputs) == 1 else None
     if out is None or out.dtype != want or math.prod(out.shape) != outer * inner:
         return f"needs one {want} output of {outer * inner} elements"
-    if reduced == 0 or outer * inner >= 2**40:
+    if reduced == 0 or reduced >= 2**31 or outer * inner >= 2**40:
         return "empty or enormous"
     return DimReduction(op, outer, reduced, inner)
 
@@ -69,7 +69,7 @@ class ReduceDim(Family):
     double, max/min/arg with NaN and first-index-on-ties as torch), then a shared-memory combine."""
 
     def __init__(self) -> None:
-        super().__init__("reduce_dim", {"TX": (32, 64, 128), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8)})
+        super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8)})
 
     def supports(self, problem: Problem) -> str | None:
         found = match_dim_reduction(problem)
@@ -82,7 +82,7 @@ class ReduceDim(Family):
         m = self._match(problem)
         # Few output columns: spread the reduced dim over more threads.
         ty = 16 if m.outer * m.inner < 64 * 1024 else 8
-        return [dict(TX=32, TY=ty, UNROLL=4), dict(TX=64, TY=4, UNROLL=4), dict(TX=32, TY=32, UNROLL=8)]
+        return [dict(TX=32, TY=ty, UNROLL=4), dict(TX=128, TY=2, UNROLL=8), dict(TX=64, TY=4, UNROLL=4)]
 
     def _match(self, problem: Problem) -> DimReduction:
         found = match_dim_reduction(problem)

@@ -1,0 +1,154 @@
+"""Normalizations by statistics over one dim or a row of dims: L1 (x / mean|x|), L2 (x / ||x||),
+RMS (x / sqrt(mean x^2 + eps)) over the last dim or a middle one, instance norm (traced as a
+batch norm over a (1, N*C, ...) view) and group norm with its per-channel affine. Rows (the stats
+run over contiguous memory): one block per row, a stats pass and a write pass. A middle dim: one
+thread per output column, both passes down the column (the second from cache)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.kernels.base import Family
+from cuforge.kernels.chains import leaf_spec
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+@dataclass(frozen=True)
+class NormalizeMatch:
+    kind: str  # l1 | l2 | rms | instance | group
+    outer: int
+    reduced: int  # the length each statistic runs over
+    inner: int  # 1: rows (contiguous); > 1: a middle dim
+    eps: float = 0.0
+    weight: str | None = None  # group norm's per-channel affine
+    bias: str | None = None
+    groups: int = 1
+    channel_span: int = 1  # elements of one channel within a group's row (H*W)
+
+
+def _dims(arg: Any, ndim: int) -> tuple[int, ...] | None:
+    dims = arg if isinstance(arg, (list, tuple)) else (arg,)
+    if len(dims) != 1 or not isinstance(dims[0], int) or isinstance(dims[0], bool):
+        return None
+    return (dims[0] % ndim,)
+
+
+def _keepdim(node: OpNode, index: int) -> bool:
+    return (len(node.args) > index and node.args[index] is True) or node.kwarg("keepdim") is True
+
+
+def _split(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
+    return math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+
+
+def _by_stat(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | str:
+    """x / stat(x) with stat a keepdim L1 mean, L2 norm or RMS over one dim."""
+    g = [n for n in problem.graph]
+    ndim = len(shape)
+    last = g[-1]
+    if last.op != "div" or last.args[0] != "in0" or not is_ref(last.args[1]):
+        return "does not end in x / statistic"
+    by_out = {n.out: n for n in g}
+    if len(g) == 3 and g[0].op == "abs" and g[0].args[0] == "in0" and g[1].op == "mean" and g[1].args[0] == g[0].out \
+            and _keepdim(g[1], 2) and last.args[1] == g[1].out:
+        kind, dims, eps = "l1", _dims(g[1].args[1], ndim), 0.0
+    elif len(g) == 2 and g[0].op == "linalg_vector_norm" and g[0].args[0] == "in0" and len(g[0].args) >= 4 \
+            and g[0].args[1] == 2 and _keepdim(g[0], 3) and last.args[1] == g[0].out and g[0].kwarg("dtype") is None:
+        kind, dims, eps = "l2", _dims(g[0].args[2], ndim), 0.0
+    elif len(g) == 5 and [n.op for n in g] == ["pow", "mean", "add", "sqrt", "div"] and g[0].args == ("in0", 2) \
+            and g[1].args[0] == g[0].out and _keepdim(g[1], 2) and g[2].args[0] == g[1].out \
+            and isinstance(g[2].args[1], (int, float)) and not is_ref(g[2].args[1]) and g[3].args[0] == g[2].out \
+            and last.args[1] == g[3].out:
+        kind, dims, eps = "rms", _dims(g[1].args[1], ndim), float(g[2].args[1]) * float(g[2].kwarg("alpha", 1))
+    else:
+        return "not an L1, L2 or RMS normalization over one dim"
+    del by_out
+    if dims is None:
+        return "the statistic runs over more than one dim"
+    outer, reduced, inner = _split(shape, dims[0])
+    return NormalizeMatch(kind, outer, reduced, inner, eps)
+
+
+def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | str:
+    """Instance norm (batch norm of a (1, N*C, ...) view, training statistics, no affine) and group norm."""
+    g = [n for n in problem.graph if not (n.op == "empty" and n.out.startswith("c"))]  # dead meta placeholders
+    if len(g) == 1 and g[0].op == "native_group_norm":
+        _, w, b, n, c, hw, groups, eps = (list(g[0].args) + [None] * 8)[:8]
+        if not all(isinstance(v, int) for v in (n, c, hw, groups)) or groups <= 0 or c % groups or n * c * hw != math.prod(shape):
+            return "a group norm with unexpected sizes"
+        for ref in (w, b):
+            spec = leaf_spec(problem, ref) if is_ref(ref) else None
+            if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != (c,)):
+                return "a group norm whose affine is not two per-channel fp32 parameters"
+        return NormalizeMatch("group", n * groups, (c // groups) * hw, 1, float(eps), w, b, groups, hw)
+    if len(g) == 3 and [n.op for n in g] == ["view", "native_batch_norm", "view"] and g[0].args[0] == "in0":
+        bn = g[1]
+        view = tuple(g[0].shape)
+        if bn.args[0] != g[0].out or any(a is not None for a in bn.args[1:5]) or bn.args[5] is not True \
+                or len(view) < 3 or view[0] != 1 or g[2].args[0] not in (bn.out, f"{bn.out}.0"):
+            return "a batch norm that is not an instance norm (training statistics, no affine, over a (1, N*C, ...) view)"
+        return NormalizeMatch("instance", view[1], math.prod(view[2:]), 1, float(bn.args[7]))
+    return "not an instance or group norm"
+
+
+def match_normalize(problem: Problem) -> NormalizeMatch | str:
+    if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 2:
+        return "needs one fp32 input of at least 2 dims"
+    shape = tuple(problem.inputs[0].shape)
+    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != "float32":
+        return "the output must have the input's shape (fp32)"
+    found = _by_stat(problem, shape)
+    if isinstance(found, str):
+        other = _by_norm_op(problem, shape)
+        if isinstance(other, str):
+            return f"{found}; {other}"
+        found = other
+    if found.reduced >= 2**31 or found.outer >= 2**31:
+        return "rows and columns must fit in 32-bit ints"
+    return found
+
+
+class Normalize(Family):
+    """Rows: BLOCK threads per row, VEC-wide loads, double-precision sums, a block reduction, then the
+    row is read again and written. A middle dim: BLOCK threads across the inner dim per block."""
+
+    def __init__(self) -> None:
+        super().__init__("normalize", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_normalize(problem)
+        return found if isinstance(found, str) else None
+
+    def _match(self, problem: Problem) -> NormalizeMatch:
+        found = match_normalize(problem)
+        if isinstance(found, str):
+            raise ValueError(f"normalize does not cover {problem.id}: {found}")
+        return found
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return self._match(problem).inner == 1 or c["VEC"] == 1
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        m = self._match(problem)
+        if m.inner > 1:
+            return [dict(VEC=1, BLOCK=256), dict(VEC=1, BLOCK=128), dict(VEC=1, BLOCK=512)]
+        block = 1024 if m.reduced >= 65536 else 512 if m.reduced >= 4096 else 128
+        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=256 if block != 256 else 512), dict(VEC=1, BLOCK=block)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        m = self._match(problem)
+        return {"KIND": m.kind, "ROWS": m.inner == 1, "ALIGNED": m.reduced % 4 == 0, "EPS": repr(float(m.eps)) + "f",
+                "AFFINE_W": m.weight is not None, "AFFINE_B": m.bias is not None, "GROUPS": m.groups,
+                "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        m = self._match(problem)
+        affine = tuple(r for r in (m.weight, m.bias) if r is not None)
+        grid = "(outer,)" if m.inner == 1 else f"(outer * cdiv(inner, {c['BLOCK']}),)"
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
+                          args=("in0", "out0", "reduced", "inner", *affine), outputs=(("in0.shape", "float32"),),
+                          bindings=(("outer", str(m.outer)), ("reduced", str(m.reduced)), ("inner", str(m.inner))))
