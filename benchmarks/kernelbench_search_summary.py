@@ -1,0 +1,69 @@
+"""Markdown tables for docs/benchmarks.md from kernelbench_search.py's results: coverage per level and
+family, then the searched files per family (fast_1 and geomean vs eager and torch.compile) and per file.
+
+    python benchmarks/kernelbench_search_summary.py --coverage kb_coverage \
+        --search kb_search_level1,kb_search_level1_norms,kb_search_level1_norms2
+
+A file searched in several result files takes its row from the last one named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from _common import ROOT
+
+from cuforge.rewards import geomean
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def coverage_table(cov: dict[str, Any]) -> None:
+    print("| level | files | covered | by preferred family |")
+    print("|---|---|---|---|")
+    for level, s in cov["summary"].items():
+        fams = ", ".join(f"{k} {v}" for k, v in sorted(s["by_family"].items(), key=lambda kv: -kv[1]))
+        print(f"| {level} | {s['files']} | {s['covered']} ({100 * s['covered'] / s['files']:.0f}%) | {fams} |")
+
+
+def search_tables(rows: list[dict[str, Any]]) -> None:
+    print("\n| family | files | correct | fast_1 vs eager | fast_1 vs torch.compile | geomean vs eager | geomean vs torch.compile |")
+    print("|---|---|---|---|---|---|---|")
+    for fam in sorted({r["family"] for r in rows}) + ["all"]:
+        rs = [r for r in rows if fam in ("all", r["family"])]
+        eager = [r["vs_torch"] for r in rs]
+        comp = [r["vs_torch_compile"] for r in rs]
+        print(f"| {fam} | {len(rs)} | {sum(bool(r['correct']) for r in rs)} | {sum((v or 0) > 1 for v in eager)} "
+              f"| {sum((v or 0) > 1 for v in comp)} | {fmt(geomean(eager))} | {fmt(geomean(comp))} |")
+    print("\n| file | family | best ms | vs eager | vs torch.compile |")
+    print("|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: int(r["problem"].split("_")[1])):
+        name = r["problem"].split("/", 1)[1].split("_", 1)[1]
+        print(f"| level1/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--coverage", default="kb_coverage")
+    ap.add_argument("--search", default="kb_search_level1,kb_search_level1_norms,kb_search_level1_norms2")
+    a = ap.parse_args()
+    coverage_table(load(a.coverage)["coverage"])
+    final: dict[str, dict[str, Any]] = {}
+    for name in a.search.split(","):
+        for r in load(name)["search"]["rows"]:
+            final[r["problem"]] = r
+    search_tables(list(final.values()))
+
+
+if __name__ == "__main__":
+    main()
