@@ -28,6 +28,8 @@ POINTWISE = [
     ("torch.maximum(a, b) * a", f"{X}, {X}", "a, b"),
     ("(a + b) * torch.sigmoid(b)", "torch.randn(8, 96), torch.randn(96)", "a, b"),  # a per-column operand
     ("a * b", "torch.randn(4, 8, 96), torch.randn(4, 8, 1)", "a, b"),             # a per-row operand
+    ("b.unsqueeze(1) * a", "torch.randn(96, 50), torch.randn(96)", "a, b"),        # diag(b) @ a, as it is written
+    ("a + b.view(1, -1) * 2", "torch.randn(8, 96), torch.randn(96)", "a, b"),       # a per-column view
 ]
 
 
@@ -38,6 +40,14 @@ def test_pointwise_chains_match_and_compile(tmp_path, expr, inputs, args):
     assert not isinstance(m, str), m
     assert "pointwise" in [f.name for f in families_for(p)[0]]
     smoke_compile(PointwiseChain(), p, 2)
+
+
+def test_views_of_leaves_are_read_through_the_leaf(tmp_path):
+    m = match_pointwise(problem_from_expr(tmp_path, "b.unsqueeze(1) * a", "torch.randn(96, 50), torch.randn(96)"))
+    assert m.chain.tensors == (("in1", "r"),) and m.indexed
+    # A view that reorders elements (not just size-1 dims) is not a leaf view: refused, not misread.
+    found = match_pointwise(problem_from_expr(tmp_path, "b.reshape(96, 50) * a", "torch.randn(96, 50), torch.randn(50, 96)"))
+    assert isinstance(found, str)
 
 
 def test_pointwise_indexes_rows_and_columns_only_when_an_operand_needs_them(tmp_path):
@@ -146,4 +156,66 @@ def test_normalization_refusals(tmp_path, expr, init, why):
     from cuforge.kernels.normalize import match_normalize
 
     found = match_normalize(problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 8, 8)", args="a", init=init))
+    assert isinstance(found, str) and why in found, found
+
+
+@pytest.mark.parametrize("expr, inputs, args, mean, post", [
+    ("torch.mean((a - b) ** 2)", "torch.randn(64, 100), torch.randn(64, 100)", "a, b", True, ""),
+    ("F.smooth_l1_loss(a, b)", "torch.randn(64, 100), torch.randn(64, 100)", "a, b", True, ""),
+    ("F.smooth_l1_loss(a, b, reduction='sum', beta=0.5)", "torch.randn(64, 100), torch.randn(64, 100)", "a, b", False, ""),
+    ("torch.mean(torch.clamp(1 - a * b, min=0))", "torch.randn(64, 100), torch.randn(100)", "a, b", True, ""),
+    ("F.kl_div(torch.log(a), b, reduction='batchmean')", "torch.rand(64, 100) + 0.1, torch.rand(64, 100)", "a, b", False, "s = s / 64.0f;"),
+    ("a.sum() * 0.5 + 1", "torch.randn(7, 9, 11)", "a", False, "s = s * 0.5f;\ns = s + 1.0f;"),
+])
+def test_whole_tensor_reductions_match_and_compile(tmp_path, expr, inputs, args, mean, post):
+    from cuforge.kernels.reduce_all import ReduceAll, match_reduce_all
+
+    p = problem_from_expr(tmp_path, expr, inputs, args=args)
+    m = match_reduce_all(p)
+    assert not isinstance(m, str), m
+    assert (m.mean, m.post) == (mean, post)
+    smoke_compile(ReduceAll(), p, 2)
+
+
+@pytest.mark.parametrize("expr, inputs, why", [
+    ("torch.mean(a, dim=0)", "torch.randn(64, 100)", "scalar output"),
+    ("torch.norm(a - 1, dim=1).mean()", "torch.randn(64, 100)", "not only elementwise"),
+    ("torch.sqrt(a.sum())", "torch.rand(64, 100)", "more than scalar ops by constants"),
+])
+def test_whole_tensor_reduction_refusals(tmp_path, expr, inputs, why):
+    from cuforge.kernels.reduce_all import match_reduce_all
+
+    found = match_reduce_all(problem_from_expr(tmp_path, expr, inputs, args="a"))
+    assert isinstance(found, str) and why in found, found
+
+
+@pytest.mark.parametrize("layer, shape, kind, nd", [
+    ("nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "(4, 6, 300)", "max", 1),
+    ("nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "(2, 3, 40, 41)", "max", 2),
+    ("nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "(2, 3, 20, 21, 22)", "max", 3),
+    ("nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "(4, 6, 300)", "avg", 1),
+    ("nn.AvgPool2d(kernel_size=11)", "(2, 3, 100, 90)", "avg", 2),
+    ("nn.AvgPool3d(kernel_size=3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 20, 21, 22)", "avg", 3),
+])
+def test_pooling_matches_and_compiles(tmp_path, layer, shape, kind, nd):
+    from cuforge.kernels.pool import Pool, match_pool
+
+    p = problem_from_expr(tmp_path, "self.pool(a)", f"torch.randn{shape}", args="a", init=f"        self.pool = {layer}")
+    m = match_pool(p)
+    assert not isinstance(m, str), m
+    # The output size computed from the traced sizes is the one PyTorch produced; unit dims lead.
+    assert m.kind == kind and m.out[3 - nd:] == tuple(p.outputs[0].shape[2:]) and m.out[:3 - nd] == (1,) * (3 - nd)
+    assert m.count_pad == ("count_include_pad=False" not in layer)
+    smoke_compile(Pool(), p, 1)
+
+
+@pytest.mark.parametrize("layer, why", [
+    ("nn.MaxPool2d(kernel_size=3, ceil_mode=True)", "ceil_mode"),
+    ("nn.AvgPool2d(kernel_size=3, divisor_override=2)", "divisor_override"),
+])
+def test_pooling_refusals(tmp_path, layer, why):
+    from cuforge.kernels.pool import match_pool
+
+    p = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 40, 41)", args="a", init=f"        self.pool = {layer}")
+    found = match_pool(p)
     assert isinstance(found, str) and why in found, found

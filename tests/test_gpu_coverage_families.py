@@ -91,3 +91,36 @@ def test_normalizations(sup, tmp_path, expr, inputs, init):
     from cuforge.kernels.normalize import Normalize
 
     check(sup, Normalize(), problem_from_expr(tmp_path, expr, inputs, args="a", init=init))
+
+
+@pytest.mark.parametrize("expr, inputs, args", [
+    ("torch.mean((a - b) ** 2)", "torch.randn(1000, 1001), torch.randn(1000, 1001)", "a, b"),
+    ("F.smooth_l1_loss(a, b)", "torch.randn(4096, 4096), torch.randn(4096, 4096)", "a, b"),
+    ("torch.mean(torch.clamp(1 - a * b, min=0))", "torch.randn(512, 3000), torch.randn(3000)", "a, b"),
+    ("F.kl_div(torch.log(a), b, reduction='batchmean')", "torch.rand(256, 999).softmax(-1), torch.rand(256, 999).softmax(-1)", "a, b"),
+    ("a.sum() * 0.5 + 1", "torch.randn(7, 9, 11)", "a"),
+])
+def test_whole_tensor_reductions(sup, tmp_path, expr, inputs, args):
+    from cuforge.kernels.reduce_all import ReduceAll
+
+    check(sup, ReduceAll(), problem_from_expr(tmp_path, expr, inputs, args=args))
+
+
+@pytest.mark.parametrize("layer, shape", [
+    ("nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "(4, 6, 3000)"),
+    ("nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "(2, 3, 40, 41)"),
+    ("nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "(2, 3, 20, 21, 22)"),
+    ("nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "(4, 6, 3000)"),
+    ("nn.AvgPool2d(kernel_size=11)", "(2, 3, 100, 90)"),
+    ("nn.AvgPool3d(kernel_size=3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 20, 21, 22)"),
+])
+def test_pooling(sup, tmp_path, layer, shape):
+    from cuforge.kernels.pool import Pool
+
+    p = problem_from_expr(tmp_path, "self.pool(a)", f"torch.randn{shape}", args="a", init=f"        self.pool = {layer}")
+    check(sup, Pool(), p)
+
+
+def test_a_diagonal_matmul_written_as_a_row_scale(sup, tmp_path):
+    p = problem_from_expr(tmp_path, "b.unsqueeze(1) * a", "torch.randn(500, 301), torch.randn(500)", args="a, b")
+    check(sup, PointwiseChain(), p)

@@ -102,6 +102,8 @@ def _unary(op: str, node: OpNode, x: str) -> str | None:
     if op == "leaky_relu":
         slope = literal(node.args[1] if len(node.args) > 1 else 0.01)
         return f"({x} > 0.f ? {x} : {x} * {slope})"
+    if op == "clamp_min" and len(node.args) > 1 and not is_ref(node.args[1]) and isinstance(node.args[1], (int, float)):
+        return f"fmaxf({x}, {literal(node.args[1])})"
     if op in ("clamp", "hardtanh"):
         lo = node.args[1] if len(node.args) > 1 else node.kwarg("min", -1.0 if op == "hardtanh" else None)
         hi = node.args[2] if len(node.args) > 2 else node.kwarg("max", 1.0 if op == "hardtanh" else None)
@@ -125,6 +127,8 @@ def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
         return f"{x} / {y}"
     if op == "rsub":  # y - alpha * x
         return f"{y} - {x if alpha == 1 else f'({literal(alpha)} * {x})'}"
+    if op == "xlogy":  # x * log(y), 0 where x is 0 (NaN y stays NaN)
+        return f"(isnan({y}) ? {y} : ({x} == 0.f ? 0.f : {x} * logf({y})))"
     if op == "maximum":
         return f"fmaxf({x}, {y})"
     if op == "minimum":
@@ -134,8 +138,8 @@ def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
 
 UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "rsqrt", "sqrt", "log", "log1p",
          "expm1", "reciprocal", "square", "erf", "sin", "cos", "hardsigmoid", "hardswish", "mish",
-         "log_sigmoid_forward", "sign", "elu", "softplus", "pow", "leaky_relu", "clamp", "hardtanh")
-BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum")
+         "log_sigmoid_forward", "sign", "elu", "softplus", "pow", "leaky_relu", "clamp", "clamp_min", "hardtanh")
+BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum", "xlogy")
 ELEMENTWISE = UNARY + BINARY + ("masked_fill",)
 CTYPES = {"float32": "float", "float16": "__half"}
 
@@ -209,6 +213,24 @@ def broadcast_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
     return None
 
 
+LEAF_VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "_unsafe_view")
+
+
+def leaf_views(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Views of inputs and parameters that only add or drop size-1 dims (x.unsqueeze(1), w.view(1, -1, 1)):
+    ref -> (the leaf, the view's shape). The leaf's memory order is the view's, so indexing it by the
+    view's broadcast is indexing the leaf."""
+    views: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for n in nodes:
+        if n.op not in LEAF_VIEWS or not n.args or not is_ref(n.args[0]):
+            continue
+        leaf = views[n.args[0]][0] if n.args[0] in views else n.args[0]
+        spec = leaf_spec(problem, leaf)
+        if spec is not None and [d for d in n.shape if d != 1] == [d for d in spec.shape if d != 1]:
+            views[n.out] = (leaf, tuple(n.shape))
+    return views
+
+
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
                   dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
                   prefix: str = "e", result: str | None = None) -> Epilogue | str:
@@ -223,7 +245,10 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     lines: list[str] = [f"v = v + {load(prefix + '0[c]')};"] if bias else []
     tensors: list[tuple[str, str]] = [(bias, "c")] if bias else []
     rowsum = False
+    views = leaf_views(problem, nodes)
     for k, node in enumerate(nodes):
+        if node.out in views:
+            continue  # a view of a leaf: read through the leaf where it is used
         if node.op == "sum_lastdim" and allow_rowsum and k == len(nodes) - 1 and node.args[0] in env and len(full) >= 1:
             rowsum = True
             env[node.out] = env[node.args[0]]
@@ -254,14 +279,16 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if a in env:
                 operands.append(env[a])
                 continue
+            a, view_shape = views.get(a, (a, None))
             spec = leaf_spec(problem, a)
             if spec is None:
                 return f"{node.op} reads {a}, which is neither an input, a parameter nor part of the chain"
             if spec.dtype != dtype:
                 return f"{node.op} reads {a} of dtype {spec.dtype} (the kernel computes {dtype})"
-            how = indexing(spec, full)
+            shape = view_shape if view_shape is not None else tuple(spec.shape)
+            how = broadcast_kind(shape, full)
             if how is None:
-                return f"{node.op} reads {a} of shape {list(spec.shape)}, which does not broadcast simply to {list(full)}"
+                return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast simply to {list(full)}"
             if (a, how) not in tensors:
                 tensors.append((a, how))
             i = tensors.index((a, how))

@@ -522,9 +522,11 @@ from cuforge.kernels.pointwise import PointwiseChain  # noqa: E402
 from cuforge.kernels.reduce_dim import ReduceDim  # noqa: E402
 from cuforge.kernels.scan import ScanRows  # noqa: E402
 from cuforge.kernels.normalize import Normalize  # noqa: E402
+from cuforge.kernels.reduce_all import ReduceAll  # noqa: E402
+from cuforge.kernels.pool import Pool  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
-                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize()]
+                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), ReduceAll(), Pool()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import Family
-from cuforge.kernels.chains import ELEMENTWISE, Epilogue, compile_chain
+from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -25,7 +25,7 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
     graph = problem.graph
     if not graph:
         return "no traced graph"
-    odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE})
+    odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE + LEAF_VIEWS})
     if odd:
         return f"not only elementwise ops ({', '.join(odd)})"
     if len(problem.outputs) != 1 or problem.outputs[0].dtype != "float32":

@@ -1,0 +1,142 @@
+"""Whole-tensor reductions of an elementwise chain: losses and the like (MSE written out, Huber as
+smooth_l1_loss, hinge, KL divergence spelled out with log and xlogy), i.e. the chain over fp32
+tensors of one shape (per-row / per-column operands allowed), summed or averaged to one value, then
+scaled by constants. One kernel: grid-stride partial sums in double, one atomic per block, and the
+last block to finish writes the value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.kernels.base import Family
+from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain, leaf_spec, literal
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+@dataclass(frozen=True)
+class ReduceAllMatch:
+    anchor: str
+    chain: Epilogue
+    indexed: bool
+    mean: bool
+    post: str  # C statements on the reduced value `s`
+
+
+def _full_reduction(node: OpNode) -> str | None:
+    """"sum" / "mean" for a reduction of every element (no dims, no dtype), else None."""
+    if node.op not in ("sum", "mean") or node.shape != () or node.kwarg("dtype") is not None:
+        return None
+    rest = [a for a in node.args[1:] if a is not None]
+    return node.op if not rest or rest in ([[]], [()]) else None
+
+
+def _huber(problem: Problem, node: OpNode, full: tuple[int, ...]) -> tuple[Epilogue, bool] | str:
+    """smooth_l1_loss(a, b, reduction, beta) as (the per-element chain, whether it is a mean)."""
+    a, b = node.args[0], node.args[1] if len(node.args) > 1 else None
+    reduction = node.args[2] if len(node.args) > 2 else node.kwarg("reduction", 1)
+    beta = node.args[3] if len(node.args) > 3 else node.kwarg("beta", 1.0)
+    specs = [leaf_spec(problem, x) if is_ref(x) else None for x in (a, b)]
+    if a != "in0" or any(s is None or tuple(s.shape) != full or s.dtype != "float32" for s in specs):
+        return "smooth_l1_loss of other than two fp32 inputs of one shape"
+    if reduction not in (1, 2) or is_ref(beta) or not isinstance(beta, (int, float)) or float(beta) <= 0:
+        return "smooth_l1_loss without a mean or sum reduction and a positive constant beta"
+    bt = literal(beta)
+    body = (f"const float d = v - e0[r * (long long)cols + c];\nconst float ad = fabsf(d);\n"
+            f"v = ad < {bt} ? 0.5f * d * d / {bt} : ad - 0.5f * {bt};")
+    return Epilogue(body, ((b, "rc"),)), reduction == 1
+
+
+def _post(nodes: list[OpNode], start: str) -> str | None:
+    """Scalar ops by constants after the reduction, as C statements on `s`; None if something else."""
+    lines, cur = [], start
+    for n in nodes:
+        if n.shape != () or not n.args or n.args[0] != cur or len(n.args) < 2 or is_ref(n.args[1]) \
+                or not isinstance(n.args[1], (int, float)):
+            return None
+        k = literal(n.args[1])
+        expr = {"div": f"s / {k}", "mul": f"s * {k}", "add": f"s + {k}", "sub": f"s - {k}"}.get(n.op)
+        if expr is None or (n.op in ("add", "sub") and n.kwarg("alpha", 1) != 1) or n.kwarg("rounding_mode") is not None:
+            return None
+        lines.append(f"s = {expr};")
+        cur = n.out
+    return "\n".join(lines)
+
+
+def match_reduce_all(problem: Problem) -> ReduceAllMatch | str:
+    g = problem.graph
+    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != () or problem.outputs[0].dtype != "float32":
+        return "needs one fp32 scalar output"
+    at = next((i for i, n in enumerate(g) if _full_reduction(n) or n.op == "smooth_l1_loss"), None)
+    if at is None:
+        return "no sum or mean of every element"
+    red = g[at]
+    anchor = next((f"in{i}" for i, x in enumerate(problem.inputs) if x.dtype == "float32" and len(x.shape) >= 1
+                   and all(len(y.shape) <= len(x.shape) for y in problem.inputs)), None)
+    if anchor is None:
+        return "no fp32 input to run over"
+    full = tuple(problem.inputs[int(anchor[2:])].shape)
+    if red.op == "smooth_l1_loss":
+        if at != 0:
+            return "ops before smooth_l1_loss"
+        found = _huber(problem, red, full)
+        if isinstance(found, str):
+            return found
+        chain, mean = found
+    else:
+        pre = g[:at]
+        odd = sorted({n.op for n in pre if n.op not in ELEMENTWISE + LEAF_VIEWS})
+        if odd:
+            return f"not only elementwise ops before the reduction ({', '.join(odd)})"
+        chain = compile_chain(problem, tuple(pre), anchor, full, "float32", allow_rowsum=False, result=red.args[0])
+        if isinstance(chain, str):
+            return chain
+        mean = red.op == "mean"
+    post = _post(list(g[at + 1:]), red.out)
+    if post is None:
+        return "after the reduction, more than scalar ops by constants"
+    if problem.graph_outputs != ((g[-1].out,) if at + 1 < len(g) else (red.out,)):
+        return "the forward's output is not the reduced value"
+    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op == "masked_fill" for n in g)
+    return ReduceAllMatch(anchor, chain, indexed, mean, post)
+
+
+class ReduceAll(Family):
+    """A grid of a few waves, VEC-wide loads of the anchor, per-thread double sums, a block reduction,
+    one double atomic per block; the last block (by an atomic ticket) applies mean and scale."""
+
+    def __init__(self) -> None:
+        super().__init__("reduce_all", {"VEC": (1, 2, 4), "BLOCK": (256, 512, 1024), "WAVES": (1, 2, 4, 8)})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_reduce_all(problem)
+        return found if isinstance(found, str) else None
+
+    def _match(self, problem: Problem) -> ReduceAllMatch:
+        found = match_reduce_all(problem)
+        if isinstance(found, str):
+            raise ValueError(f"reduce_all does not cover {problem.id}: {found}")
+        return found
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return True
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        return [dict(VEC=4, BLOCK=512, WAVES=2), dict(VEC=4, BLOCK=1024, WAVES=1), dict(VEC=2, BLOCK=256, WAVES=4)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        m = self._match(problem)
+        return {"EPI": m.chain, "INDEXED": m.indexed, "MEAN": m.mean, "POST": m.post,
+                "OPS": " ".join(n.op for n in problem.graph)}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        m = self._match(problem)
+        blocks = f"cdiv(cdiv(n, {c['VEC']}), {c['BLOCK']})"
+        grid = f"(max(1, min({blocks}, SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
+                          args=(m.anchor, "out0", "n", "cols", "scratch0", "scratch1", *m.chain.launch_args()),
+                          outputs=(("()", "float32"),), scratch=(("(1,)", "float64", "zeros"), ("(1,)", "int32", "zeros")),
+                          bindings=(("n", f"{m.anchor}.numel()"), ("cols", f"{m.anchor}.shape[-1]"),
+                                    ("SMS", f"torch.cuda.get_device_properties({m.anchor}.device).multi_processor_count")))
