@@ -219,3 +219,40 @@ def test_pooling_refusals(tmp_path, layer, why):
     p = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 40, 41)", args="a", init=f"        self.pool = {layer}")
     found = match_pool(p)
     assert isinstance(found, str) and why in found, found
+
+
+@pytest.mark.parametrize("expr, inputs, fam", [
+    ("torch.triu(a @ b)", "torch.randn(64, 32), torch.randn(32, 64)", "gemm_f32"),
+    ("torch.tril(torch.bmm(a, b), diagonal=-1)", "torch.randn(3, 40, 16), torch.randn(3, 16, 40)", "gemm_f32"),
+    ("torch.tril(a * 2, 1) + b", "torch.randn(5, 64, 64), torch.randn(5, 64, 64)", "pointwise"),
+])
+def test_triangular_masks_fuse_as_epilogues(tmp_path, expr, inputs, fam):
+    from cuforge.kernels.fp32 import GemmF32
+
+    p = problem_from_expr(tmp_path, expr, inputs)
+    assert fam in [f.name for f in families_for(p)[0]]
+    smoke_compile(GemmF32() if fam == "gemm_f32" else PointwiseChain(), p, 1)
+    if fam == "pointwise":
+        assert match_pointwise(p).indexed  # the mask needs each element's row and column
+
+
+@pytest.mark.parametrize("expr, mean, ignore", [
+    ("F.cross_entropy(a, t)", True, -100),
+    ("F.cross_entropy(a, t, reduction='sum', ignore_index=3)", False, 3),
+])
+def test_cross_entropy_matches_and_compiles(tmp_path, expr, mean, ignore):
+    from cuforge.kernels.cross_entropy import CrossEntropy, match_cross_entropy
+
+    p = problem_from_expr(tmp_path, expr, "torch.randn(64, 1000), torch.randint(0, 1000, (64,))", args="a, t")
+    m = match_cross_entropy(p)
+    assert not isinstance(m, str), m
+    assert (m.rows, m.classes, m.mean, m.ignore_index) == (64, 1000, mean, ignore)
+    smoke_compile(CrossEntropy(), p, 2)
+
+
+def test_cross_entropy_with_class_weights_is_refused(tmp_path):
+    from cuforge.kernels.cross_entropy import match_cross_entropy
+
+    p = problem_from_expr(tmp_path, "F.cross_entropy(a, t, weight=w)", "torch.randn(64, 10), torch.randint(0, 10, (64,)), torch.rand(10)",
+                          args="a, t, w")
+    assert isinstance(match_cross_entropy(p), str)

@@ -124,3 +124,28 @@ def test_pooling(sup, tmp_path, layer, shape):
 def test_a_diagonal_matmul_written_as_a_row_scale(sup, tmp_path):
     p = problem_from_expr(tmp_path, "b.unsqueeze(1) * a", "torch.randn(500, 301), torch.randn(500)", args="a, b")
     check(sup, PointwiseChain(), p)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("torch.triu(a @ b)", "torch.randn(300, 200), torch.randn(200, 300)"),
+    ("torch.tril(torch.bmm(a, b), diagonal=-1)", "torch.randn(3, 130, 64), torch.randn(3, 64, 130)"),
+])
+def test_triangular_matmuls(sup, tmp_path, expr, inputs):
+    from cuforge.kernels.fp32 import GemmF32
+
+    check(sup, GemmF32(), problem_from_expr(tmp_path, expr, inputs), n_random=1)
+
+
+def test_a_triangular_mask_in_a_pointwise_chain(sup, tmp_path):
+    check(sup, PointwiseChain(), problem_from_expr(tmp_path, "torch.tril(a * 2, 1) + b",
+                                                     "torch.randn(5, 64, 67), torch.randn(5, 64, 67)"))
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("F.cross_entropy(a, t)", "torch.randn(4096, 1000), torch.randint(0, 1000, (4096,))"),
+    ("F.cross_entropy(a, t, reduction='sum', ignore_index=3)", "torch.randn(300, 7) * 4, torch.randint(0, 7, (300,))"),
+])
+def test_cross_entropy(sup, tmp_path, expr, inputs):
+    from cuforge.kernels.cross_entropy import CrossEntropy
+
+    check(sup, CrossEntropy(), problem_from_expr(tmp_path, expr, inputs, args="a, t"))

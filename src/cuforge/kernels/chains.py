@@ -140,7 +140,7 @@ UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "
          "expm1", "reciprocal", "square", "erf", "sin", "cos", "hardsigmoid", "hardswish", "mish",
          "log_sigmoid_forward", "sign", "elu", "softplus", "pow", "leaky_relu", "clamp", "clamp_min", "hardtanh")
 BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum", "xlogy")
-ELEMENTWISE = UNARY + BINARY + ("masked_fill",)
+ELEMENTWISE = UNARY + BINARY + ("masked_fill", "triu", "tril")
 CTYPES = {"float32": "float", "float16": "__half"}
 
 
@@ -259,6 +259,16 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             # A value that broadcasts to the output (an op on a per-column operand, say) is computed
             # per output element: the same value at every element it broadcasts to.
             return f"{node.op} changes the shape to {list(node.shape)}"
+        if node.op in ("triu", "tril"):  # zero below (above) a diagonal of each matrix in the last two dims
+            diag = node.args[1] if len(node.args) > 1 else node.kwarg("diagonal", 0)
+            if not is_ref(node.args[0]) or node.args[0] not in env:
+                return f"{node.op} of something other than the chain's value"
+            if not isinstance(diag, int) or isinstance(diag, bool) or len(full) < 2 or tuple(node.shape) != full:
+                return f"{node.op} without a constant diagonal over the last two dims"
+            keep = f"(c - (long long)(r % {full[-2]})) {'>=' if node.op == 'triu' else '<='} {diag}"
+            lines.append(f"const float x{k} = ({keep}) ? {env[node.args[0]]} : 0.f;")
+            env[node.out] = f"x{k}"
+            continue
         if node.op == "masked_fill":
             if not is_ref(node.args[0]) or node.args[0] not in env:
                 return "masked_fill of something other than the chain's value"

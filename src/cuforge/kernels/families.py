@@ -524,9 +524,10 @@ from cuforge.kernels.scan import ScanRows  # noqa: E402
 from cuforge.kernels.normalize import Normalize  # noqa: E402
 from cuforge.kernels.reduce_all import ReduceAll  # noqa: E402
 from cuforge.kernels.pool import Pool  # noqa: E402
+from cuforge.kernels.cross_entropy import CrossEntropy  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmF32(), NormRows(), Elementwise(),
-                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), ReduceAll(), Pool()]
+                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), ReduceAll(), Pool(), CrossEntropy()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

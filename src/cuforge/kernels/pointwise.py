@@ -41,7 +41,7 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
         return chain
     if not chain.body:
         return "the forward returns its input unchanged"
-    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op == "masked_fill" for n in graph)
+    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op in ("masked_fill", "triu", "tril") for n in graph)
     return PointwiseMatch(anchor, chain, indexed)
 
 

@@ -99,7 +99,7 @@ def match_reduce_all(problem: Problem) -> ReduceAllMatch | str:
         return "after the reduction, more than scalar ops by constants"
     if problem.graph_outputs != ((g[-1].out,) if at + 1 < len(g) else (red.out,)):
         return "the forward's output is not the reduced value"
-    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op == "masked_fill" for n in g)
+    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op in ("masked_fill", "triu", "tril") for n in g)
     return ReduceAllMatch(anchor, chain, indexed, mean, post)
 
 
