@@ -256,3 +256,17 @@ def test_cross_entropy_with_class_weights_is_refused(tmp_path):
     p = problem_from_expr(tmp_path, "F.cross_entropy(a, t, weight=w)", "torch.randn(64, 10), torch.randint(0, 10, (64,)), torch.rand(10)",
                           args="a, t, w")
     assert isinstance(match_cross_entropy(p), str)
+
+
+def test_a_3d_tensor_times_a_matrix_is_one_gemm_over_merged_rows(tmp_path):
+    from cuforge.kernels.fp32 import GemmF32, Gemv, match_gemm
+
+    p = problem_from_expr(tmp_path, "torch.relu(torch.matmul(a, b))", "torch.randn(4, 50, 64), torch.randn(64, 72)")
+    m = match_gemm(p)
+    assert not isinstance(m, str), m
+    assert (m.a, m.a_merged, m.m, m.k, m.n, m.out_shape) == ("in0", True, 200, 64, 72, (4, 50, 72))
+    assert "relu" in m.epilogue.body or "fmaxf" in m.epilogue.body
+    cand = GemmF32().render(GemmF32().seeds(p)[0], p)
+    assert "in0.numel() // in0.shape[-1]" in repr(cand.launch.bindings) and "(4, 50, 72)" in repr(cand.launch.outputs)
+    assert isinstance(Gemv.match(p), str)  # the GEMV family reads A's first dim as M: not for merged rows
+    smoke_compile(GemmF32(), p, 1)

@@ -149,3 +149,13 @@ def test_cross_entropy(sup, tmp_path, expr, inputs):
     from cuforge.kernels.cross_entropy import CrossEntropy
 
     check(sup, CrossEntropy(), problem_from_expr(tmp_path, expr, inputs, args="a, t"))
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("torch.matmul(a, b)", "torch.randn(4, 130, 96), torch.randn(96, 200)"),
+    ("torch.relu(torch.matmul(a, b)) * 2", "torch.randn(2, 3, 50, 64), torch.randn(64, 72)"),
+])
+def test_tensor_times_matrix_over_merged_rows(sup, tmp_path, expr, inputs):
+    from cuforge.kernels.fp32 import GemmF32
+
+    check(sup, GemmF32(), problem_from_expr(tmp_path, expr, inputs), n_random=1)

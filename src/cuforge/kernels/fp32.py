@@ -29,6 +29,22 @@ class GemmMatch:
     n: int
     epilogue: Epilogue
     out_shape: tuple[int, ...]
+    # A is an input of 3+ dims whose leading dims the forward merged into M by a view (x.view(-1, K) @ W,
+    # torch.matmul of a 3-D tensor and a matrix); the output is then viewed back to out_shape.
+    a_merged: bool = False
+
+
+_VIEWS = ("view", "reshape", "_unsafe_view")
+
+
+def _merged_rows(problem: Problem, node: Any) -> str | None:
+    """The input a leading view node reads, when it only merges that input's leading dims into one."""
+    if node.op not in _VIEWS or not is_ref(node.args[0]) or node.args[0].endswith(".T") or len(node.shape) != 2:
+        return None
+    spec = leaf_spec(problem, node.args[0])
+    if spec is None or len(spec.shape) < 3 or node.shape[-1] != spec.shape[-1]:
+        return None
+    return node.args[0]
 
 
 def _operand(problem: Problem, ref: Any, dims: int) -> tuple[str, bool] | str:
@@ -47,7 +63,11 @@ def match_gemm(problem: Problem) -> GemmMatch | str:
     """The problem as an fp32 GEMM with an epilogue, or why it is not one."""
     if not problem.graph:
         return "no traced graph"
-    first = problem.graph[0]
+    graph = problem.graph
+    merged = _merged_rows(problem, graph[0]) if len(graph) > 1 else None
+    if merged is not None:
+        graph = graph[1:]
+    first = graph[0]
     if first.op not in ("mm", "bmm", "addmm"):
         return "does not start with mm, bmm or addmm"
     bias = None
@@ -57,24 +77,46 @@ def match_gemm(problem: Problem) -> GemmMatch | str:
             return "addmm with beta or alpha other than 1"
         bias, args = args[0], args[1:]
     dims = 3 if first.op == "bmm" else 2
-    ops = [_operand(problem, r, dims) for r in args[:2]]
+    if merged is not None and (first.op == "bmm" or args[0] != problem.graph[0].out):
+        return "a view that is not the GEMM's left operand"
+    ops = [(merged, False) if merged is not None and i == 0 else _operand(problem, r, dims) for i, r in enumerate(args[:2])]
     for o in ops:
         if isinstance(o, str):
             return o
     (a, ta), (b, tb) = ops  # type: ignore[misc]
     sa, sb = leaf_spec(problem, a).shape, leaf_spec(problem, b).shape  # type: ignore[union-attr]
+    if merged is not None:
+        sa = tuple(problem.graph[0].shape)
     m, k = (sa[-1], sa[-2]) if ta else (sa[-2], sa[-1])
     n = sb[-2] if tb else sb[-1]
     if dims == 3 and sa[0] != sb[0]:
         return "batch sizes differ"
-    nodes = problem.graph[1:]
+    nodes = graph[1:]
+    out_view = None
+    anchor, full, result = first.out, tuple(first.shape), None
+    if merged is not None:  # the result is viewed back to the input's leading dims: the same memory
+        lead = tuple(leaf_spec(problem, a).shape[:-1])  # type: ignore[union-attr]
+
+        def view_back(node: Any) -> bool:
+            return node.op in _VIEWS and tuple(node.shape) == lead + (n,)
+
+        if nodes and view_back(nodes[0]) and nodes[0].args[0] == first.out:  # view, then the epilogue
+            out_view, anchor, full, nodes = tuple(nodes[0].shape), nodes[0].out, tuple(nodes[0].shape), nodes[1:]
+        elif nodes and view_back(nodes[-1]) and problem.graph_outputs == (nodes[-1].out,):  # the epilogue, then the view
+            out_view, result, nodes = tuple(nodes[-1].shape), nodes[-1].args[0], nodes[:-1]
+        else:
+            return "a merged-rows GEMM whose result is not viewed back to the input's leading dims"
     if bias is not None:
         spec = leaf_spec(problem, bias) if is_ref(bias) else None
         if spec is None or spec.dtype != "float32" or tuple(spec.shape) not in ((n,), (1, n)):
             return "addmm's bias is not an fp32 vector over the output columns"
-    epi = compile_chain(problem, nodes, first.out, tuple(first.shape), bias=bias)
+    epi = compile_chain(problem, nodes, anchor, full, bias=bias, result=result)
     if isinstance(epi, str):
         return epi
+    if out_view is not None:
+        if epi.rowsum:
+            return "a row sum of a merged-rows GEMM"
+        return GemmMatch(a, ta, b, tb, False, m, k, n, epi, out_view, a_merged=True)
     out_shape = tuple(first.shape[:-1]) if epi.rowsum else tuple(first.shape)
     return GemmMatch(a, ta, b, tb, dims == 3, m, k, n, epi, out_shape)
 
@@ -158,11 +200,11 @@ class GemmF32(Family):
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_gemm(problem)
         assert not isinstance(f, str)
-        bindings = [("M", f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
+        bindings = [("M", f"{f.a}.numel() // {f.a}.shape[-1]" if f.a_merged else f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
                     ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
                     ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
                     ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
-        out = (_shape_expr("M", "N", f.batched, f.epilogue.rowsum), "float32")
+        out = (repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum), "float32")
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), BATCH)",
                           block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
@@ -195,7 +237,7 @@ class Gemv(Family):
         found = match_gemm(problem)
         if isinstance(found, str):
             return found
-        if found.n != 1 or found.ta or found.batched or found.epilogue.rowsum:
+        if found.n != 1 or found.ta or found.batched or found.epilogue.rowsum or found.a_merged:
             return "not a matrix times one column vector"
         return found
 
