@@ -270,3 +270,26 @@ def test_a_3d_tensor_times_a_matrix_is_one_gemm_over_merged_rows(tmp_path):
     assert "in0.numel() // in0.shape[-1]" in repr(cand.launch.bindings) and "(4, 50, 72)" in repr(cand.launch.outputs)
     assert isinstance(Gemv.match(p), str)  # the GEMV family reads A's first dim as M: not for merged rows
     smoke_compile(GemmF32(), p, 1)
+
+
+@pytest.mark.parametrize("expr, keepdim, scale", [
+    ("torch.sum(torch.sigmoid(a @ b), dim=1, keepdim=True)", True, ""),
+    ("torch.sum((a @ b) / 2, dim=1, keepdim=True) * 1.5", True, "* 1.5f"),
+    ("torch.sum(torch.relu(a @ b), dim=-1) / 4", False, "* 0.25f"),
+])
+def test_row_sums_keep_their_dim_and_fold_constant_scales(tmp_path, expr, keepdim, scale):
+    from cuforge.kernels.fp32 import GemmF32, match_gemm
+
+    p = problem_from_expr(tmp_path, expr, "torch.randn(64, 32), torch.randn(32, 48)")
+    m = match_gemm(p)
+    assert not isinstance(m, str), m
+    assert m.epilogue.rowsum and m.epilogue.keepdim == keepdim and scale in m.epilogue.body
+    assert m.out_shape == ((64, 1) if keepdim else (64,))
+    smoke_compile(GemmF32(), p, 1)
+
+
+def test_a_row_sum_followed_by_other_than_a_constant_scale_is_refused(tmp_path):
+    from cuforge.kernels.fp32 import match_gemm
+
+    found = match_gemm(problem_from_expr(tmp_path, "torch.sum(a @ b, dim=1, keepdim=True) + 1", "torch.randn(64, 32), torch.randn(32, 48)"))
+    assert isinstance(found, str) and "not a scale by a constant" in found

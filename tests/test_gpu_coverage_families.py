@@ -159,3 +159,13 @@ def test_tensor_times_matrix_over_merged_rows(sup, tmp_path, expr, inputs):
     from cuforge.kernels.fp32 import GemmF32
 
     check(sup, GemmF32(), problem_from_expr(tmp_path, expr, inputs), n_random=1)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("torch.sum(torch.sigmoid(a @ b), dim=1, keepdim=True)", "torch.randn(100, 64), torch.randn(64, 3000)"),
+    ("torch.sum((a @ b) / 2, dim=1, keepdim=True) * 1.5", "torch.randn(130, 96), torch.randn(96, 1000)"),
+])
+def test_gemm_row_sums_with_keepdim_and_scale(sup, tmp_path, expr, inputs):
+    from cuforge.kernels.fp32 import GemmF32
+
+    check(sup, GemmF32(), problem_from_expr(tmp_path, expr, inputs), n_random=1)

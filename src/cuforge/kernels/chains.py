@@ -19,6 +19,7 @@ class Epilogue:
     body: str = ""
     tensors: tuple[tuple[str, str], ...] = ()  # (ref, "rc" | "c" | "r")
     rowsum: bool = False  # the output is the epilogue value summed over the last dim
+    keepdim: bool = False  # ... kept as a dim of size 1
     prefix: str = "e"  # the tensors' parameter names: e0, e1, ... (a prologue uses p0, ...)
     ctype: str = "float"  # their element type (__half for fp16 chains, read through __half2float)
 
@@ -244,15 +245,26 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
 
     lines: list[str] = [f"v = v + {load(prefix + '0[c]')};"] if bias else []
     tensors: list[tuple[str, str]] = [(bias, "c")] if bias else []
-    rowsum = False
+    rowsum = keepdim = False
     views = leaf_views(problem, nodes)
     for k, node in enumerate(nodes):
         if node.out in views:
             continue  # a view of a leaf: read through the leaf where it is used
-        if node.op == "sum_lastdim" and allow_rowsum and k == len(nodes) - 1 and node.args[0] in env and len(full) >= 1:
-            rowsum = True
+        if allow_rowsum and _is_row_sum(node, full) and node.args[0] in env:
+            # The sum may only be scaled by constants after it: folded in before the sum (it is linear).
+            tail = nodes[k + 1:]
+            prev, value = node.out, env[node.args[0]]
+            for t in tail:
+                factor = _constant_scale(t, prev)
+                if factor is None:
+                    return f"{t.op} after the row sum is not a scale by a constant"
+                lines.append(f"const float x{k} = {value} * {literal(factor)};")
+                value, prev, k = f"x{k}", t.out, k + 1
+            rowsum, keepdim = True, node.op == "sum"
             env[node.out] = env[node.args[0]]
-            continue
+            env[prev] = value
+            nodes = nodes[: nodes.index(node) + 1 + len(tail)]
+            break
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
         if broadcast_kind(tuple(node.shape), full) is None:
@@ -322,4 +334,26 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         return f"the chain ends in {last}, not in {result}"
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
-    return Epilogue(body, tuple(tensors), rowsum, prefix, CTYPES.get(dtype, "float"))
+    return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"))
+
+
+def _is_row_sum(node: OpNode, full: tuple[int, ...]) -> bool:
+    """A sum over the last dim of the chain's value (traced as sum_lastdim, or as sum with keepdim)."""
+    if node.op == "sum_lastdim":
+        return len(full) >= 1
+    if node.op != "sum" or len(node.args) < 3 or node.args[2] is not True or node.kwarg("dtype") is not None or not full:
+        return False
+    dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else (node.args[1],)
+    return len(dims) == 1 and isinstance(dims[0], int) and dims[0] % len(full) == len(full) - 1
+
+
+def _constant_scale(node: OpNode, prev: str) -> float | None:
+    """The factor of a multiply or divide of `prev` by a constant, else None."""
+    if len(node.args) < 2 or node.args[0] != prev or is_ref(node.args[1]) or not isinstance(node.args[1], (int, float)) \
+            or isinstance(node.args[1], bool):
+        return None
+    if node.op == "mul":
+        return float(node.args[1])
+    if node.op == "div" and node.kwarg("rounding_mode") is None and node.args[1] != 0:
+        return 1.0 / float(node.args[1])
+    return None

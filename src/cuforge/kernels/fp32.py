@@ -117,12 +117,12 @@ def match_gemm(problem: Problem) -> GemmMatch | str:
         if epi.rowsum:
             return "a row sum of a merged-rows GEMM"
         return GemmMatch(a, ta, b, tb, False, m, k, n, epi, out_view, a_merged=True)
-    out_shape = tuple(first.shape[:-1]) if epi.rowsum else tuple(first.shape)
+    out_shape = tuple(first.shape[:-1]) + ((1,) if epi.keepdim else ()) if epi.rowsum else tuple(first.shape)
     return GemmMatch(a, ta, b, tb, dims == 3, m, k, n, epi, out_shape)
 
 
-def _shape_expr(m: str, n: str, batched: bool, rowsum: bool) -> str:
-    dims = (["BATCH"] if batched else []) + [m] + ([] if rowsum else [n])
+def _shape_expr(m: str, n: str, batched: bool, rowsum: bool, keepdim: bool = False) -> str:
+    dims = (["BATCH"] if batched else []) + [m] + (["1"] if keepdim else [] if rowsum else [n])
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
@@ -204,7 +204,7 @@ class GemmF32(Family):
                     ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
                     ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
                     ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
-        out = (repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum), "float32")
+        out = (repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim), "float32")
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), BATCH)",
                           block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
