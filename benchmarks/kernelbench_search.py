@@ -75,7 +75,8 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     for level, path in chosen:
         shutil.copy(path, suite_dir / f"l{level}_{path.name}")
     problems = load_suite(str(suite_dir)).problems
-    covered = {p.id: families_for(p)[0][0].name for p in problems if families_for(p)[0]}
+    preferred = {p.id: families_for(p)[0] for p in problems}
+    covered = {pid: fams[0].name for pid, fams in preferred.items() if fams}
     wanted = sorted(pid for pid, fam in covered.items() if not families or fam in families)
     store = Store(str(work / "cuforge.db"))
     cfg = RunConfig(suite=str(suite_dir), problems=wanted, islands=1, generations=generations, baseline="torch",

@@ -44,7 +44,7 @@ def test_pointwise_chains_match_and_compile(tmp_path, expr, inputs, args):
 
 def test_views_of_leaves_are_read_through_the_leaf(tmp_path):
     m = match_pointwise(problem_from_expr(tmp_path, "b.unsqueeze(1) * a", "torch.randn(96, 50), torch.randn(96)"))
-    assert m.chain.tensors == (("in1", "r"),) and m.indexed
+    assert m.chain.tensors == (("in1", "r"),) and m.chain.indexed
     # A view that reorders elements (not just size-1 dims) is not a leaf view: refused, not misread.
     found = match_pointwise(problem_from_expr(tmp_path, "b.reshape(96, 50) * a", "torch.randn(96, 50), torch.randn(50, 96)"))
     assert isinstance(found, str)
@@ -53,7 +53,7 @@ def test_views_of_leaves_are_read_through_the_leaf(tmp_path):
 def test_pointwise_indexes_rows_and_columns_only_when_an_operand_needs_them(tmp_path):
     flat = match_pointwise(problem_from_expr(tmp_path, "a * b + 1", f"{X}, {X}"))
     per_col = match_pointwise(problem_from_expr(tmp_path, "a * b + 1", "torch.randn(8, 96), torch.randn(96)"))
-    assert not flat.indexed and per_col.indexed
+    assert not flat.chain.indexed and per_col.chain.indexed
     assert per_col.chain.tensors == (("in1", "c"),)
 
 
@@ -233,7 +233,7 @@ def test_triangular_masks_fuse_as_epilogues(tmp_path, expr, inputs, fam):
     assert fam in [f.name for f in families_for(p)[0]]
     smoke_compile(GemmF32() if fam == "gemm_f32" else PointwiseChain(), p, 1)
     if fam == "pointwise":
-        assert match_pointwise(p).indexed  # the mask needs each element's row and column
+        assert match_pointwise(p).chain.indexed  # the mask needs each element's row and column
 
 
 @pytest.mark.parametrize("expr, mean, ignore", [

@@ -40,5 +40,19 @@ class OpNode:
         return dict(self.kwargs).get(name, default)
 
 
+def constant_dims(arg: Any, ndim: int) -> tuple[int, ...] | None:
+    """The dims a traced dim argument names (an int or a list of ints, negative ones counted from the
+    end), sorted and non-negative; None when it is not constant ints within `ndim`."""
+    dims = arg if isinstance(arg, (list, tuple)) else (arg,)
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and -ndim <= d < ndim for d in dims):
+        return None
+    return tuple(sorted({d % ndim for d in dims}))
+
+
+def is_last_dim(arg: Any, ndim: int) -> bool:
+    """Whether a traced dim argument names exactly the last dim."""
+    return ndim > 0 and constant_dims(arg, ndim) == (ndim - 1,)
+
+
 def _tuplify(x: Any) -> Any:
     return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x

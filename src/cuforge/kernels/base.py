@@ -81,6 +81,40 @@ class Family:
         return tuple(int(x) for x in compute_capability.split(".")) >= (8, 0)
 
 
+def grid_stride_grid(vectors: str, block: int, waves: int) -> str:
+    """The 1-D grid of a grid-stride loop over `vectors` units: one block per `block` units (waves 0),
+    or at most `waves` times a full GPU (2048 resident threads per SM; needs the SMS binding)."""
+    blocks = f"cdiv({vectors}, {block})"
+    return f"(max(1, {blocks}),)" if waves == 0 else f"(max(1, min({blocks}, SMS * {waves * 2048 // block})),)"
+
+
+def sm_count(tensor: str) -> tuple[str, str]:
+    """The SMS binding: the multiprocessors of the GPU `tensor` lives on."""
+    return ("SMS", f"torch.cuda.get_device_properties({tensor}.device).multi_processor_count")
+
+
+class GraphFamily(Family):
+    """A family whose coverage is one function of the traced graph: `match` returns what the kernel
+    needs to know (a match) or why it does not cover the problem (a string)."""
+
+    def match(self, problem: Problem) -> Any:
+        raise NotImplementedError
+
+    def supports(self, problem: Problem) -> str | None:
+        found = self.match(problem)
+        return found if isinstance(found, str) else None
+
+    def matched(self, problem: Problem) -> Any:
+        """The match, for rendering and launching a problem `supports` accepted."""
+        found = self.match(problem)
+        if isinstance(found, str):
+            raise ValueError(f"{self.name} does not cover {problem.id}: {found}")
+        return found
+
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        return True
+
+
 SEED_SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem, TensorSpec
 
 
@@ -22,6 +22,9 @@ class Epilogue:
     keepdim: bool = False  # ... kept as a dim of size 1
     prefix: str = "e"  # the tensors' parameter names: e0, e1, ... (a prologue uses p0, ...)
     ctype: str = "float"  # their element type (__half for fp16 chains, read through __half2float)
+    # The body needs the real row and column (per-row/column operands, masks); else it reads r and c
+    # only as r * cols + c, and an elementwise kernel may pass r = 0, c = the flat index.
+    indexed: bool = False
 
     def params(self) -> str:
         """The extra parameters of a kernel (and of its epilogue function)."""
@@ -196,11 +199,6 @@ def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
     return None
 
 
-def indexing(spec: TensorSpec, full: tuple[int, ...]) -> str | None:
-    """How a leaf tensor broadcasts against the output: per element, per column, per row or one value."""
-    return broadcast_kind(tuple(spec.shape), full)
-
-
 def broadcast_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
     """"rc", "c", "r" or "s" (a single value) for a shape that broadcasts simply to `full`, else None."""
     if len(shape) <= len(full) and all(d == 1 for d in shape) and shape != full:
@@ -246,24 +244,22 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     lines: list[str] = [f"v = v + {load(prefix + '0[c]')};"] if bias else []
     tensors: list[tuple[str, str]] = [(bias, "c")] if bias else []
     rowsum = keepdim = False
+    indexed = bias is not None
     views = leaf_views(problem, nodes)
     for k, node in enumerate(nodes):
         if node.out in views:
             continue  # a view of a leaf: read through the leaf where it is used
         if allow_rowsum and _is_row_sum(node, full) and node.args[0] in env:
             # The sum may only be scaled by constants after it: folded in before the sum (it is linear).
-            tail = nodes[k + 1:]
-            prev, value = node.out, env[node.args[0]]
-            for t in tail:
+            value, prev = env[node.args[0]], node.out
+            for j, t in enumerate(nodes[k + 1:], start=k + 1):
                 factor = _constant_scale(t, prev)
                 if factor is None:
                     return f"{t.op} after the row sum is not a scale by a constant"
-                lines.append(f"const float x{k} = {value} * {literal(factor)};")
-                value, prev, k = f"x{k}", t.out, k + 1
+                lines.append(f"const float x{j} = {value} * {literal(factor)};")
+                value, prev = f"x{j}", t.out
             rowsum, keepdim = True, node.op == "sum"
-            env[node.out] = env[node.args[0]]
             env[prev] = value
-            nodes = nodes[: nodes.index(node) + 1 + len(tail)]
             break
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
@@ -278,6 +274,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if not isinstance(diag, int) or isinstance(diag, bool) or len(full) < 2 or tuple(node.shape) != full:
                 return f"{node.op} without a constant diagonal over the last two dims"
             keep = f"(c - (long long)(r % {full[-2]})) {'>=' if node.op == 'triu' else '<='} {diag}"
+            indexed = True
             lines.append(f"const float x{k} = ({keep}) ? {env[node.args[0]]} : 0.f;")
             env[node.out] = f"x{k}"
             continue
@@ -285,6 +282,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if not is_ref(node.args[0]) or node.args[0] not in env:
                 return "masked_fill of something other than the chain's value"
             expr, why = _masked_fill(problem, node, env[node.args[0]], full)
+            indexed = True
             if why:
                 return why
             lines.append(f"const float x{k} = {expr};")
@@ -313,6 +311,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
                 return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast simply to {list(full)}"
             if (a, how) not in tensors:
                 tensors.append((a, how))
+            indexed = indexed or how in ("r", "c")
             i = tensors.index((a, how))
             operands.append(load(f"{prefix}{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r', 's': '0'}[how] }]"))
         if not tensor_args:
@@ -334,7 +333,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         return f"the chain ends in {last}, not in {result}"
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
-    return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"))
+    return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"), indexed)
 
 
 def _is_row_sum(node: OpNode, full: tuple[int, ...]) -> bool:
@@ -343,8 +342,7 @@ def _is_row_sum(node: OpNode, full: tuple[int, ...]) -> bool:
         return len(full) >= 1
     if node.op != "sum" or len(node.args) < 3 or node.args[2] is not True or node.kwarg("dtype") is not None or not full:
         return False
-    dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else (node.args[1],)
-    return len(dims) == 1 and isinstance(dims[0], int) and dims[0] % len(full) == len(full) - 1
+    return is_last_dim(node.args[1], len(full))
 
 
 def _constant_scale(node: OpNode, prev: str) -> float | None:

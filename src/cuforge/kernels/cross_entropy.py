@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
+from cuforge.kernels.base import GraphFamily
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -43,30 +43,20 @@ def match_cross_entropy(problem: Problem) -> CrossEntropyMatch | str:
     return CrossEntropyMatch(ins[0].shape[0], ins[0].shape[1], reduction == 1, ignore)
 
 
-class CrossEntropy(Family):
+class CrossEntropy(GraphFamily):
     def __init__(self) -> None:
         super().__init__("cross_entropy", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_cross_entropy(problem)
-        return found if isinstance(found, str) else None
-
-    def _match(self, problem: Problem) -> CrossEntropyMatch:
-        found = match_cross_entropy(problem)
-        if isinstance(found, str):
-            raise ValueError(f"cross_entropy does not cover {problem.id}: {found}")
-        return found
-
-    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return True
+    def match(self, problem: Problem) -> CrossEntropyMatch | str:
+        return match_cross_entropy(problem)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        classes = self._match(problem).classes
+        classes = self.matched(problem).classes
         block = 512 if classes >= 4096 else 256 if classes >= 1024 else 128
         return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=1024 if block != 1024 else 256), dict(VEC=1, BLOCK=block)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
+        m = self.matched(problem)
         return {"MEAN": m.mean, "IGNORE": m.ignore_index, "ALIGNED": m.classes % 4 == 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:

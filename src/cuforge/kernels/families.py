@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, tiles  # noqa: F401
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, grid_stride_grid, sm_count, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -450,11 +450,9 @@ class Elementwise(Family):
         return {"OP": problem.ops[0], "DTYPE": dtype, "CTYPE": "float" if dtype == "float32" else "half"}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        blocks = f"cdiv(cdiv(n, {c['VEC']}), {c['BLOCK']})"
-        grid = f"(max(1, {blocks}),)" if c["WAVES"] == 0 else f"(max(1, min({blocks}, SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        grid = grid_stride_grid(f"cdiv(n, {c['VEC']})", c["BLOCK"], c["WAVES"])
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)", args=("in0", "out0", "n"),
-                          outputs=(("in0.shape", problem.inputs[0].dtype),),
-                          bindings=(("n", "in0.numel()"), ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
+                          outputs=(("in0.shape", problem.inputs[0].dtype),), bindings=(("n", "in0.numel()"), sm_count("in0")))
 
 
 class RowFamily(Family):

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
+from cuforge.kernels.base import GraphFamily
 from cuforge.kernels.chains import leaf_spec
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -30,13 +30,6 @@ class NormalizeMatch:
     channel_span: int = 1  # elements of one channel within a group's row (H*W)
 
 
-def _dims(arg: Any, ndim: int) -> tuple[int, ...] | None:
-    dims = arg if isinstance(arg, (list, tuple)) else (arg,)
-    if len(dims) != 1 or not isinstance(dims[0], int) or isinstance(dims[0], bool):
-        return None
-    return (dims[0] % ndim,)
-
-
 def _keepdim(node: OpNode, index: int) -> bool:
     return (len(node.args) > index and node.args[index] is True) or node.kwarg("keepdim") is True
 
@@ -47,27 +40,25 @@ def _split(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
 
 def _by_stat(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | str:
     """x / stat(x) with stat a keepdim L1 mean, L2 norm or RMS over one dim."""
-    g = [n for n in problem.graph]
+    g = problem.graph
     ndim = len(shape)
     last = g[-1]
     if last.op != "div" or last.args[0] != "in0" or not is_ref(last.args[1]):
         return "does not end in x / statistic"
-    by_out = {n.out: n for n in g}
     if len(g) == 3 and g[0].op == "abs" and g[0].args[0] == "in0" and g[1].op == "mean" and g[1].args[0] == g[0].out \
             and _keepdim(g[1], 2) and last.args[1] == g[1].out:
-        kind, dims, eps = "l1", _dims(g[1].args[1], ndim), 0.0
+        kind, dims, eps = "l1", constant_dims(g[1].args[1], ndim), 0.0
     elif len(g) == 2 and g[0].op == "linalg_vector_norm" and g[0].args[0] == "in0" and len(g[0].args) >= 4 \
             and g[0].args[1] == 2 and _keepdim(g[0], 3) and last.args[1] == g[0].out and g[0].kwarg("dtype") is None:
-        kind, dims, eps = "l2", _dims(g[0].args[2], ndim), 0.0
+        kind, dims, eps = "l2", constant_dims(g[0].args[2], ndim), 0.0
     elif len(g) == 5 and [n.op for n in g] == ["pow", "mean", "add", "sqrt", "div"] and g[0].args == ("in0", 2) \
             and g[1].args[0] == g[0].out and _keepdim(g[1], 2) and g[2].args[0] == g[1].out \
             and isinstance(g[2].args[1], (int, float)) and not is_ref(g[2].args[1]) and g[3].args[0] == g[2].out \
             and last.args[1] == g[3].out:
-        kind, dims, eps = "rms", _dims(g[1].args[1], ndim), float(g[2].args[1]) * float(g[2].kwarg("alpha", 1))
+        kind, dims, eps = "rms", constant_dims(g[1].args[1], ndim), float(g[2].args[1]) * float(g[2].kwarg("alpha", 1))
     else:
         return "not an L1, L2 or RMS normalization over one dim"
-    del by_out
-    if dims is None:
+    if dims is None or len(dims) != 1:
         return "the statistic runs over more than one dim"
     outer, reduced, inner = _split(shape, dims[0])
     return NormalizeMatch(kind, outer, reduced, inner, eps)
@@ -112,50 +103,36 @@ def match_normalize(problem: Problem) -> NormalizeMatch | str:
     return found
 
 
-class Normalize(Family):
+class Normalize(GraphFamily):
     """Rows: BLOCK threads per row, VEC-wide loads, double-precision sums, a block reduction, then the
     row is read again and written. A middle dim: BLOCK threads across the inner dim per block."""
 
     def __init__(self) -> None:
-        super().__init__("normalize", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024), "RESIDENT": (0, 1)})
+        super().__init__("normalize", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
 
-    # RESIDENT=1 asks for more than half an SM's shared memory (unused), so one block runs per SM:
-    # fewer rows in flight, so that a row's second read still finds it in L2.
-    DEFAULTS = {"RESIDENT": 0}
-
-    def supports(self, problem: Problem) -> str | None:
-        found = match_normalize(problem)
-        return found if isinstance(found, str) else None
-
-    def _match(self, problem: Problem) -> NormalizeMatch:
-        found = match_normalize(problem)
-        if isinstance(found, str):
-            raise ValueError(f"normalize does not cover {problem.id}: {found}")
-        return found
+    def match(self, problem: Problem) -> NormalizeMatch | str:
+        return match_normalize(problem)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return self._match(problem).inner == 1 or (c["VEC"] == 1 and c["RESIDENT"] == 0)
+        return self.matched(problem).inner == 1 or c["VEC"] == 1
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        m = self._match(problem)
+        m = self.matched(problem)
         if m.inner > 1:
-            return [dict(VEC=1, BLOCK=256, RESIDENT=0), dict(VEC=1, BLOCK=128, RESIDENT=0), dict(VEC=1, BLOCK=512, RESIDENT=0)]
+            return [dict(VEC=1, BLOCK=256), dict(VEC=1, BLOCK=128), dict(VEC=1, BLOCK=512)]
         block = 1024 if m.reduced >= 65536 else 512 if m.reduced >= 4096 else 128
-        # Rows that fit in L2 one per SM (~50 MB / 132): try them resident first.
-        resident = int(m.outer >= 132 and 16384 <= m.reduced * 4 * 132 <= 40 * 2**20)
-        return [dict(VEC=4, BLOCK=block, RESIDENT=resident), dict(VEC=4, BLOCK=1024, RESIDENT=1 - resident),
-                dict(VEC=4, BLOCK=256 if block != 256 else 512, RESIDENT=0)]
+        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=256 if block != 256 else 512), dict(VEC=1, BLOCK=block)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
+        m = self.matched(problem)
         return {"KIND": m.kind, "ROWS": m.inner == 1, "ALIGNED": m.reduced % 4 == 0, "EPS": repr(float(m.eps)) + "f",
                 "AFFINE_W": m.weight is not None, "AFFINE_B": m.bias is not None, "GROUPS": m.groups,
                 "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        m = self._match(problem)
+        m = self.matched(problem)
         affine = tuple(r for r in (m.weight, m.bias) if r is not None)
         grid = "(outer,)" if m.inner == 1 else f"(outer * cdiv(inner, {c['BLOCK']}),)"
-        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)", shared_mem="0" if not c["RESIDENT"] else str(116 * 1024),
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=("in0", "out0", "reduced", "inner", *affine), outputs=(("in0.shape", "float32"),),
                           bindings=(("outer", str(m.outer)), ("reduced", str(m.reduced)), ("inner", str(m.inner))))

@@ -9,7 +9,7 @@ from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
 from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec, literal
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -25,10 +25,6 @@ class NormMatch:
     cols: int
     epilogue: Epilogue
 
-
-def _last_dim(dims: Any, ndim: int) -> bool:
-    dims = dims if isinstance(dims, (list, tuple)) else (dims,)
-    return len(dims) == 1 and isinstance(dims[0], int) and dims[0] % ndim == ndim - 1
 
 
 def _vector(problem: Problem, ref: Any, cols: int) -> str | None | bool:
@@ -49,7 +45,7 @@ def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...]) -> tuple[str, float
     if not squares or not is_ref(x) or leaf_spec(problem, x) is None:
         return "does not start with the square of an input"
     ndim = len(sq.shape)
-    if mean.op != "mean" or mean.args[0] != sq.out or not _last_dim(mean.args[1], ndim) or not (
+    if mean.op != "mean" or mean.args[0] != sq.out or not is_last_dim(mean.args[1], ndim) or not (
             len(mean.args) > 2 and mean.args[2] is True or mean.kwarg("keepdim") is True):
         return "no mean of the squares over the last dim (keepdim)"
     if add.op != "add" or add.args[0] != mean.out or len(add.args) < 2 or is_ref(add.args[1]) \

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
+from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
@@ -17,7 +17,6 @@ from cuforge.sandbox.candidate import LaunchSpec
 class PointwiseMatch:
     anchor: str  # the input read as the chain's starting value (vector loads)
     chain: Epilogue
-    indexed: bool  # whether the chain needs each element's row and column (per-row/column operands, masks)
 
 
 def match_pointwise(problem: Problem) -> PointwiseMatch | str:
@@ -41,43 +40,31 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
         return chain
     if not chain.body:
         return "the forward returns its input unchanged"
-    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op in ("masked_fill", "triu", "tril") for n in graph)
-    return PointwiseMatch(anchor, chain, indexed)
+    return PointwiseMatch(anchor, chain)
 
 
-class PointwiseChain(Family):
+class PointwiseChain(GraphFamily):
     """One thread per VEC consecutive elements (float4 loads and stores of the anchor), grid-stride
     loop; row and column are only computed when an operand is per-row or per-column."""
 
     def __init__(self) -> None:
         super().__init__("pointwise", {"VEC": (1, 2, 4), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_pointwise(problem)
-        return found if isinstance(found, str) else None
-
-    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return True
+    def match(self, problem: Problem) -> PointwiseMatch | str:
+        return match_pointwise(problem)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         return [dict(VEC=4, BLOCK=256, WAVES=0), dict(VEC=4, BLOCK=512, WAVES=8), dict(VEC=2, BLOCK=256, WAVES=0)]
 
-    def _match(self, problem: Problem) -> PointwiseMatch:
-        found = match_pointwise(problem)
-        if isinstance(found, str):
-            raise ValueError(f"pointwise does not cover {problem.id}: {found}")
-        return found
-
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
-        return {"EPI": m.chain, "INDEXED": m.indexed, "OPS": " ".join(n.op for n in problem.graph)}
+        m = self.matched(problem)
+        return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        m = self._match(problem)
-        blocks = f"cdiv(cdiv(n, {c['VEC']}), {c['BLOCK']})"
-        grid = f"(max(1, {blocks}),)" if c["WAVES"] == 0 else f"(max(1, min({blocks}, SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        m = self.matched(problem)
+        grid = grid_stride_grid(f"cdiv(n, {c['VEC']})", c["BLOCK"], c["WAVES"])
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=(m.anchor, "out0", "n", "cols", *m.chain.launch_args()),
                           outputs=((f"{m.anchor}.shape", "float32"),),
                           bindings=(("n", f"{m.anchor}.numel()"), ("cols", f"{m.anchor}.shape[-1]"),
-                                    ("SMS", f"torch.cuda.get_device_properties({m.anchor}.device).multi_processor_count")))
+                                    sm_count(m.anchor)))

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
+from cuforge.kernels.base import GraphFamily
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -42,7 +42,7 @@ def _triple(v: Any, nd: int, default: int | None = None) -> tuple[int, ...] | No
 
 
 def match_pool(problem: Problem) -> PoolMatch | str:
-    g = [n for n in problem.graph]
+    g = problem.graph
     if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32":
         return "needs one fp32 input"
     node = next((n for n in g if n.op in POOLS), None)
@@ -94,39 +94,31 @@ def match_pool(problem: Problem) -> PoolMatch | str:
         expected = ((node.out,), (f"{node.out}.0",))
     if problem.graph_outputs not in expected:
         return "the forward's output is not the pooled values"
-    pad3 = lambda t, fill: (fill,) * (3 - nd) + tuple(t)  # noqa: E731 - leading unit dims
-    return PoolMatch(kind, shape[0] * shape[1], pad3(size, 1), pad3(out, 1), pad3(kernel, 1), pad3(stride, 1),
-                     pad3(padding, 0), pad3(dilation, 1), bool(count_pad))
+    def as_3d(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:  # leading unit dims
+        return (fill,) * (3 - nd) + tuple(t)  # type: ignore[return-value]
+
+    return PoolMatch(kind, shape[0] * shape[1], as_3d(size, 1), as_3d(out, 1), as_3d(kernel, 1), as_3d(stride, 1),
+                     as_3d(padding, 0), as_3d(dilation, 1), bool(count_pad))
 
 
-class Pool(Family):
+class Pool(GraphFamily):
     """One thread per output element (consecutive threads along the output's last dim)."""
 
     def __init__(self) -> None:
         super().__init__("pool", {"BLOCK": (128, 256, 512, 1024)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_pool(problem)
-        return found if isinstance(found, str) else None
-
-    def _match(self, problem: Problem) -> PoolMatch:
-        found = match_pool(problem)
-        if isinstance(found, str):
-            raise ValueError(f"pool does not cover {problem.id}: {found}")
-        return found
-
-    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return True
+    def match(self, problem: Problem) -> PoolMatch | str:
+        return match_pool(problem)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         return [dict(BLOCK=256), dict(BLOCK=512), dict(BLOCK=128)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
+        m = self.matched(problem)
         return {"KIND": m.kind, "P": m}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        m = self._match(problem)
+        m = self.matched(problem)
         total = m.planes * math.prod(m.out)
         return LaunchSpec(entry=self.name, grid=f"(cdiv(total, {c['BLOCK']}),)", block=f"({c['BLOCK']},)",
                           args=("in0", "out0", "total"), outputs=((repr(tuple(problem.outputs[0].shape)), "float32"),),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
+from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain, leaf_spec, literal
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
@@ -20,7 +20,6 @@ from cuforge.sandbox.candidate import LaunchSpec
 class ReduceAllMatch:
     anchor: str
     chain: Epilogue
-    indexed: bool
     mean: bool
     post: str  # C statements on the reduced value `s`
 
@@ -29,8 +28,7 @@ def _full_reduction(node: OpNode) -> str | None:
     """"sum" / "mean" for a reduction of every element (no dims, no dtype), else None."""
     if node.op not in ("sum", "mean") or node.shape != () or node.kwarg("dtype") is not None:
         return None
-    rest = [a for a in node.args[1:] if a is not None]
-    return node.op if not rest or rest in ([[]], [()]) else None
+    return node.op if all(a is None or a == () for a in node.args[1:]) else None
 
 
 def _huber(problem: Problem, node: OpNode, full: tuple[int, ...]) -> tuple[Epilogue, bool] | str:
@@ -99,44 +97,32 @@ def match_reduce_all(problem: Problem) -> ReduceAllMatch | str:
         return "after the reduction, more than scalar ops by constants"
     if problem.graph_outputs != ((g[-1].out,) if at + 1 < len(g) else (red.out,)):
         return "the forward's output is not the reduced value"
-    indexed = any(how in ("r", "c") for _, how in chain.tensors) or any(n.op in ("masked_fill", "triu", "tril") for n in g)
-    return ReduceAllMatch(anchor, chain, indexed, mean, post)
+    return ReduceAllMatch(anchor, chain, mean, post)
 
 
-class ReduceAll(Family):
+class ReduceAll(GraphFamily):
     """A grid of a few waves, VEC-wide loads of the anchor, per-thread double sums, a block reduction,
     one double atomic per block; the last block (by an atomic ticket) applies mean and scale."""
 
     def __init__(self) -> None:
         super().__init__("reduce_all", {"VEC": (1, 2, 4), "BLOCK": (256, 512, 1024), "WAVES": (1, 2, 4, 8)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_reduce_all(problem)
-        return found if isinstance(found, str) else None
-
-    def _match(self, problem: Problem) -> ReduceAllMatch:
-        found = match_reduce_all(problem)
-        if isinstance(found, str):
-            raise ValueError(f"reduce_all does not cover {problem.id}: {found}")
-        return found
-
-    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return True
+    def match(self, problem: Problem) -> ReduceAllMatch | str:
+        return match_reduce_all(problem)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         return [dict(VEC=4, BLOCK=512, WAVES=2), dict(VEC=4, BLOCK=1024, WAVES=1), dict(VEC=2, BLOCK=256, WAVES=4)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
-        return {"EPI": m.chain, "INDEXED": m.indexed, "MEAN": m.mean, "POST": m.post,
+        m = self.matched(problem)
+        return {"EPI": m.chain, "INDEXED": m.chain.indexed, "MEAN": m.mean, "POST": m.post,
                 "OPS": " ".join(n.op for n in problem.graph)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        m = self._match(problem)
-        blocks = f"cdiv(cdiv(n, {c['VEC']}), {c['BLOCK']})"
-        grid = f"(max(1, min({blocks}, SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        m = self.matched(problem)
+        grid = grid_stride_grid(f"cdiv(n, {c['VEC']})", c["BLOCK"], c["WAVES"])  # WAVES > 0: few blocks, few atomics
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=(m.anchor, "out0", "n", "cols", "scratch0", "scratch1", *m.chain.launch_args()),
                           outputs=(("()", "float32"),), scratch=(("(1,)", "float64", "zeros"), ("(1,)", "int32", "zeros")),
                           bindings=(("n", f"{m.anchor}.numel()"), ("cols", f"{m.anchor}.shape[-1]"),
-                                    ("SMS", f"torch.cuda.get_device_properties({m.anchor}.device).multi_processor_count")))
+                                    sm_count(m.anchor)))

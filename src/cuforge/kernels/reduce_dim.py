@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
-from cuforge.op_graph import is_ref
+from cuforge.kernels.base import GraphFamily
+from cuforge.op_graph import constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -22,13 +22,6 @@ class DimReduction:
     outer: int
     reduced: int
     inner: int
-
-
-def _dims(arg: Any, ndim: int) -> tuple[int, ...] | None:
-    dims = arg if isinstance(arg, (list, tuple)) else (arg,)
-    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and -ndim <= d < ndim for d in dims):
-        return None
-    return tuple(sorted({d % ndim for d in dims}))
 
 
 def match_dim_reduction(problem: Problem) -> DimReduction | str:
@@ -45,7 +38,7 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
         return "a reduction with a dtype= conversion"
     shape = tuple(problem.inputs[0].shape)
     dim_arg = node.args[1] if len(node.args) > 1 else node.kwarg("dim")
-    dims = _dims(dim_arg, len(shape)) if dim_arg is not None and not is_ref(dim_arg) else None
+    dims = constant_dims(dim_arg, len(shape)) if dim_arg is not None and not is_ref(dim_arg) else None
     if dims is None:
         return "no constant dim (a full reduction)"
     if dims != tuple(range(dims[0], dims[-1] + 1)):
@@ -64,38 +57,31 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
     return DimReduction(op, outer, reduced, inner)
 
 
-class ReduceDim(Family):
+class ReduceDim(GraphFamily):
     """TX threads across the inner dim, TY down the reduced one (each keeping its own partial: sums in
     double, max/min/arg with NaN and first-index-on-ties as torch), then a shared-memory combine."""
 
     def __init__(self) -> None:
         super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_dim_reduction(problem)
-        return found if isinstance(found, str) else None
+    def match(self, problem: Problem) -> DimReduction | str:
+        return match_dim_reduction(problem)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         return 64 <= c["TX"] * c["TY"] <= 1024
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        m = self._match(problem)
+        m = self.matched(problem)
         # Few output columns: spread the reduced dim over more threads.
         ty = 16 if m.outer * m.inner < 64 * 1024 else 8
         return [dict(TX=32, TY=ty, UNROLL=4), dict(TX=128, TY=2, UNROLL=8), dict(TX=64, TY=4, UNROLL=4)]
 
-    def _match(self, problem: Problem) -> DimReduction:
-        found = match_dim_reduction(problem)
-        if isinstance(found, str):
-            raise ValueError(f"reduce_dim does not cover {problem.id}: {found}")
-        return found
-
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
+        m = self.matched(problem)
         return {"OP": m.op, "OUT_T": "long long" if m.op.startswith("arg") else "float"}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        m = self._match(problem)
+        m = self.matched(problem)
         out = problem.outputs[0]
         return LaunchSpec(entry=self.name, grid=f"(outer * cdiv(inner, {c['TX']}),)", block=f"({c['TX']}, {c['TY']})",
                           args=("in0", "out0", "reduced", "inner"),

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import Family
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.kernels.base import GraphFamily
+from cuforge.op_graph import OpNode, is_last_dim
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -22,15 +22,10 @@ class ScanMatch:
     cols: int
 
 
-def _last(dim: Any, ndim: int) -> bool:
-    dims = dim if isinstance(dim, (list, tuple)) else (dim,)
-    return len(dims) == 1 and isinstance(dims[0], int) and not isinstance(dims[0], bool) and dims[0] % ndim == ndim - 1
-
-
 def _scan_node(node: OpNode, ndim: int) -> str | None:
     if node.op not in ("cumsum", "cumprod") or len(node.args) < 2 or node.kwarg("dtype") is not None:
         return None
-    return ("sum" if node.op == "cumsum" else "prod") if _last(node.args[1], ndim) else None
+    return ("sum" if node.op == "cumsum" else "prod") if is_last_dim(node.args[1], ndim) else None
 
 
 def match_scan(problem: Problem) -> ScanMatch | str:
@@ -51,19 +46,19 @@ def match_scan(problem: Problem) -> ScanMatch | str:
     if final.op == "flip":  # flip(scan(flip(x)))
         inner = by_out.get(final.args[0])
         source = by_out.get(inner.args[0]) if inner is not None else None
-        if not (_last(final.args[1], ndim) and inner is not None and source is not None and source.op == "flip"
-                and _last(source.args[1], ndim) and source.args[0] == "in0" and len(g) == 3):
+        if not (is_last_dim(final.args[1], ndim) and inner is not None and source is not None and source.op == "flip"
+                and is_last_dim(source.args[1], ndim) and source.args[0] == "in0" and len(g) == 3):
             return "a flip that is not flip(scan(flip(x))) over the last dim"
         scan, reverse = inner, True
     elif final.op == "cat":  # cat((zeros of one column, scan(x[..., :-1])), last)
         parts = final.args[0]
-        if not (isinstance(parts, (list, tuple)) and len(parts) == 2 and _last(final.args[1] if len(final.args) > 1 else 0, ndim)):
+        if not (isinstance(parts, (list, tuple)) and len(parts) == 2 and is_last_dim(final.args[1] if len(final.args) > 1 else 0, ndim)):
             return "a cat that is not (zeros, scan) over the last dim"
         zeros, scan = by_out.get(parts[0]), by_out.get(parts[1])
         if zeros is None or zeros.op not in ("zeros_like", "zeros") or tuple(zeros.shape) != shape[:-1] + (1,):
             return "the exclusive scan's first column is not zeros"
         head = by_out.get(scan.args[0]) if scan is not None else None
-        if head is None or head.op not in ("slice", "narrow") or head.args[0] != "in0" or not _last(head.args[1], ndim) \
+        if head is None or head.op not in ("slice", "narrow") or head.args[0] != "in0" or not is_last_dim(head.args[1], ndim) \
                 or tuple(head.args[2:4]) != (0, cols - 1) or (len(head.args) > 4 and head.args[4] != 1):
             return "the exclusive scan does not scan all but the last column of the input"
         exclusive = True
@@ -81,48 +76,38 @@ def match_scan(problem: Problem) -> ScanMatch | str:
         mask = "in1"
     elif not reverse and not exclusive and len(g) != 1:
         return "more ops than the scan"
-    if len(ins) != (2 if mask else 1) or (reverse and not is_ref(src)):
+    if len(ins) != (2 if mask else 1):
         return "unexpected inputs"
     if cols >= 2**31 or ins[0].numel // max(cols, 1) >= 2**31:
         return "rows and columns must fit in 32-bit ints"
     return ScanMatch(op, reverse, exclusive, mask, cols)
 
 
-class ScanRows(Family):
+class ScanRows(GraphFamily):
     """One block per row, BLOCK*VEC elements per step: each thread scans its VEC elements in registers,
     warps scan thread totals by shuffles, one warp scans the warp totals, a carry runs across steps."""
 
     def __init__(self) -> None:
         super().__init__("scan_rows", {"VEC": (1, 2, 4, 8, 16), "BLOCK": (128, 256, 512, 1024)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_scan(problem)
-        return found if isinstance(found, str) else None
-
-    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return True
+    def match(self, problem: Problem) -> ScanMatch | str:
+        return match_scan(problem)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        cols = self._match(problem).cols
+        cols = self.matched(problem).cols
         # Long rows: many elements per thread keep enough loads in flight between the block's barriers.
         if cols >= 16384:
             return [dict(VEC=16, BLOCK=256), dict(VEC=8, BLOCK=512), dict(VEC=4, BLOCK=1024)]
         block = 256 if cols >= 1024 else 128
         return [dict(VEC=4, BLOCK=block), dict(VEC=8, BLOCK=block), dict(VEC=2, BLOCK=block)]
 
-    def _match(self, problem: Problem) -> ScanMatch:
-        found = match_scan(problem)
-        if isinstance(found, str):
-            raise ValueError(f"scan_rows does not cover {problem.id}: {found}")
-        return found
-
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem)
+        m = self.matched(problem)
         return {"OP": m.op, "REVERSE": m.reverse, "EXCLUSIVE": m.exclusive, "MASK": m.mask is not None,
                 "ALIGNED": m.cols % 4 == 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        m = self._match(problem)
+        m = self.matched(problem)
         args = ("in0", *((m.mask,) if m.mask else ()), "out0", "rows", "cols")
         return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=args,
                           outputs=(("in0.shape", "float32"),),
