@@ -33,16 +33,27 @@ def problem_from_expr(tmp_path, expr, inputs, args="a, b", init="        pass", 
     return p
 
 
+def family_configs(fam, p, n_random, seed=0):
+    """The family's seeds plus up to `n_random` other distinct valid configs, drawn at random; fewer
+    when the knob space holds no more (a draw-until-enough loop never ends on a family with four valid
+    configs, so the draws are bounded)."""
+    rng = random.Random(seed)
+    configs = fam.seeds(p)
+    extra = 0
+    for _ in range(256 * n_random):
+        if extra == n_random:
+            break
+        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
+        if c not in configs and fam.valid(c, p):
+            configs.append(c)
+            extra += 1
+    return configs
+
+
 def smoke_compile(fam, p, n_random):
     """The family's seeds and `n_random` random valid configs compile with NVRTC for sm_90a, and each
     wrapper is valid Python."""
-    rng = random.Random(0)
-    configs = fam.seeds(p)
-    while len(configs) < len(fam.seeds(p)) + n_random:
-        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
-        if fam.valid(c, p):
-            configs.append(c)
-    for c in configs:
+    for c in family_configs(fam, p, n_random):
         cand = fam.render(c, p)
         mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
         assert fam.name in mod.signatures and len(mod.cubin) > 0, c

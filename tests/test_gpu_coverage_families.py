@@ -2,33 +2,21 @@
 seeds and random configs on awkward shapes (lengths that no vector width divides, one-element
 broadcasts, per-row and per-column operands), every reduction and scan variant."""
 
-import random
-
 import pytest
 
 from cuforge.kernels.pointwise import PointwiseChain
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
-def configs(fam, p, n_random, seed=0):
-    out = fam.seeds(p)
-    rng = random.Random(seed)
-    while len(out) < len(fam.seeds(p)) + n_random:
-        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
-        if fam.valid(c, p) and c not in out:
-            out.append(c)
-    return out
-
-
 def check(sup, fam, p, n_random=2):
     assert fam.supports(p) is None, fam.supports(p)
-    for c in configs(fam, p, n_random):
+    for c in family_configs(fam, p, n_random):
         ev = sup.evaluate(p, fam.render(c, p), CFG)
         assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
 

@@ -3,34 +3,22 @@ registers and rows it must re-read, misaligned rows, fp16 and fp32, the fused sc
 bias / epilogue chains; the GEMM + softmax kernel on tiles that do not divide M or N, K padded to 16,
 both B layouts, 2-D and batched, log-softmax."""
 
-import random
-
 import pytest
 
 from cuforge.kernels.gemm_softmax import GemmSoftmax
 from cuforge.kernels.softmax import SoftmaxRows
 from cuforge.problems.suites import load_problem
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 H16 = "dtype=torch.float16"
 
 
-def configs(fam, p, n_random, seed=0):
-    out = fam.seeds(p)
-    rng = random.Random(seed)
-    while len(out) < len(fam.seeds(p)) + n_random:
-        c = {k: rng.choice(v) for k, v in fam.knobs.items()}
-        if fam.valid(c, p) and c not in out:
-            out.append(c)
-    return out
-
-
 def check(sup, fam, p, n_random=3):
     assert fam.supports(p) is None, fam.supports(p)
-    for c in configs(fam, p, n_random):
+    for c in family_configs(fam, p, n_random):
         ev = sup.evaluate(p, fam.render(c, p), CFG)
         assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
 
