@@ -23,7 +23,10 @@ class LaunchSpec:
     `scratch` buffers (shape expression, dtype, "zeros" or "empty") are allocated per forward, inside
     the timed call, and named scratch0, ...: a kernel's workspace (split-K partial sums, tile counters).
     An output is (shape, dtype), allocated uninitialized, or (shape, dtype, "zeros") for kernels that
-    accumulate into it (a row sum by atomics); zeroing is part of the timed call either way."""
+    accumulate into it (a row sum by atomics); zeroing is part of the timed call either way.
+    `pre` kernels (entry, grid, block, args: a tuple expression) of the same source run first, in
+    order, on the same stream and inside the timed call: a pass that lays out an operand for the main
+    kernel in a scratch buffer."""
 
     entry: str
     grid: str
@@ -35,6 +38,7 @@ class LaunchSpec:
     options: tuple[str, ...] = ()
     name_expressions: tuple[str, ...] = ()
     scratch: tuple[tuple[str, str, str], ...] = ()
+    pre: tuple[tuple[str, str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for out in self.outputs:
@@ -43,6 +47,9 @@ class LaunchSpec:
         for entry in self.scratch:
             if len(entry) != 3 or entry[2] not in ("zeros", "empty"):
                 raise ValueError(f"a scratch buffer is (shape, dtype, 'zeros' or 'empty'), not {entry!r}")
+        for launch in self.pre:
+            if len(launch) != 4 or not all(isinstance(x, str) for x in launch):
+                raise ValueError(f"a pre kernel is (entry, grid, block, args), four expressions, not {launch!r}")
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> LaunchSpec:
@@ -52,6 +59,7 @@ class LaunchSpec:
             shared_mem=str(d.get("shared_mem", "0")), options=tuple(d.get("options", ())),
             name_expressions=tuple(d.get("name_expressions", ())),
             scratch=tuple((s[0], s[1], s[2] if len(s) > 2 else "zeros") for s in d.get("scratch", ())),
+            pre=tuple(tuple(p) for p in d.get("pre", ())),  # type: ignore[misc]
         )
 
 
@@ -82,8 +90,9 @@ class Candidate:
         h.update(self.format.encode())
         if self.launch is not None:
             spec = asdict(self.launch)
-            if not spec["scratch"]:
-                del spec["scratch"]  # ids of candidates from before scratch buffers existed stay the same
+            for later in ("scratch", "pre"):  # ids of candidates from before these fields existed stay the same
+                if not spec[later]:
+                    del spec[later]
             h.update(repr(spec).encode())
         return h.hexdigest()[:16]
 
@@ -106,7 +115,9 @@ from cuforge.runtime import compile_cuda
 from cuforge.tma import tma_2d
 
 _KERNEL_SOURCE = {source!r}
-_kernel = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r}).kernel({entry!r})
+_module = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r})
+_kernel = _module.kernel({entry!r})
+_PRE = [(_module.kernel(_entry), compile(_args, "<pre-kernel args>", "eval")) for _entry, _args in {pre!r}]
 # The launch expressions run as two compiled blocks per forward (bindings, output shapes, grid,
 # block and shared memory; then the arguments, once the outputs exist) instead of one eval each.
 # Outputs are allocated here, in a frame with normal builtins: torch may import lazily.
@@ -137,6 +148,8 @@ class ModelNew(torch.nn.Module):
             ns[f"out{{i}}"] = outs[-1]
         for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
             ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
+        for (pre, pre_args), pre_grid, pre_block in zip(_PRE, ns["_pre_grids"], ns["_pre_blocks"]):
+            pre(pre_grid, pre_block, *eval(pre_args, g, ns))
         _kernel(ns["_grid"], ns["_block"], *eval(_ARGS, g, ns), shared_mem=int(ns["_shared"]))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -150,6 +163,8 @@ def launch_plan(launch: LaunchSpec) -> str:
                                               for o in launch.outputs) + "]")
     lines.append("_scratch_specs = [" + ", ".join(f"({shape}, {dtype!r}, {init!r})" for shape, dtype, init in launch.scratch) + "]")
     lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}"]
+    lines.append("_pre_grids = [" + "".join(f"{grid}, " for _, grid, _, _ in launch.pre) + "]")
+    lines.append("_pre_blocks = [" + "".join(f"{block}, " for _, _, block, _ in launch.pre) + "]")
     return "\n".join(lines) + "\n"
 
 
@@ -160,4 +175,5 @@ def launch_args(launch: LaunchSpec) -> str:
 def wrap_kernel(source: str, launch: LaunchSpec) -> str:
     # A malformed expression fails when the wrapper is imported, like any candidate's syntax error.
     return _WRAPPER.format(entry=launch.entry, source=source, options=tuple(launch.options),
+                           pre=[(entry, args) for entry, _, _, args in launch.pre],
                            names=tuple(launch.name_expressions), plan=launch_plan(launch), args=launch_args(launch))

@@ -1,0 +1,40 @@
+"""The 3xTF32 wgmma GEMM on a real Hopper GPU against the float64 reference, at the harness's fp32
+tolerance: ragged M, N and K (K not a multiple of 4: padded planes), both operand layouts, batches,
+merged rows, a parameterised linear layer with its bias, row sums, a large square product."""
+
+import pytest
+
+from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
+from cuforge.sandbox.evaluation import EvalConfig
+from template_helpers import family_configs, problem_from_expr
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+
+
+def check(sup, p, n_random=1):
+    fam = GemmTf32x3Sm90()
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip("wgmma needs sm_90a")
+    assert fam.supports(p) is None, fam.supports(p)
+    for c in family_configs(fam, p, n_random):
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("a @ b", "torch.randn(1000, 1001), torch.randn(1001, 999)"),
+    ("a.T @ b", "torch.randn(203, 300), torch.randn(203, 257)"),
+    ("torch.relu(torch.bmm(a, b.transpose(1, 2))) * 2", "torch.randn(3, 130, 64), torch.randn(3, 96, 64)"),
+    ("torch.matmul(a, b)", "torch.randn(4, 130, 96), torch.randn(96, 200)"),
+    ("torch.sum(torch.sigmoid(a @ b), dim=1, keepdim=True)", "torch.randn(100, 64), torch.randn(64, 3000)"),
+    ("a @ b", "torch.randn(4096, 4096), torch.randn(4096, 4096)"),
+])
+def test_tf32x3_gemm(sup, tmp_path, expr, inputs):
+    check(sup, problem_from_expr(tmp_path, expr, inputs))
+
+
+def test_tf32x3_linear_with_bias(sup, tmp_path):
+    p = problem_from_expr(tmp_path, "torch.relu(self.fc(a))", "torch.randn(512, 768)", args="a",
+                          init="        self.fc = nn.Linear(768, 384)")
+    check(sup, p)
