@@ -29,14 +29,23 @@ def test_graph_records_operand_layouts_constants_and_outputs():
     assert rms[2].op == "add" and rms[2].args == ("t1", 1e-06)  # eps, straight from the trace
 
 
+def covering(problem_id: str, fam: str) -> bool:
+    """`fam` covers the problem and is preferred, or - for fp32 GEMMs - second to the wgmma 3xTF32 family
+    (gemm_f32 is what runs off Hopper)."""
+    names = [f.name for f in families_for(load_problem(problem_id))[0]]
+    if fam == "gemm_f32":
+        return names[0] == "gemm_tf32x3_sm90" and fam in names
+    return names[0] == fam
+
+
 def test_fp32_problems_match_their_families():
     for name, fam in (("matmul_square", "gemm_f32"), ("matmul_rect", "gemm_f32"), ("matmul_transposed_a", "gemm_f32"),
                       ("matmul_transposed_b", "gemm_f32"), ("matmul_batched", "gemm_f32"), ("matvec", "gemv_f32"),
                       ("layernorm", "norm_rows"), ("rmsnorm", "norm_rows")):
-        assert family_for(load_problem(f"level1/{name}"))[0].name == fam, name
+        assert covering(f"level1/{name}", fam), name
     for name, fam in (("gemm_bias_gelu", "gemm_f32"), ("gemm_scale_residual", "gemm_f32"), ("gemm_sigmoid_sum", "gemm_f32"),
                       ("layernorm_gelu_residual", "norm_rows"), ("rmsnorm_silu_gate", "norm_rows")):
-        assert family_for(load_problem(f"level2/{name}"))[0].name == fam, name
+        assert covering(f"level2/{name}", fam), name
     ta = match_gemm(load_problem("level1/matmul_transposed_a"))
     assert (ta.a, ta.ta, ta.b, ta.tb) == ("in0", True, "in1", False)
     tb = match_gemm(load_problem("level1/matmul_transposed_b"))

@@ -38,3 +38,24 @@ def test_tf32x3_linear_with_bias(sup, tmp_path):
     p = problem_from_expr(tmp_path, "torch.relu(self.fc(a))", "torch.randn(512, 768)", args="a",
                           init="        self.fc = nn.Linear(768, 384)")
     check(sup, p)
+
+
+def test_tf32x3_split_k_over_a_long_k(sup, tmp_path):
+    p = problem_from_expr(tmp_path, "a @ b", "torch.randn(256, 65536), torch.randn(65536, 200)")
+    assert GemmTf32x3Sm90().seeds(p)[0]["SPLIT_K"] > 1
+    check(sup, p, n_random=0)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("torch.relu(torch.bmm(a, b.transpose(1, 2))) * 2", "torch.randn(3, 130, 64), torch.randn(3, 96, 64)"),
+    ("a @ b", "torch.randn(1000, 1024), torch.randn(1024, 999)"),
+])
+def test_tf32x3_operands_split_in_shared_memory(sup, tmp_path, expr, inputs):
+    p = problem_from_expr(tmp_path, expr, inputs)
+    fam = GemmTf32x3Sm90()
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip("wgmma needs sm_90a")
+    for c in fam.seeds(p)[:3]:
+        smem = {**c, "SPLIT": "smem"}
+        ev = sup.evaluate(p, fam.render(smem, p), CFG)
+        assert ev.status == "ok", (smem, ev.status, ev.message)

@@ -58,14 +58,16 @@ def _libcuda() -> Any:
 
 
 def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> TensorMap:
-    """A TMA descriptor over a contiguous 2-D CUDA tensor: tiles of box_outer rows x box_inner
-    elements, shared-memory swizzle of `swizzle` bytes, zero fill past the tensor's edges."""
-    if not getattr(tensor, "is_cuda", False) or tensor.dim() != 2 or not tensor.is_contiguous():
-        raise _launch_error("tma_2d needs a contiguous 2-D CUDA tensor")
+    """A TMA descriptor over a contiguous CUDA tensor seen as rows of its last dim (a 3-D batch of
+    matrices is one tall matrix): tiles of box_outer rows x box_inner elements, shared-memory swizzle
+    of `swizzle` bytes, zero fill past the tensor's edges."""
+    if not getattr(tensor, "is_cuda", False) or tensor.dim() < 2 or not tensor.is_contiguous():
+        raise _launch_error("tma_2d needs a contiguous CUDA tensor of 2 or more dims")
     dtype = str(tensor.dtype).removeprefix("torch.")
     if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
         raise _launch_error(f"tma_2d: unsupported dtype {dtype} or swizzle {swizzle}")
-    rows, cols = tensor.shape
+    cols = tensor.shape[-1]
+    rows = tensor.numel() // cols if cols else 0
     key = (tensor.data_ptr(), rows, cols, dtype, box_inner, box_outer, swizzle, tensor.device.index)
     cached = _TMA_CACHE.get(key)
     if cached is not None:

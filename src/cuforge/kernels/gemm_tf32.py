@@ -24,7 +24,24 @@ class GemmTf32x3Sm90(Family):
     template = "gemm_tf32_sm90"
 
     def __init__(self) -> None:
-        super().__init__("gemm_tf32x3_sm90", {"BN": (64, 128, 192), "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16)})
+        super().__init__("gemm_tf32x3_sm90", {"BN": (64, 128, 192), "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
+                                                 "SPLIT_K": (1, 2, 4, 8, 16, 32, 64), "SPLIT": ("pass", "smem")})
+
+    # SPLIT "smem": operands already K-major (rows of K floats, K % 4 == 0 for TMA's 16-byte rows) are
+    # split by the consumers in shared memory instead of by a preparing pass over global memory. Written
+    # to remove the pass that costs the M = 128 linear layers (level2 56, 59, 68) their win; compiled,
+    # not yet run on a GPU (the session's device time ran out), so no seed uses it.
+    DEFAULTS = {"SPLIT_K": 1, "SPLIT": "pass"}
+
+    @staticmethod
+    def kmajor(f: GemmMatch) -> tuple[bool, bool]:
+        """Whether A and B are stored K-major with TMA-aligned rows."""
+        return (not f.ta and f.k % 4 == 0), (f.tb and f.k % 4 == 0)
+
+    def in_smem(self, c: dict[str, Any], f: GemmMatch) -> tuple[bool, bool]:
+        a, b = self.kmajor(f)
+        smem = c.get("SPLIT", "pass") == "smem"
+        return smem and a, smem and b
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
@@ -51,6 +68,14 @@ class GemmTf32x3Sm90(Family):
         return c["STAGES"] * cls.stage_bytes(c) + 1024 + 16 * c["STAGES"]  # alignment slack, the barriers
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        if c.get("SPLIT", "pass") == "smem":  # else the same kernel as "pass"
+            f = self.match(problem)
+            if isinstance(f, str) or not any(self.kmajor(f)):
+                return False
+        if c.get("SPLIT_K", 1) > 1:  # partial sums added into C: only where C is the product itself
+            f = self.match(problem)
+            if isinstance(f, str) or f.epilogue.body.strip() or f.epilogue.rowsum or c["SPLIT_K"] > -(-f.k // self.BK):
+                return False
         return self.smem_bytes(c) <= SMEM_LIMIT
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
@@ -59,17 +84,26 @@ class GemmTf32x3Sm90(Family):
         batch = leaf_spec(problem, f.a).shape[0] if f.batched else 1  # type: ignore[union-attr]
         out = []
         for bn in (128, 64, 192):
-            stages = max(s for s in self.knobs["STAGES"] if self.valid({"BN": bn, "STAGES": s, "GROUP_M": 8}, problem))
-            out.append({"BN": bn, "STAGES": stages, "GROUP_M": 8})
+            stages = max(s for s in self.knobs["STAGES"] if self.valid({"BN": bn, "STAGES": s, "GROUP_M": 8, "SPLIT_K": 1}, problem))
+            out.append({"BN": bn, "STAGES": stages, "GROUP_M": 8, "SPLIT_K": 1, "SPLIT": "pass"})
         # Fewer, wider tiles when the output is large; narrower first when 128-wide ones leave SMs idle.
         if tiles(f.m, f.n, self.BM, 128) * batch < SEED_SMS:
             out[0], out[1] = out[1], out[0]
+        # A few tiles over a long K: split K until the splits fill the GPU (each keeps >= 8 k-tiles).
+        few = tiles(f.m, f.n, self.BM, out[0]["BN"]) * batch
+        split = 1
+        while few * split * 2 <= SEED_SMS and -(-f.k // self.BK) // (split * 2) >= 8 and split * 2 in self.knobs["SPLIT_K"]:
+            split *= 2
+        if split > 1 and self.valid({**out[0], "SPLIT_K": split}, problem):
+            out.insert(0, {**out[0], "SPLIT_K": split})
+        # SPLIT "smem" is left to the search (mutations), not seeded: it has not run on a GPU yet.
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.match(problem)
         assert not isinstance(f, str)
-        return {"EPI": f.epilogue}
+        a, b = self.kmajor(f)
+        return {"EPI": f.epilogue, "A_KMAJOR": a, "B_KMAJOR": b}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.match(problem)
@@ -81,13 +115,23 @@ class GemmTf32x3Sm90(Family):
                     ("KP", "(K + 3) // 4 * 4")]  # TMA: rows of the planes 16-byte aligned
         out = (repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim), "float32")
         split = f"{self.name}_split"
+        a_smem, b_smem = self.in_smem(c, f)
+        # Each operand: its raw K-major rows (split in shared memory), or planes from a preparing pass.
         # A is read K-major unless stored [K, M]; B is [K, N] (N-major) unless stored [N, K].
-        pre = ((split, "(cdiv(KP, 32), cdiv(M, 32), BATCH)", "(32, 8)", f"({f.a}, scratch0, M, K, KP, {int(f.ta)})"),
-               (split, "(cdiv(KP, 32), cdiv(N, 32), BATCH)", "(32, 8)", f"({f.b}, scratch1, N, K, KP, {int(not f.tb)})"))
-        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {self.BM}) * cdiv(N, {c['BN']}), BATCH)", block="(384,)",
+        pre, scratch, descs = [], [], []
+        for ref, rows, smem, r_major, box in ((f.a, "M", a_smem, f.ta, self.BM), (f.b, "N", b_smem, not f.tb, c["BN"])):
+            if smem:
+                descs.append(f"tma_2d({ref}, {self.BK}, {box})")  # rows of K: a batch is one tall matrix
+                continue
+            name = f"scratch{len(scratch)}"
+            scratch.append((f"(2 * BATCH * {rows}, KP)", "float32", "empty"))
+            pre.append((split, f"(cdiv(KP, 32), cdiv({rows}, 32), BATCH)", "(32, 8)", f"({ref}, {name}, {rows}, K, KP, {int(r_major)})"))
+            descs.append(f"tma_2d({name}, {self.BK}, {box})")
+        split_k = c.get("SPLIT_K", 1)
+        zeros = f.epilogue.rowsum or split_k > 1  # accumulated into by atomics
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {self.BM}) * cdiv(N, {c['BN']}) * {split_k}, BATCH)", block="(384,)",
                           shared_mem=str(self.smem_bytes(c)),
-                          args=(f"tma_2d(scratch0, {self.BK}, {self.BM})", f"tma_2d(scratch1, {self.BK}, {c['BN']})", "out0",
+                          args=(*descs, "out0",
                                 "M", "N", "KP", "BATCH * M", "BATCH * N", *f.epilogue.launch_args()),
-                          outputs=((*out, "zeros"),) if f.epilogue.rowsum else (out,), bindings=tuple(bindings),
-                          scratch=(("(2 * BATCH * M, KP)", "float32", "empty"), ("(2 * BATCH * N, KP)", "float32", "empty")),
-                          pre=pre)
+                          outputs=((*out, "zeros"),) if zeros else (out,), bindings=tuple(bindings),
+                          scratch=tuple(scratch), pre=tuple(pre))

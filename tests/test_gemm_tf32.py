@@ -1,0 +1,71 @@
+"""The 3xTF32 wgmma family without a GPU: what it covers, which operands get a preparing pass and
+which are split in shared memory, split-K only where C is the bare product, and every seed compiling
+with NVRTC for sm_90a."""
+
+import pytest
+
+from cuforge.kernels.families import families_for
+from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
+from cuforge.sandbox.candidate import Candidate, LaunchSpec
+from cuforge.runtime import compile_cuda
+from template_helpers import problem_from_expr, smoke_compile
+
+FAM = GemmTf32x3Sm90()
+
+
+@pytest.mark.parametrize("expr, inputs, pre_ops, smem_descs", [
+    ("a @ b", "torch.randn(300, 200), torch.randn(200, 300)", ["in1"], 1),        # B [K, N]: still a pass
+    ("a @ b.T", "torch.randn(300, 200), torch.randn(256, 200)", [], 2),            # both K-major
+    ("a.T @ b", "torch.randn(200, 300), torch.randn(200, 256)", ["in0", "in1"], 0),
+    ("a @ b.T", "torch.randn(300, 201), torch.randn(256, 201)", ["in0", "in1"], 0),  # rows not 16-byte aligned
+])
+def test_operands_are_split_in_shared_memory_where_k_major(tmp_path, expr, inputs, pre_ops, smem_descs):
+    p = problem_from_expr(tmp_path, expr, inputs)
+    assert FAM.supports(p) is None and families_for(p)[0][0].name == FAM.name
+    seeds = FAM.seeds(p)
+    assert all(c["SPLIT"] == "pass" for c in seeds)  # measured on the H100; "smem" is not yet
+    smem = {**seeds[0], "SPLIT": "smem"}
+    assert FAM.valid(smem, p) == bool(smem_descs)
+    passed = FAM.render(seeds[0], p).launch
+    assert len(passed.pre) == len(passed.scratch) == 2 and all("scratch" in a for a in passed.args[:2])
+    if not smem_descs:
+        return
+    launch = FAM.render(smem, p).launch
+    assert [args.split(",")[0].strip("( ") for _, _, _, args in launch.pre] == pre_ops
+    assert len(launch.scratch) == len(pre_ops)
+    assert sum("scratch" not in a for a in launch.args[:2]) == smem_descs  # descriptors over the inputs themselves
+    smoke_compile(FAM, p, 2)
+    compile_cuda(FAM.render(smem, p).source, arch="sm_90a")
+
+
+def test_split_k_only_for_a_bare_product_over_a_long_k(tmp_path):
+    long_k = problem_from_expr(tmp_path, "a @ b", "torch.randn(256, 65536), torch.randn(65536, 200)")
+    first = FAM.seeds(long_k)[0]
+    assert first["SPLIT_K"] > 1
+    assert FAM.render(first, long_k).launch.outputs[0][2] == "zeros"  # partial sums are added into C
+    with_relu = problem_from_expr(tmp_path, "torch.relu(a @ b)", "torch.randn(256, 65536), torch.randn(65536, 200)")
+    assert all(c["SPLIT_K"] == 1 for c in FAM.seeds(with_relu))
+    assert not FAM.valid({**first, "SPLIT_K": 4}, with_relu)
+
+
+def test_small_products_are_left_to_other_families(tmp_path):
+    p = problem_from_expr(tmp_path, "a @ b", "torch.randn(300, 200), torch.randn(200, 4)")
+    assert "too few" in FAM.supports(p)
+
+
+def test_pre_kernels_round_trip_and_keep_old_ids():
+    spec = LaunchSpec("k", "(1,)", "(32,)", ("in0",), (("(4,)", "float32"),), pre=(("p", "(1,)", "(32,)", "(in0,)"),))
+    assert LaunchSpec.from_dict({**spec.__dict__}) == spec
+    plain = LaunchSpec("k", "(1,)", "(32,)", ("in0",), (("(4,)", "float32"),))
+    assert Candidate("x", "kernel", plain).id != Candidate("x", "kernel", spec).id
+    # a spec without pre kernels hashes as it did before they existed
+    import hashlib
+    from dataclasses import asdict
+    d = asdict(plain)
+    del d["scratch"], d["pre"]
+    h = hashlib.sha256(b"x")
+    h.update(b"kernel")
+    h.update(repr(d).encode())
+    assert Candidate("x", "kernel", plain).id == h.hexdigest()[:16]
+    with pytest.raises(ValueError, match="pre kernel"):
+        LaunchSpec("k", "(1,)", "(32,)", (), (("(4,)", "float32"),), pre=(("p", "(1,)"),))
