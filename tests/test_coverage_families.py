@@ -134,6 +134,8 @@ IN_INIT = "        self.inorm = nn.InstanceNorm2d(16)"
     ("a / torch.sqrt(torch.mean(a ** 2, dim=1, keepdim=True) + 1e-5)", "torch.randn(4, 16, 8, 8)", "        pass", "rms", False),
     ("self.inorm(a)", "torch.randn(4, 16, 8, 8)", IN_INIT, "instance", True),
     ("self.gn(a)", "torch.randn(4, 16, 8, 8)", GN_INIT, "group", True),
+    ("self.ln(a)", "torch.randn(4, 16, 8, 8)", "        self.ln = nn.LayerNorm((16, 8, 8))", "layer", True),
+    ("F.layer_norm(a, (8,))", "torch.randn(4, 16, 8, 8)", "        pass", "layer", True),
 ])
 def test_normalizations_match_and_compile(tmp_path, expr, inputs, init, kind, rows):
     from cuforge.kernels.normalize import Normalize, match_normalize
@@ -144,13 +146,17 @@ def test_normalizations_match_and_compile(tmp_path, expr, inputs, init, kind, ro
     assert m.kind == kind and (m.inner == 1) == rows
     if kind == "group":
         assert (m.outer, m.reduced, m.groups, m.channel_span) == (16, 256, 4, 64) and m.weight and m.bias
+    if kind == "layer":
+        assert (m.outer, m.reduced) == ((4, 1024) if "self.ln" in expr else (512, 8))
+        assert bool(m.weight) == bool(m.bias) == ("self.ln" in expr)
     smoke_compile(Normalize(), p, 2)
 
 
 @pytest.mark.parametrize("expr, init, why", [
     ("a / torch.mean(torch.abs(a), dim=(1, 2), keepdim=True)", "        pass", "more than one dim"),
     ("a / torch.mean(a, dim=1, keepdim=True)", "        pass", "not an L1, L2 or RMS"),
-    ("self.bn(a)", "        self.bn = nn.BatchNorm2d(16)", "not an instance or group norm"),
+    ("self.bn(a)", "        self.bn = nn.BatchNorm2d(16)", "not an instance, group or layer norm"),
+    ("F.layer_norm(a.transpose(1, 3), (16,)).transpose(1, 3)", "        pass", "not an instance, group or layer norm"),
 ])
 def test_normalization_refusals(tmp_path, expr, init, why):
     from cuforge.kernels.normalize import match_normalize

@@ -74,6 +74,9 @@ def test_scans(sup, tmp_path, expr, inputs, args):
     ("self.inorm(a)", "torch.randn(8, 16, 33, 65)", "        self.inorm = nn.InstanceNorm2d(16)"),
     ("self.gn(a)", "torch.randn(8, 64, 32, 32)",
      "        self.gn = nn.GroupNorm(8, 64)\n        nn.init.normal_(self.gn.weight)\n        nn.init.normal_(self.gn.bias)"),
+    ("self.ln(a)", "torch.randn(8, 16, 33, 65)",
+     "        self.ln = nn.LayerNorm((16, 33, 65))\n        nn.init.normal_(self.ln.weight)\n        nn.init.normal_(self.ln.bias)"),
+    ("F.layer_norm(a, (4099,), eps=1e-3)", "torch.randn(300, 4099) * 3 + 1", "        pass"),
 ])
 def test_normalizations(sup, tmp_path, expr, inputs, init):
     from cuforge.kernels.normalize import Normalize

@@ -1,6 +1,7 @@
 """Normalizations by statistics over one dim or a row of dims: L1 (x / mean|x|), L2 (x / ||x||),
 RMS (x / sqrt(mean x^2 + eps)) over the last dim or a middle one, instance norm (traced as a
-batch norm over a (1, N*C, ...) view) and group norm with its per-channel affine. Rows (the stats
+batch norm over a (1, N*C, ...) view), group norm with its per-channel affine, and layer norm over
+trailing dims with its elementwise affine. Rows (the stats
 run over contiguous memory): one block per row, a stats pass and a write pass. A middle dim: one
 thread per output column, both passes down the column (the second from cache)."""
 
@@ -19,12 +20,12 @@ from cuforge.sandbox.candidate import LaunchSpec
 
 @dataclass(frozen=True)
 class NormalizeMatch:
-    kind: str  # l1 | l2 | rms | instance | group
+    kind: str  # l1 | l2 | rms | instance | group | layer
     outer: int
     reduced: int  # the length each statistic runs over
     inner: int  # 1: rows (contiguous); > 1: a middle dim
     eps: float = 0.0
-    weight: str | None = None  # group norm's per-channel affine
+    weight: str | None = None  # group norm's per-channel affine, layer norm's per-element one
     bias: str | None = None
     groups: int = 1
     channel_span: int = 1  # elements of one channel within a group's row (H*W)
@@ -65,7 +66,8 @@ def _by_stat(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | str:
 
 
 def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | str:
-    """Instance norm (batch norm of a (1, N*C, ...) view, training statistics, no affine) and group norm."""
+    """Instance norm (batch norm of a (1, N*C, ...) view, training statistics, no affine), group norm, and
+    layer norm over trailing dims (one row per sample, elementwise affine)."""
     g = [n for n in problem.graph if not (n.op == "empty" and n.out.startswith("c"))]  # dead meta placeholders
     if len(g) == 1 and g[0].op == "native_group_norm":
         _, w, b, n, c, hw, groups, eps = (list(g[0].args) + [None] * 8)[:8]
@@ -76,6 +78,17 @@ def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | st
             if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != (c,)):
                 return "a group norm whose affine is not two per-channel fp32 parameters"
         return NormalizeMatch("group", n * groups, (c // groups) * hw, 1, float(eps), w, b, groups, hw)
+    if len(g) == 1 and g[0].op == "native_layer_norm" and g[0].args[0] == "in0":
+        _, normalized, w, b, eps = (list(g[0].args) + [None] * 5)[:5]
+        normalized = tuple(normalized) if isinstance(normalized, (tuple, list)) else ()
+        if not normalized or shape[len(shape) - len(normalized):] != normalized or not isinstance(eps, (int, float)):
+            return "a layer norm over other than the trailing dims"
+        for ref in (w, b):
+            spec = leaf_spec(problem, ref) if is_ref(ref) else None
+            if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != normalized):
+                return "a layer norm whose affine is not two fp32 parameters of the normalized shape"
+        reduced = math.prod(normalized)
+        return NormalizeMatch("layer", math.prod(shape) // reduced, reduced, 1, float(eps), w, b)
     if len(g) == 3 and [n.op for n in g] == ["view", "native_batch_norm", "view"] and g[0].args[0] == "in0":
         bn = g[1]
         view = tuple(g[0].shape)
@@ -83,7 +96,7 @@ def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | st
                 or len(view) < 3 or view[0] != 1 or g[2].args[0] not in (bn.out, f"{bn.out}.0"):
             return "a batch norm that is not an instance norm (training statistics, no affine, over a (1, N*C, ...) view)"
         return NormalizeMatch("instance", view[1], math.prod(view[2:]), 1, float(bn.args[7]))
-    return "not an instance or group norm"
+    return "not an instance, group or layer norm"
 
 
 def match_normalize(problem: Problem) -> NormalizeMatch | str:
