@@ -36,16 +36,30 @@ def jail_kind(request):
     if request.param == "landlock" and not _landlock()[0]:
         pytest.skip(f"no Landlock jail here: {_landlock()[1]}")
     old = os.environ.get("CUFORGE_JAIL")
+    old_uid = os.environ.get("CUFORGE_JAIL_UID")
     os.environ["CUFORGE_JAIL"] = request.param
+    if request.param == "landlock" and root_cannot_drop():
+        os.environ["CUFORGE_JAIL_UID"] = "0"  # Python lives where an unprivileged uid cannot read: stay root
     jail_plan.cache_clear()
     if jail_plan().kind != request.param:
         pytest.skip(f"no {request.param} jail here: {jail_plan().detail}")
     yield request.param
-    if old is None:
-        os.environ.pop("CUFORGE_JAIL", None)
-    else:
-        os.environ["CUFORGE_JAIL"] = old
+    for name, value in (("CUFORGE_JAIL", old), ("CUFORGE_JAIL_UID", old_uid)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     jail_plan.cache_clear()
+
+
+def root_cannot_drop() -> str | None:
+    """As root, the first path Python runs from that the Landlock jail's uid (65534) could not read."""
+    from cuforge.sandbox.jail import python_paths
+    from cuforge.sandbox.jail_landlock import NOBODY, unreadable_to
+
+    if os.geteuid() != 0:
+        return None
+    return next((b for b in (unreadable_to(NOBODY, p) for p in python_paths()) if b), None)
 
 SECRET = "sk-jail-test-9f2c41d7e0"
 CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
@@ -269,9 +283,9 @@ def test_no_process_environment_shows_the_key_the_driver_started_with(tmp_path, 
     """/proc/<pid>/environ shows the environment a process was started with: the key must be in
     cuforge's own starting environment for this attack to mean anything (os.environ changes made
     after start, as the world fixture's, never appear there)."""
-    if jail_kind == "landlock":
-        pytest.xfail("Landlock does not stop a root process from reading same-user processes' environments "
-                     "(why the Landlock jail is opt-in only)")
+    if jail_kind == "landlock" and os.environ.get("CUFORGE_JAIL_UID") == "0":
+        pytest.xfail("kept root (CUFORGE_JAIL_UID=0, Python unreadable to uid 65534 here): Landlock alone does not "
+                     "stop a root process from reading other root processes' environments")
     (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
     (tmp_path / "reader.py").write_text(textwrap.dedent(f"""
     import os, torch
@@ -315,3 +329,27 @@ def test_nsight_compute_runs_the_candidate_inside_the_jail_too(tmp_path, jail_ki
     argv = jailed(cmd, str(tmp_path))
     assert argv[0] == jail_plan().bwrap and "--unshare-all" in argv and argv[-len(cmd):] == cmd
     assert ["--bind", str(tmp_path), str(tmp_path)] == argv[argv.index("--bind"):argv.index("--bind") + 3]
+
+
+def test_landlock_as_root_runs_candidates_as_an_unprivileged_uid_or_says_why_not(jail_kind):
+    """Started as root, the Landlock jail drops the worker to uid 65534 before anything else; where
+    Python lives under a directory that uid cannot enter, starting is refused with the path and the
+    way out, not run with the environment hole."""
+    from cuforge.sandbox.supervisor import NoJailError, Supervisor
+
+    if jail_kind != "landlock" or os.geteuid() != 0:
+        pytest.skip("the uid drop is the Landlock jail's, as root")
+    blocked = root_cannot_drop()
+    kept = os.environ.pop("CUFORGE_JAIL_UID", None)
+    try:
+        sup = Supervisor(cpu_mode=True)
+        if blocked:
+            with pytest.raises(NoJailError, match=f"uid 65534, which cannot read {blocked}.*CUFORGE_JAIL_UID=0"):
+                sup.start()
+            return
+        info = sup.start()
+        assert "uid 65534" in info["isolation"] and info["jail_applied"]
+        sup.close()
+    finally:
+        if kept is not None:
+            os.environ["CUFORGE_JAIL_UID"] = kept

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import os
 import platform
+import stat
 import struct
 
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -52,6 +53,59 @@ RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
 
 class LandlockError(OSError):
     pass
+
+
+NOBODY = 65534
+
+
+def jail_uid() -> int | None:
+    """The unprivileged uid a worker started as root runs as (CUFORGE_JAIL_UID, default 65534): as
+    root, Landlock alone leaves every root process's /proc/<pid>/environ readable. None when not root,
+    or when CUFORGE_JAIL_UID=0 keeps the worker root on purpose (that hole open)."""
+    if os.geteuid() != 0:
+        return None
+    raw = os.environ.get("CUFORGE_JAIL_UID", str(NOBODY))
+    try:
+        uid = int(raw)
+    except ValueError:
+        raise LandlockError(errno.EINVAL, f"CUFORGE_JAIL_UID={raw!r} is not a number") from None
+    if uid < 0:
+        raise LandlockError(errno.EINVAL, f"CUFORGE_JAIL_UID={uid} is not a uid")
+    return uid or None
+
+
+def unreadable_to(uid: int, path: str) -> str | None:
+    """The first directory on the way to `path` (or `path` itself) that `uid`, with no supplementary
+    groups, could not enter or read - judged from the mode bits, before any process drops to it."""
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(1, len(parts) + 1):
+        here = os.sep + os.path.join(*parts[1:i]) if i > 1 else os.sep
+        try:
+            st = os.stat(here)
+        except OSError:
+            return None  # a path this machine lacks: nothing to read there
+        last = i == len(parts)
+        need = (stat.S_IROTH | stat.S_IXOTH) if last and os.path.isdir(here) else stat.S_IROTH if last else stat.S_IXOTH
+        if st.st_uid == uid:
+            need <<= 6
+        elif st.st_gid == uid:
+            need <<= 3
+        if st.st_mode & need != need:
+            return here
+    return None
+
+
+def drop_to(uid: int, must_read: list[str]) -> None:
+    """Become `uid` (group the same number, no supplementary groups) for good, then check that the
+    paths the worker runs from are still readable: a Python prefix under /root is not, for one."""
+    present = [p for p in must_read if os.path.exists(p)]  # seen as root, before the drop
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    for path in present:
+        if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
+            raise LandlockError(errno.EACCES, f"the jail's uid {uid} cannot read {path}: make it readable to "
+                                              "others or set CUFORGE_JAIL_UID")
 
 
 def _libc() -> ctypes.CDLL:

@@ -25,6 +25,7 @@ from cuforge.sandbox import trusted_cache
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
+from cuforge.sandbox.jail_landlock import jail_uid, unreadable_to
 from cuforge.sandbox.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
                                   scratch_env, unconfined_allowed)
 
@@ -148,6 +149,15 @@ class Supervisor:
         if jail.kind == LANDLOCK:
             # The worker confines itself first thing, before any thread or import (jail_landlock).
             spec = landlock_spec(str(self.workdir), shared if shared.is_dir() else None, gpu=not self.cpu_mode)
+            uid = jail_uid()
+            if uid is not None:  # started as root: the worker drops to this uid, so its scratch is that uid's
+                blocked = next((b for b in map(lambda p: unreadable_to(uid, p), spec["python"]) if b), None)
+                if blocked:
+                    raise NoJailError(f"the Landlock jail runs candidates as uid {uid}, which cannot read {blocked} "
+                                      "(where Python runs from): install Python where others can read it, or set "
+                                      "CUFORGE_JAIL_UID=0 to keep root (other root processes' environments stay readable)")
+                spec["uid"] = uid
+                os.chown(self.workdir, uid, uid)
             env.update({"CUFORGE_JAILED": LANDLOCK, "CUFORGE_JAIL_SPEC": json.dumps(spec)})
         elif self.isolate_network:
             # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.

@@ -147,13 +147,20 @@ def main(argv: list[str] | None = None) -> None:
     jail_applied = True
     if os.environ.get("CUFORGE_JAILED") == "landlock":
         # First thing: Landlock and seccomp apply to this thread and what it creates from now on.
-        from cuforge.sandbox.jail_landlock import LandlockError, restrict
+        from cuforge.sandbox.jail_landlock import LandlockError, drop_to, restrict
 
         try:
             spec = json.loads(os.environ["CUFORGE_JAIL_SPEC"])
+            if spec.get("uid") is not None:  # started as root: an unprivileged uid first, for good
+                try:
+                    drop_to(int(spec["uid"]), spec.get("python", []))
+                except OSError as e:  # half-dropped, it can import nothing more: say why and stop
+                    _protocol_stream().write(json.dumps({"op": "hello", "error": f"jail (landlock): {e}"}) + "\n")
+                    return
             restrict(spec["read_only"], spec["writable"], spec["devices"])
-            isolation = "jail (landlock): Landlock file system, TCP, signal and socket scoping; seccomp"
-        except (LandlockError, KeyError, ValueError) as e:
+            isolation = "jail (landlock): Landlock file system, TCP, signal and socket scoping; seccomp" + (
+                f"; uid {spec['uid']}" if spec.get("uid") is not None else "")
+        except (OSError, KeyError, ValueError) as e:  # LandlockError is an OSError, as are setresuid's
             isolation, jail_applied = f"jail (landlock) failed: {e}", False
     elif os.environ.get("CUFORGE_JAILED"):
         isolation = f"jail ({os.environ['CUFORGE_JAILED']}): private network, pid, mount and user namespaces"
