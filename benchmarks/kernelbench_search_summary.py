@@ -1,8 +1,7 @@
 """Markdown tables for docs/benchmarks.md from kernelbench_search.py's results: coverage per level and
 family, then the searched files per family (fast_1 and geomean vs eager and torch.compile) and per file.
 
-    python benchmarks/kernelbench_search_summary.py --coverage kb_coverage \
-        --search kb_search_level1,kb_search_level1_norms,kb_search_level1_norms2
+    python benchmarks/kernelbench_search_summary.py --coverage kb_coverage --search kb_search_level2_gemm
 
 A file searched in several result files takes its row from the last one named.
 """
@@ -47,15 +46,16 @@ def search_tables(rows: list[dict[str, Any]]) -> None:
               f"| {sum((v or 0) > 1 for v in comp)} | {fmt(geomean(eager))} | {fmt(geomean(comp))} |")
     print("\n| file | family | best ms | vs eager | vs torch.compile |")
     print("|---|---|---|---|---|")
-    for r in sorted(rows, key=lambda r: int(r["problem"].split("_")[1])):
-        name = r["problem"].split("/", 1)[1].split("_", 1)[1]
-        print(f"| level1/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |")
+    for r in sorted(rows, key=lambda r: (r["problem"].split("_")[0], int(r["problem"].split("_")[1]))):
+        level, name = r["problem"].split("/", 1)[1].split("_", 1)  # kernelbench/l1_19_ReLU
+        print(f"| level{level[1:]}/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--coverage", default="kb_coverage")
-    ap.add_argument("--search", default="kb_search_level1,kb_search_level1_norms,kb_search_level1_norms2")
+    ap.add_argument("--search", default="kb_search_level1,kb_search_level1_norms,kb_search_level1_norms2,kb_search_level1_new,"
+                    "kb_search_level1_elem,kb_search_level1_gemm,kb_search_level1_gemm_6")
     a = ap.parse_args()
     coverage_table(load(a.coverage)["coverage"])
     final: dict[str, dict[str, Any]] = {}
