@@ -224,7 +224,7 @@ def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool) -> dict[st
     devices = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
     if gpu:
         devices += sorted(glob.glob("/dev/nvidia*"))
-    return {"read_only": read_only, "writable": [scratch], "devices": devices}
+    return {"read_only": read_only, "writable": [scratch], "devices": devices, "python": python_paths()}
 
 
 def scratch_env(scratch: str, shared_cache: str | None) -> dict[str, str]:
