@@ -6,6 +6,7 @@ random configs."""
 import pytest
 
 from cuforge.kernels.families import families_for
+from cuforge.kernels.norm_all import NormAll, match_norm_all
 from cuforge.kernels.pointwise import PointwiseChain, match_pointwise
 from cuforge.kernels.reduce_dim import ReduceDim, match_dim_reduction
 from cuforge.kernels.scan import ScanRows, match_scan
@@ -114,13 +115,16 @@ def test_scans_match_and_compile(tmp_path, expr, inputs, args, want):
     smoke_compile(ScanRows(), p, 2)
 
 
-@pytest.mark.parametrize("expr, why", [
-    ("torch.cumsum(a, dim=0)", "not a cumsum or cumprod over the last dim"),
-    ("torch.cumsum(a, dim=1) * 2", "not a cumsum"),
-    ("torch.cumsum(a.flip(0), dim=1).flip(1)", "flip"),
+@pytest.mark.parametrize("matcher, expr, inputs, why", [
+    (match_scan, "torch.cumsum(a, dim=0)", "torch.rand(6, 300)", "not a cumsum or cumprod over the last dim"),
+    (match_scan, "torch.cumsum(a, dim=1) * 2", "torch.rand(6, 300)", "not a cumsum"),
+    (match_scan, "torch.cumsum(a.flip(0), dim=1).flip(1)", "torch.rand(6, 300)", "flip"),
+    (match_norm_all, "a / torch.norm(a, p=2, dim=1, keepdim=True)", "torch.randn(4, 16, 8, 8)", "not x / (the L2 norm of all of x)"),
+    (match_norm_all, "a / torch.norm(a, p=1)", "torch.randn(4, 16, 8, 8)", "not x / (the L2 norm of all of x)"),
+    (match_norm_all, "a * torch.norm(a)", "torch.randn(4, 16, 8, 8)", "not x / (the L2 norm of all of x)"),
 ])
-def test_scan_refusals(tmp_path, expr, why):
-    found = match_scan(problem_from_expr(tmp_path, expr, "torch.rand(6, 300)", args="a"))
+def test_scan_and_whole_tensor_norm_refusals(tmp_path, matcher, expr, inputs, why):
+    found = matcher(problem_from_expr(tmp_path, expr, inputs, args="a"))
     assert isinstance(found, str) and why in found, found
 
 
@@ -299,3 +303,19 @@ def test_a_row_sum_followed_by_other_than_a_constant_scale_is_refused(tmp_path):
 
     found = match_gemm(problem_from_expr(tmp_path, "torch.sum(a @ b, dim=1, keepdim=True) + 1", "torch.randn(64, 32), torch.randn(32, 48)"))
     assert isinstance(found, str) and "not a scale by a constant" in found
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("a / torch.norm(a, p='fro')", "torch.randn(4, 16, 8, 8)"),
+    ("a / torch.linalg.vector_norm(a)", "torch.randn(33, 7)"),
+])
+def test_whole_tensor_l2_normalization_matches_and_compiles(tmp_path, expr, inputs):
+    p = problem_from_expr(tmp_path, expr, inputs, args="a")
+    m = match_norm_all(p)
+    assert not isinstance(m, str), m
+    fam = NormAll()
+    seeds = fam.seeds(p)
+    assert all(c["VEC"] == (4 if m.numel % 4 == 0 else 1) for c in seeds)
+    launch = fam.render(seeds[0], p).launch
+    assert [k[0] for k in launch.pre] == ["norm_all_sumsq"] and launch.scratch == (("(PARTS,)", "float64", "empty"),)
+    smoke_compile(fam, p, 2)

@@ -160,3 +160,13 @@ def test_gemm_row_sums_with_keepdim_and_scale(sup, tmp_path, expr, inputs):
     from cuforge.kernels.fp32 import GemmF32
 
     check(sup, GemmF32(), problem_from_expr(tmp_path, expr, inputs), n_random=1)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("a / torch.norm(a, p='fro')", "torch.randn(16, 64, 256, 256)"),
+    ("a / torch.linalg.vector_norm(a)", "torch.randn(1001, 333) * 5"),
+])
+def test_whole_tensor_l2_normalization(sup, tmp_path, expr, inputs):
+    from cuforge.kernels.norm_all import NormAll
+
+    check(sup, NormAll(), problem_from_expr(tmp_path, expr, inputs, args="a"))
