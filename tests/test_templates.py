@@ -16,7 +16,7 @@ def test_coverage_and_clear_refusals():
     assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm90"
     for name in ("gemm_bias_relu", "gemm_bias_silu"):  # fp16 linear + bias + activation: one fused kernel
         assert [f.name for f in families_for(load_problem(f"level2/{name}"))[0]] == ["linear_sm90"], name
-    assert family_for(load_problem("level2/gemm_bias_gelu"))[0].name == "gemm_f32"  # fp32: 3xTF32 + fused epilogue
+    assert family_for(load_problem("level2/gemm_bias_gelu"))[0].name == "gemm_tf32x3_sm90"  # fp32: 3xTF32 (wgmma) + fused epilogue
     for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
     assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
