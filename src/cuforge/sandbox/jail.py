@@ -110,7 +110,7 @@ def jail_plan() -> JailPlan:
     ok, detail = available()
     if not ok:
         raise JailError(f"CUFORGE_JAIL=landlock but {detail}")
-    return JailPlan(LANDLOCK, f"{detail}, opt-in: other processes' environments stay readable")
+    return JailPlan(LANDLOCK, f"{detail}, opt-in; as root it drops to an unprivileged uid (CUFORGE_JAIL_UID)")
 
 
 UNSAFE_ENV = "CUFORGE_UNSAFE_NO_JAIL"
