@@ -353,3 +353,33 @@ def test_landlock_as_root_runs_candidates_as_an_unprivileged_uid_or_says_why_not
     finally:
         if kept is not None:
             os.environ["CUFORGE_JAIL_UID"] = kept
+
+
+def test_unreadable_to_finds_the_first_directory_an_unprivileged_uid_cannot_pass():
+    import shutil
+    import tempfile
+
+    from cuforge.sandbox.jail_landlock import NOBODY, unreadable_to
+
+    top = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp_path sits under a 0700 directory
+    try:
+        check_modes(top, NOBODY, unreadable_to)
+    finally:
+        shutil.rmtree(top)
+
+
+def check_modes(top, uid, unreadable_to):
+    base = top / "prefix"
+    (base / "lib" / "python").mkdir(parents=True)
+    (base / "lib" / "python" / "mod.py").write_text("x = 1\n")
+    for p in (top, base, base / "lib", base / "lib" / "python"):
+        p.chmod(0o755)
+    (base / "lib" / "python" / "mod.py").chmod(0o644)
+    assert unreadable_to(uid, str(base / "lib" / "python" / "mod.py")) is None
+    (base / "lib").chmod(0o750)  # group and owner only: nobody cannot pass through it
+    assert unreadable_to(uid, str(base / "lib" / "python")) == str(base / "lib")
+    (base / "lib").chmod(0o711)  # search without listing is enough to pass through
+    assert unreadable_to(uid, str(base / "lib" / "python" / "mod.py")) is None
+    (base / "lib" / "python" / "mod.py").chmod(0o600)
+    assert unreadable_to(uid, str(base / "lib" / "python" / "mod.py")) == str(base / "lib" / "python" / "mod.py")
+    assert unreadable_to(uid, str(base / "missing")) is None  # nothing there to read
