@@ -29,6 +29,19 @@ def test_graph_records_operand_layouts_constants_and_outputs():
     assert rms[2].op == "add" and rms[2].args == ("t1", 1e-06)  # eps, straight from the trace
 
 
+def test_reductions_over_kept_size_one_dims_drop_out_of_the_graph(tmp_path):
+    # A row sum, then max / mean / logsumexp over the summed (now size-1) dim: a row sum.
+    p = problem(tmp_path, "torch.logsumexp(torch.mean(torch.max(torch.sum(a @ b, dim=1, keepdim=True), dim=1, "
+                          "keepdim=True)[0], dim=1, keepdim=True), dim=1, keepdim=True) * 2",
+                "torch.randn(64, 32), torch.randn(32, 48)")
+    assert [n.op for n in p.graph] == ["mm", "sum", "mul"] and p.graph[2].args == ("t1", 2)
+    assert families_for(p)[0][0].name == "gemm_tf32x3_sm90"
+    # Reductions that do reduce, and a max whose indices are used, stay.
+    kept = problem(tmp_path, "torch.max(torch.sum(a, dim=1, keepdim=True), dim=1, keepdim=True)[1].float() + "
+                             "torch.amax(a, dim=0, keepdim=True).sum()", "torch.randn(6, 5), torch.randn(1)")
+    assert [n.op for n in kept.graph].count("max") == 1 and "amax" in [n.op for n in kept.graph]
+
+
 def covering(problem_id: str, fam: str) -> bool:
     """`fam` covers the problem and is preferred, or - for fp32 GEMMs - second to the wgmma 3xTF32 family
     (gemm_f32 is what runs off Hopper)."""

@@ -56,3 +56,39 @@ def is_last_dim(arg: Any, ndim: int) -> bool:
 
 def _tuplify(x: Any) -> Any:
     return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
+
+
+# Reductions that give back their input when every dim they reduce has size 1 and is kept: the sum,
+# mean, max or logsumexp of one element is that element.
+_SIZE1_IDENTITIES = frozenset({"sum", "mean", "amax", "amin", "max", "min", "logsumexp", "prod", "nansum", "nanmean"})
+_BASE = re.compile(r"^((?:in|param|t|c)\d+)(.*)$")
+
+
+def _renamed(x: Any, alias: dict[str, str]) -> Any:
+    if isinstance(x, tuple):
+        return tuple(_renamed(v, alias) for v in x)
+    if is_ref(x):
+        m = _BASE.match(x)
+        if m and m.group(1) in alias:
+            return alias[m.group(1)] + m.group(2)
+    return x
+
+
+def drop_identity_reductions(nodes: tuple[OpNode, ...], outputs: tuple[str, ...]) -> tuple[tuple[OpNode, ...], tuple[str, ...]]:
+    """The graph without reductions over kept size-1 dims (identities), their uses renamed to their
+    input, so that matching sees through them (a row sum then max / mean / logsumexp over the summed
+    dim is a row sum). A reduction whose other results (max's indices) are used stays."""
+    shapes = {n.out: n.shape for n in nodes}
+    used = {m.group(0) for n in nodes for m in re.finditer(r"\b[tc]\d+\.\d+", repr(n.args) + repr(n.kwargs))}
+    used |= set(outputs)
+    alias: dict[str, str] = {}
+    kept: list[OpNode] = []
+    for n in nodes:
+        n = OpNode(n.op, _renamed(n.args, alias), tuple((k, _renamed(v, alias)) for k, v in n.kwargs), n.out, n.shape)
+        src = n.args[0] if n.args else None
+        if (n.op in _SIZE1_IDENTITIES and isinstance(src, str) and src in shapes and shapes[src] == n.shape
+                and len(n.args) >= 2 and n.kwarg("dtype") is None and not any(u.startswith(n.out + ".") for u in used)):
+            alias[n.out] = src
+            continue
+        kept.append(n)
+    return tuple(kept), tuple(_renamed(o, alias) for o in outputs)

@@ -19,7 +19,7 @@ from typing import Any
 
 from cuforge import __version__
 from cuforge.procenv import scrubbed_env
-from cuforge.op_graph import OpNode
+from cuforge.op_graph import OpNode, drop_identity_reductions
 from cuforge.problems.problem import (
     Problem,
     ProblemError,
@@ -163,6 +163,9 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
     data = reply["data"]
     meta = meta_from_inspection(data["declared"], data["derived"])
     outputs = data.get("outputs")
+    graph, graph_outputs = drop_identity_reductions(
+        tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
+        tuple((data.get("graph") or {}).get("outputs", ())))
     return Problem(
         id=problem_id,
         source=source,
@@ -174,8 +177,8 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
         path=path,
         suite=suite,
         ops=tuple(data.get("ops") or ()),
-        graph=tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
-        graph_outputs=tuple((data.get("graph") or {}).get("outputs", ())),
+        graph=graph,
+        graph_outputs=graph_outputs,
     )
 
 
