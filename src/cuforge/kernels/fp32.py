@@ -126,6 +126,17 @@ def _shape_expr(m: str, n: str, batched: bool, rowsum: bool, keepdim: bool = Fal
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
+def gemm_launch_names(f: GemmMatch) -> tuple[list[tuple[str, str]], tuple[str, str]]:
+    """What every fp32 GEMM kernel's launch reads off a match: the M, K, N and BATCH bindings, and
+    the output's (shape expression, dtype)."""
+    bindings = [("M", f"{f.a}.numel() // {f.a}.shape[-1]" if f.a_merged else f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
+                ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
+                ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
+                ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
+    out = repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim)
+    return bindings, (out, "float32")
+
+
 class GemmF32(Family):
     """fp32 GEMM on tensor cores or CUDA cores: tf32x3 (mma.sync m16n8k8 on TF32 big/small splits of
     each operand, three products per step: fp32-level accuracy) or ffma; cp.async multistage
@@ -200,11 +211,7 @@ class GemmF32(Family):
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_gemm(problem)
         assert not isinstance(f, str)
-        bindings = [("M", f"{f.a}.numel() // {f.a}.shape[-1]" if f.a_merged else f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
-                    ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
-                    ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
-                    ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
-        out = (repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim), "float32")
+        bindings, out = gemm_launch_names(f)
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), BATCH)",
                           block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, tiles
-from cuforge.kernels.fp32 import GemmMatch, _shape_expr, match_gemm
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, tiles
+from cuforge.kernels.fp32 import GemmMatch, gemm_launch_names, match_gemm
 from cuforge.kernels.chains import leaf_spec
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
 
-class GemmTf32x3Sm90(Family):
+class GemmTf32x3Sm90(GraphFamily):
     """3xTF32 GEMM, sm_90a: 128 x BN tiles, two consumer warpgroups, a TMA producer, STAGES stages of
     four k-tiles (A and B, big and small), a fresh tensor-core sum per k-tile added to the fp32
     accumulator, grouped rasterization, batches over gridDim.y."""
@@ -46,18 +46,13 @@ class GemmTf32x3Sm90(Family):
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
 
-    @staticmethod
-    def match(problem: Problem) -> GemmMatch | str:
+    def match(self, problem: Problem) -> GemmMatch | str:
         found = match_gemm(problem)
         if isinstance(found, str):
             return found
         if found.n < 8 or found.m < 16:
             return "too few rows or columns for tensor-core tiles (the FFMA and GEMV kernels take these)"
         return found
-
-    def supports(self, problem: Problem) -> str | None:
-        found = self.match(problem)
-        return found if isinstance(found, str) else None
 
     @classmethod
     def stage_bytes(cls, c: dict[str, Any]) -> int:
@@ -68,19 +63,18 @@ class GemmTf32x3Sm90(Family):
         return c["STAGES"] * cls.stage_bytes(c) + 1024 + 16 * c["STAGES"]  # alignment slack, the barriers
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        if c.get("SPLIT", "pass") == "smem":  # else the same kernel as "pass"
-            f = self.match(problem)
-            if isinstance(f, str) or not any(self.kmajor(f)):
-                return False
+        f = self.match(problem)
+        if isinstance(f, str):
+            return False
+        if c.get("SPLIT", "pass") == "smem" and not any(self.kmajor(f)):  # else the same kernel as "pass"
+            return False
         if c.get("SPLIT_K", 1) > 1:  # partial sums added into C: only where C is the product itself
-            f = self.match(problem)
-            if isinstance(f, str) or f.epilogue.body.strip() or f.epilogue.rowsum or c["SPLIT_K"] > -(-f.k // self.BK):
+            if f.epilogue.body.strip() or f.epilogue.rowsum or c["SPLIT_K"] > -(-f.k // self.BK):
                 return False
         return self.smem_bytes(c) <= SMEM_LIMIT
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        f = self.match(problem)
-        assert not isinstance(f, str)
+        f = self.matched(problem)
         batch = leaf_spec(problem, f.a).shape[0] if f.batched else 1  # type: ignore[union-attr]
         out = []
         for bn in (128, 64, 192):
@@ -100,20 +94,14 @@ class GemmTf32x3Sm90(Family):
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        f = self.match(problem)
-        assert not isinstance(f, str)
+        f = self.matched(problem)
         a, b = self.kmajor(f)
         return {"EPI": f.epilogue, "A_KMAJOR": a, "B_KMAJOR": b}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        f = self.match(problem)
-        assert not isinstance(f, str)
-        bindings = [("M", f"{f.a}.numel() // {f.a}.shape[-1]" if f.a_merged else f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
-                    ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
-                    ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
-                    ("BATCH", f"{f.a}.shape[0]" if f.batched else "1"),
-                    ("KP", "(K + 3) // 4 * 4")]  # TMA: rows of the planes 16-byte aligned
-        out = (repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim), "float32")
+        f = self.matched(problem)
+        bindings, out = gemm_launch_names(f)
+        bindings.append(("KP", "(K + 3) // 4 * 4"))  # TMA: rows of the planes 16-byte aligned
         split = f"{self.name}_split"
         a_smem, b_smem = self.in_smem(c, f)
         # Each operand: its raw K-major rows (split in shared memory), or planes from a preparing pass.

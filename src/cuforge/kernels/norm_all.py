@@ -6,6 +6,7 @@ write x / norm in a grid-stride pass."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,10 +39,7 @@ def match_norm_all(problem: Problem) -> NormAllMatch | str:
         return "not x / (the L2 norm of all of x)"
     if problem.graph_outputs != (g[1].out,):
         return "returns other than x / ||x||"
-    numel = 1
-    for d in problem.inputs[0].shape:
-        numel *= d
-    return NormAllMatch(numel)
+    return NormAllMatch(math.prod(problem.inputs[0].shape))
 
 
 class NormAll(GraphFamily):
