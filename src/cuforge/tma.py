@@ -93,6 +93,52 @@ def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> T
     return tmap
 
 
+def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] = (), swizzle: int = 128) -> TensorMap:
+    """A TMA descriptor over all dims of a contiguous CUDA tensor (up to 5): `box` and
+    `element_strides` list the dims innermost first, as the hardware does. A stride s > 1 loads every
+    s-th element of box[i] (ceil(box[i] / s) of them): a strided convolution's window. Coordinates
+    may run past either edge (negative too): those elements load as zero, a convolution's padding."""
+    if not getattr(tensor, "is_cuda", False) or not 1 <= tensor.dim() <= 5 or not tensor.is_contiguous():
+        raise _launch_error("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
+    rank = tensor.dim()
+    strides_in = tuple(element_strides) or (1,) * rank
+    if len(box) != rank or len(strides_in) != rank:
+        raise _launch_error(f"tma_nd: a box and element strides of {rank} dims for a {rank}-D tensor, not {box} and {strides_in}")
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
+        raise _launch_error(f"tma_nd: unsupported dtype {dtype} or swizzle {swizzle}")
+    if not all(1 <= b <= 256 for b in box) or not all(1 <= s <= 8 for s in strides_in):
+        raise _launch_error(f"tma_nd: box dims run 1 to 256 and element strides 1 to 8, not {box} and {strides_in}")
+    shape = tuple(reversed(tensor.shape))  # innermost first
+    key = ("nd", tensor.data_ptr(), shape, dtype, tuple(box), strides_in, swizzle, tensor.device.index)
+    cached = _TMA_CACHE.get(key)
+    if cached is not None:
+        _TMA_CACHE.move_to_end(key)
+        return cached
+    elem = tensor.element_size()
+    if (shape[0] * elem) % 16 or tensor.data_ptr() % 16:
+        raise _launch_error(f"tma_nd: rows of {shape[0] * elem} bytes (and the base address) must be multiples of 16")
+    buf = ctypes.create_string_buffer(128 + 64)
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    dims = (ctypes.c_uint64 * rank)(*shape)
+    pitches, pitch = [], elem
+    for d in shape[:-1]:
+        pitch *= d
+        pitches.append(pitch)
+    strides = (ctypes.c_uint64 * max(rank - 1, 1))(*(pitches or [0]))
+    box_c = (ctypes.c_uint32 * rank)(*box)
+    es = (ctypes.c_uint32 * rank)(*strides_in)
+    err = _libcuda().cuTensorMapEncodeTiled(ctypes.c_void_p(addr), _TMA_DTYPES[dtype], rank, ctypes.c_void_p(tensor.data_ptr()),
+                                            dims, strides, box_c, es, 0, _TMA_SWIZZLE[swizzle], 3, 0)
+    if err:
+        raise _launch_error(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {list(tensor.shape)} {dtype} tensor, "
+                            f"box {list(box)}, element strides {list(strides_in)}, swizzle {swizzle}")
+    _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
+    if len(_TMA_CACHE) > 256:
+        _TMA_CACHE.popitem(last=False)
+    return tmap
+
+
 def function_handle(handle: Any, name: str) -> int:
     """A CUfunction (as an int) for cuLaunchKernel, from cuda.core's kernel handle."""
     from cuda.bindings import driver

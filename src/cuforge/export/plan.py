@@ -149,7 +149,7 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
         raise NotExportable("TMA descriptors (gemm_sm90) are encoded per call on the host; exports do not ship "
                             "that yet, so these shapes use the fallback")
 
-    ns["tma_2d"] = no_tma
+    ns["tma_2d"] = ns["tma_nd"] = no_tma
     safe = {"__builtins__": {}}
     try:
         for name, expr in launch.bindings:

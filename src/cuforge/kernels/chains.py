@@ -17,7 +17,7 @@ class Epilogue:
     value, reading `tensors` (kernel arguments e0, e1, ... indexed per element, per column or per row)."""
 
     body: str = ""
-    tensors: tuple[tuple[str, str], ...] = ()  # (ref, "rc" | "c" | "r")
+    tensors: tuple[tuple[str, str], ...] = ()  # (ref, "rc" | "c" | "r" | "s" | "ch")
     rowsum: bool = False  # the output is the epilogue value summed over the last dim
     keepdim: bool = False  # ... kept as a dim of size 1
     prefix: str = "e"  # the tensors' parameter names: e0, e1, ... (a prologue uses p0, ...)
@@ -212,6 +212,21 @@ def broadcast_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
     return None
 
 
+def channel_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
+    """For an NC... output (a convolution's): "rc", "s", or "ch" (one value per channel: (C, 1, 1),
+    (1, C, 1, 1), ...) for a shape that broadcasts so to `full`, else None."""
+    if all(d == 1 for d in shape) and len(shape) <= len(full) and shape != full:
+        return "s"
+    if shape == full:
+        return "rc"
+    per_channel = (full[1],) + (1,) * (len(full) - 2)
+    trimmed = shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)):]
+    if len(shape) <= len(full) and len(full) >= 3 and trimmed and trimmed == per_channel[:len(trimmed)] \
+            and shape[-(len(full) - 2):] == (1,) * (len(full) - 2):
+        return "ch"
+    return None
+
+
 LEAF_VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "_unsafe_view")
 
 
@@ -232,17 +247,24 @@ def leaf_views(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[s
 
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
                   dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
-                  prefix: str = "e", result: str | None = None) -> Epilogue | str:
+                  prefix: str = "e", result: str | None = None, channels: bool = False) -> Epilogue | str:
     """The chain after an anchor as an Epilogue, or why it is not one. `nodes` are the graph's nodes
     after the anchor; `full` is the anchor's output shape; leaf tensors must have `dtype`; a `bias`
     (a per-column vector, addmm's) is added first. The chain must end in the forward's output, or, for
-    a prologue (a chain feeding another op), in `result`."""
+    a prologue (a chain feeding another op), in `result`. `channels`: the anchor's output is [N, C, ...]
+    (a convolution's) and the epilogue runs at r = n * C + c, column = the spatial offset: operands
+    broadcast per element, per channel ("ch", as a bias does) or as one value; `bias` is per channel."""
+    if channels:
+        allow_rowsum = False
+    index = {"rc": "r * (long long)cols + c", "c": "c", "r": "r", "s": "0", "ch": f"(r % {full[1] if channels else 1})"}
+    kind = (lambda shape: channel_kind(shape, full)) if channels else (lambda shape: broadcast_kind(shape, full))
     env = {anchor_out: "v"}
     def load(x: str) -> str:
         return f"__half2float({x})" if dtype == "float16" else x
 
-    lines: list[str] = [f"v = v + {load(prefix + '0[c]')};"] if bias else []
-    tensors: list[tuple[str, str]] = [(bias, "c")] if bias else []
+    bias_kind = "ch" if channels else "c"
+    lines: list[str] = [f"v = v + {load(prefix + '0[' + index[bias_kind] + ']')};"] if bias else []
+    tensors: list[tuple[str, str]] = [(bias, bias_kind)] if bias else []
     rowsum = keepdim = False
     indexed = bias is not None
     views = leaf_views(problem, nodes)
@@ -263,10 +285,12 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             break
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
-        if broadcast_kind(tuple(node.shape), full) is None:
+        if kind(tuple(node.shape)) is None:
             # A value that broadcasts to the output (an op on a per-column operand, say) is computed
             # per output element: the same value at every element it broadcasts to.
             return f"{node.op} changes the shape to {list(node.shape)}"
+        if channels and node.op in ("triu", "tril", "masked_fill"):
+            return f"{node.op} after a convolution"
         if node.op in ("triu", "tril"):  # zero below (above) a diagonal of each matrix in the last two dims
             diag = node.args[1] if len(node.args) > 1 else node.kwarg("diagonal", 0)
             if not is_ref(node.args[0]) or node.args[0] not in env:
@@ -306,14 +330,14 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if spec.dtype != dtype:
                 return f"{node.op} reads {a} of dtype {spec.dtype} (the kernel computes {dtype})"
             shape = view_shape if view_shape is not None else tuple(spec.shape)
-            how = broadcast_kind(shape, full)
+            how = kind(shape)
             if how is None:
                 return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast simply to {list(full)}"
             if (a, how) not in tensors:
                 tensors.append((a, how))
-            indexed = indexed or how in ("r", "c")
+            indexed = indexed or how in ("r", "c", "ch")
             i = tensors.index((a, how))
-            operands.append(load(f"{prefix}{i}[{ {'rc': 'r * (long long)cols + c', 'c': 'c', 'r': 'r', 's': '0'}[how] }]"))
+            operands.append(load(f"{prefix}{i}[{index[how]}]"))
         if not tensor_args:
             return f"{node.op} reads no tensor"
         expr = _unary(node.op, node, operands[0]) if len(operands) == 1 else _binary(node.op, node, *operands)

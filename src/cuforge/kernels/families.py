@@ -525,9 +525,11 @@ from cuforge.kernels.pool import Pool  # noqa: E402
 from cuforge.kernels.cross_entropy import CrossEntropy  # noqa: E402
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90  # noqa: E402
 from cuforge.kernels.norm_all import NormAll  # noqa: E402
+from cuforge.kernels.conv import ConvTf32x3Sm90  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), NormRows(), Elementwise(),
-                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy()]
+                          SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
+                          ConvTf32x3Sm90()]
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:

@@ -19,7 +19,7 @@ class LaunchSpec:
     """How to call a raw kernel. Every field is a Python expression evaluated per forward over:
     in0, in1, ... (inputs), p_<name> (the reference model's parameters and buffers, dots as '_';
     also param0, param1, ... in the order of Problem.params),
-    the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d (a TMA descriptor).
+    the names in `bindings` (evaluated in order), cdiv, min, max, and tma_2d / tma_nd (TMA descriptors).
     `scratch` buffers (shape expression, dtype, "zeros" or "empty") are allocated per forward, inside
     the timed call, and named scratch0, ...: a kernel's workspace (split-K partial sums, tile counters).
     An output is (shape, dtype), allocated uninitialized, or (shape, dtype, "zeros") for kernels that
@@ -112,7 +112,7 @@ class Candidate:
 _WRAPPER = '''"""Format-B candidate wrapped by cuforge: kernel {entry!r} launched from ModelNew.forward."""
 import torch
 from cuforge.runtime import compile_cuda
-from cuforge.tma import tma_2d
+from cuforge.tma import tma_2d, tma_nd
 
 _KERNEL_SOURCE = {source!r}
 _module = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r})
@@ -136,7 +136,7 @@ class ModelNew(torch.nn.Module):
         self.ref = __cuforge_problem__.Model(*init_inputs)
 
     def forward(self, *inputs):
-        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d}}
+        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d, "tma_nd": tma_nd}}
         ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
         for i, (name, t) in enumerate(list(self.ref.named_parameters()) + list(self.ref.named_buffers())):
             ns["p_" + name.replace(".", "_")] = ns[f"param{{i}}"] = t

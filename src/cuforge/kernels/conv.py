@@ -1,0 +1,192 @@
+"""Convolution as an implicit GEMM on the 3xTF32 wgmma core: rows are output pixels (a tile of them
+in one image), columns output channels, K runs over the kernel's taps and the input channels. The
+input is first split into channels-last TF32 big/small planes and the weight into [C_out][tap][C]
+planes by the GEMM's preparing kernel; the main kernel loads each tap's input window by TMA (its
+element strides are the convolution's stride, its zero fill past the edges the padding) and runs the
+traced elementwise chain on each output value before the one store."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily
+from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.op_graph import is_ref
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+@dataclass(frozen=True)
+class ConvMatch:
+    """out = epilogue(conv(x, w) + bias): x [N, C, *spatial], w [C_out, C, *kernel], groups 1, not
+    transposed. The geometry lists one entry per spatial dim, outermost first."""
+
+    x: str
+    w: str
+    n: int
+    c: int
+    c_out: int
+    spatial: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    epilogue: Epilogue
+
+    @property
+    def dims(self) -> int:
+        return len(self.spatial)
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.kernel)
+
+    @property
+    def pixels(self) -> int:
+        return self.n * math.prod(self.out_spatial)
+
+
+def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,) * dims
+    if isinstance(value, (tuple, list)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value) if len(value) == dims else tuple(value) * dims if len(value) == 1 else None
+    return None
+
+
+def match_conv(problem: Problem) -> ConvMatch | str:
+    """The problem as a convolution with an elementwise epilogue, or why it is not one."""
+    if not problem.graph:
+        return "no traced graph"
+    first = problem.graph[0]
+    if first.op != "convolution":
+        return "does not start with a convolution"
+    x, w, bias, stride, padding, dilation, transposed, _, groups = (tuple(first.args) + (None,) * 9)[:9]
+    if transposed:
+        return "a transposed convolution"
+    if groups != 1:
+        return f"a grouped convolution (groups={groups})"
+    sx = leaf_spec(problem, x) if is_ref(x) else None
+    sw = leaf_spec(problem, w) if is_ref(w) else None
+    if sx is None or sw is None or sx.dtype != "float32" or sw.dtype != "float32":
+        return "the convolution's input and weight are not fp32 inputs or parameters"
+    dims = len(sx.shape) - 2
+    if not 1 <= dims <= 3 or len(sw.shape) != dims + 2 or sw.shape[1] != sx.shape[1]:
+        return f"a convolution over {dims} spatial dims with weight {list(sw.shape)}"
+    geometry = [_ints(v, dims) for v in (stride, padding, dilation)]
+    if any(g is None for g in geometry):
+        return f"convolution geometry {stride}, {padding}, {dilation} is not integers per spatial dim"
+    (st, pad, dil) = geometry  # type: ignore[misc]
+    if bias is not None:
+        sb = leaf_spec(problem, bias) if is_ref(bias) else None
+        if sb is None or sb.dtype != "float32" or tuple(sb.shape) != (sw.shape[0],):
+            return "the convolution's bias is not an fp32 vector over the output channels"
+    full = tuple(first.shape)
+    epi = compile_chain(problem, problem.graph[1:], first.out, full, bias=bias, channels=True)
+    if isinstance(epi, str):
+        return epi
+    return ConvMatch(x, w, sx.shape[0], sx.shape[1], sw.shape[0], tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
+                     full[2:], epi)
+
+
+_AXES = ("D", "H", "W")  # the names of the spatial dims, outermost first, for 3-D; 2-D uses H, W; 1-D W
+
+
+def axes(dims: int) -> tuple[str, ...]:
+    return _AXES[3 - dims:]
+
+
+class ConvTf32x3Sm90(GraphFamily):
+    """Implicit-GEMM convolution, sm_90a: tiles of 128 output pixels (TD x TH x TW of one image) by BN
+    output channels; per k-tile, one tap and 32 input channels; the wgmma consumers, TMA producer and
+    3xTF32 promotion of gemm_tf32x3_sm90."""
+
+    BM = 128
+    BK = 32
+    template = "conv_tf32_sm90"
+
+    def __init__(self) -> None:
+        super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
+                                                 "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16)})
+
+    def runs_on(self, compute_capability: str) -> bool:
+        return compute_capability == "9.0"
+
+    def match(self, problem: Problem) -> ConvMatch | str:
+        return match_conv(problem)
+
+    @staticmethod
+    def tile(c: dict[str, Any], dims: int) -> tuple[int, int, int]:
+        """(TD, TH, TW): the output pixels a block computes; a lower-rank conv has size-1 outer dims."""
+        tw, th = c["TW"], c["TH"] if dims >= 2 else 1
+        return (128 // (tw * th) if dims == 3 else 1), th, tw
+
+    @classmethod
+    def smem_bytes(cls, c: dict[str, Any]) -> int:
+        return c["STAGES"] * 2 * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        f = self.match(problem)
+        if isinstance(f, str):
+            return False
+        td, th, tw = self.tile(c, f.dims)
+        if td * th * tw != self.BM or (f.dims < 2 and c["TH"] != 1):
+            return False
+        box = dict(zip(("D", "H", "W"), (td, th, tw)))
+        if any(box[a] * s > 256 for a, s in zip(axes(f.dims), f.stride)):  # TMA boxes span <= 256 elements
+            return False
+        return self.smem_bytes(c) <= SMEM_LIMIT
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        f = self.matched(problem)
+        out_w = f.out_spatial[-1]
+        tws = [t for t in self.knobs["TW"] if t >= min(out_w, 128)] or [128]
+        bns = [b for b in self.knobs["BN"] if b >= min(f.c_out, 128)] or [128]
+        out = []
+        for tw in dict.fromkeys((tws[0], 32, 16)):
+            th = 1 if f.dims == 1 else min(128 // tw, 16) if f.dims == 2 else min(max(1, 128 // tw // 2), 16)
+            for bn in dict.fromkeys((bns[0], 64)):
+                c = {"BN": bn, "TW": tw, "TH": th, "GROUP_M": 8}
+                stages = [s for s in self.knobs["STAGES"] if self.valid({**c, "STAGES": s}, problem)]
+                if stages:
+                    out.append({**c, "STAGES": max(stages)})
+        # Few output tiles: narrower columns first, so that more blocks share the work.
+        if out and len(out) > 1 and f.pixels // self.BM * -(-f.c_out // out[0]["BN"]) < SEED_SMS:
+            out.sort(key=lambda c: c["BN"])
+        return out
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = self.matched(problem)
+        pad = (1,) * (3 - f.dims)
+        return {"EPI": f.epilogue, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
+                "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = self.matched(problem)
+        names = axes(f.dims)
+        td, th, tw = self.tile(c, f.dims)
+        box = dict(zip(("D", "H", "W"), (td, th, tw)))
+        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", "(C + 3) // 4 * 4"), ("CO", f"{f.w}.shape[0]")]
+        for i, (a, k, s, p, d) in enumerate(zip(names, f.kernel, f.stride, f.padding, f.dilation)):
+            bindings += [(f"I{a}", f"{f.x}.shape[{2 + i}]"), (f"O{a}", f"(I{a} + {2 * p} - {d * (k - 1)} - 1) // {s} + 1")]
+        spatial_in = " * ".join(f"I{a}" for a in names)
+        out_dims = ", ".join(f"O{a}" for a in names)
+        # TMA boxes list dims innermost first: channels, then W, H, D, then the image.
+        x_box = ("32",) + tuple(f"{box[a] * s}" for a, s in reversed(list(zip(names, f.stride)))) + ("1",)
+        x_strides = ("1",) + tuple(str(s) for s in reversed(f.stride)) + ("1",)
+        split = f"{self.name}_split"
+        tiles = " * ".join(f"cdiv(O{a}, {box[a]})" for a in names)
+        outs = tuple(f"O{a}" if a in names else "1" for a in _AXES)
+        return LaunchSpec(
+            entry=self.name, grid=f"(NB * {tiles} * cdiv(CO, {c['BN']}),)", block="(384,)", shared_mem=str(self.smem_bytes(c)),
+            bindings=tuple(bindings),
+            scratch=((f"(2 * NB, {', '.join(f'I{a}' for a in names)}, CP)", "float32", "empty"),
+                     (f"(2 * CO, {f.taps}, CP)", "float32", "empty")),
+            pre=((split, f"(cdiv(CP, 32), cdiv({spatial_in}, 32), NB)", "(32, 8)", f"({f.x}, scratch0, {spatial_in}, C, CP, 1)"),
+                 (split, f"(cdiv(CP, 32), cdiv({f.taps}, 32), CO)", "(32, 8)", f"({f.w}, scratch1, {f.taps}, C, CP, 1)")),
+            args=(f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))", f"tma_nd(scratch1, (32, 1, {c['BN']}))",
+                  "out0", "NB", "CO", "CP", *outs, *f.epilogue.launch_args()),
+            outputs=((f"(NB, CO, {out_dims})", "float32"),))

@@ -1,0 +1,76 @@
+"""The implicit-GEMM convolution family on the CPU: which traced graphs it matches (and the reason it
+gives for those it does not), its per-channel epilogue operands, its launch geometry, and NVRTC
+compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded and dilated shapes."""
+
+import pytest
+
+from cuforge.kernels.chains import channel_kind
+from cuforge.kernels.conv import ConvTf32x3Sm90, match_conv
+from cuforge.kernels.families import families_for
+from template_helpers import problem_from_expr, smoke_compile
+
+FAM = ConvTf32x3Sm90()
+
+
+def conv_problem(tmp_path, layer, x_shape, tail="y"):
+    return problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn{x_shape}", args="a",
+                             init=f"        self.conv = {layer}\n        self.bias = nn.Parameter(torch.randn({layer.split('(')[1].split(',')[1]}, 1, 1))")
+
+
+@pytest.mark.parametrize("shape, full, kind", [
+    ((64, 1, 1), (8, 64, 30, 30), "ch"), ((1, 64, 1, 1), (8, 64, 30, 30), "ch"), ((64,) + (1,) * 3, (2, 64, 5, 6, 7), "ch"),
+    ((8, 64, 30, 30), (8, 64, 30, 30), "rc"), ((1,), (8, 64, 30, 30), "s"), ((30,), (8, 64, 30, 30), None),
+    ((64,), (8, 64, 30, 30), None), ((64, 30, 1), (8, 64, 30, 30), None), ((8, 1, 1, 1), (8, 64, 30, 30), None),
+])
+def test_operands_broadcast_per_channel_per_element_or_as_one_value(shape, full, kind):
+    assert channel_kind(shape, full) == kind
+
+
+def test_a_conv_with_bias_and_a_per_channel_chain_is_matched(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(64, 128, 3)", "(2, 64, 34, 35)", "torch.relu(y) + self.bias")
+    assert families_for(p)[0][0].name == FAM.name
+    f = match_conv(p)
+    assert (f.n, f.c, f.c_out, f.spatial, f.kernel, f.out_spatial, f.taps) == (2, 64, 128, (34, 35), (3, 3), (32, 33), 9)
+    assert [kind for _, kind in f.epilogue.tensors] == ["ch", "ch"]  # the conv's bias, then self.bias
+    assert f.epilogue.body.splitlines()[0] == "v = v + e0[(r % 128)];"
+    launch = FAM.render(FAM.seeds(p)[0], p).launch
+    assert [pre[0] for pre in launch.pre] == ["conv_tf32x3_sm90_split"] * 2
+    assert launch.outputs == (("(NB, CO, OH, OW)", "float32"),)
+
+
+@pytest.mark.parametrize("layer, x_shape, tail, why", [
+    ("nn.ConvTranspose2d(8, 16, 3)", "(2, 8, 10, 10)", "y", "transposed"),
+    ("nn.Conv2d(8, 16, 3, groups=2)", "(2, 8, 10, 10)", "y", "grouped"),
+    ("nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)", "torch.softmax(y, dim=1)", "epilogue"),
+    ("nn.Conv2d(8, 16, 3)", "(2, 8, 18, 18)", "y + self.bias.view(1, 1, 1, 16)", "broadcast"),  # per column, not channel
+])
+def test_what_is_not_an_implicit_gemm_convolution_says_why(tmp_path, layer, x_shape, tail, why):
+    p = conv_problem(tmp_path, layer, x_shape, tail)
+    reason = FAM.supports(p)
+    assert reason is not None and why in reason.replace("does not broadcast", "broadcast").replace("not an elementwise epilogue", "epilogue"), reason
+
+
+def test_strided_padded_dilated_geometry_reaches_the_launch(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)")
+    f = match_conv(p)
+    assert (f.stride, f.padding, f.dilation, f.out_spatial) == ((2, 1), (1, 2), (2, 1), (19, 41))
+    c = FAM.seeds(p)[0]
+    launch = FAM.render(c, p).launch
+    td, th, tw = FAM.tile(c, 2)
+    assert launch.args[0] == f"tma_nd(scratch0, (32, {tw * 1}, {th * 2}, 1), (1, 1, 2, 1))"  # innermost first: W, H
+    assert ("OH", "(IH + 2 - 4 - 1) // 2 + 1") in launch.bindings
+    assert not FAM.valid({**c, "TW": 8, "TH": 16, "BN": 16}, p) or 16 * 2 <= 256
+
+
+@pytest.mark.parametrize("layer, x_shape", [
+    ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)"),
+    ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)"),
+    ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)"),
+])
+def test_seeds_and_random_configs_compile(tmp_path, layer, x_shape):
+    p = conv_problem(tmp_path, layer, x_shape)
+    assert FAM.supports(p) is None, FAM.supports(p)
+    for c in FAM.seeds(p):
+        td, th, tw = FAM.tile(c, x_shape.count(",") - 1)
+        assert td * th * tw == 128 and FAM.valid(c, p)
+    smoke_compile(FAM, p, 2)

@@ -1,0 +1,39 @@
+"""The implicit-GEMM convolution on a real Hopper GPU against the float64 reference at the harness's
+fp32 tolerance: 1-D, 2-D and 3-D; ragged output tiles and channel tiles; few input channels (padded
+to TMA's 16-byte rows); stride, padding, dilation and rectangular kernels; no bias; a fused chain with
+a per-channel parameter."""
+
+import pytest
+
+from cuforge.kernels.conv import ConvTf32x3Sm90
+from cuforge.sandbox.evaluation import EvalConfig
+from template_helpers import family_configs, problem_from_expr
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+
+
+def conv_problem(tmp_path, layer, x_shape, tail="y"):
+    out_channels = layer.split("(")[1].split(",")[1]
+    return problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn{x_shape}", args="a",
+                             init=f"        self.conv = {layer}\n        self.bias = nn.Parameter(torch.randn({out_channels}, 1, 1))")
+
+
+@pytest.mark.parametrize("layer, x_shape, tail, n_random", [
+    ("nn.Conv2d(64, 128, 3)", "(2, 64, 34, 35)", "torch.relu(y) + self.bias", 2),
+    ("nn.Conv2d(37, 50, 3, padding=1, bias=False)", "(3, 37, 20, 21)", "y * 2", 1),
+    ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)", "torch.tanh(y)", 1),
+    ("nn.Conv2d(8, 64, 3, stride=2)", "(5, 8, 33, 64)", "y", 1),
+    ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)", "y", 1),
+    ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)", 1),
+    ("nn.Conv2d(256, 192, 1)", "(2, 256, 17, 17)", "y", 0),
+])
+def test_implicit_gemm_convolution(sup, tmp_path, layer, x_shape, tail, n_random):
+    fam = ConvTf32x3Sm90()
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip("wgmma needs sm_90a")
+    p = conv_problem(tmp_path, layer, x_shape, tail)
+    assert fam.supports(p) is None, fam.supports(p)
+    for c in family_configs(fam, p, n_random):
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (layer, c, ev.status, ev.message)
