@@ -39,7 +39,6 @@ def test_a_conv_with_bias_and_a_per_channel_chain_is_matched(tmp_path):
 
 
 @pytest.mark.parametrize("layer, x_shape, tail, why", [
-    ("nn.ConvTranspose2d(8, 16, 3)", "(2, 8, 10, 10)", "y", "transposed"),
     ("nn.Conv2d(8, 16, 3, groups=2)", "(2, 8, 10, 10)", "y", "grouped"),
     ("nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)", "torch.softmax(y, dim=1)", "epilogue"),
     ("nn.Conv2d(8, 16, 3)", "(2, 8, 18, 18)", "y + self.bias.view(1, 1, 1, 16)", "broadcast"),  # per column, not channel
@@ -62,7 +61,25 @@ def test_strided_padded_dilated_geometry_reaches_the_launch(tmp_path):
     assert not FAM.valid({**c, "TW": 8, "TH": 16, "BN": 16}, p) or 16 * 2 <= 256
 
 
+def test_a_transposed_convolution_runs_as_one_ordinary_convolution_per_output_phase(tmp_path):
+    p = conv_problem(tmp_path, "nn.ConvTranspose2d(8, 24, 3, stride=2, padding=1, output_padding=1)", "(2, 8, 10, 11)",
+                     "torch.clamp(y + self.bias, -1, 1)")
+    f = match_conv(p)
+    assert f.transposed and (f.c, f.c_out, f.out_spatial, f.output_padding) == (8, 24, (20, 22), (1, 1))
+    c = FAM.seeds(p)[0]
+    launch = FAM.render(c, p).launch
+    td, th, tw = FAM.tile(c, 2)
+    assert ("CO", "param1.shape[1]") in launch.bindings  # the weight is [C, C_out, kh, kw]
+    assert ("OH", "(IH - 1) * 2 - 2 + 2 + 1 + 1") in launch.bindings
+    assert launch.args[0] == f"tma_nd(scratch0, (32, {tw}, {th}, 1), (1, 1, 1, 1))"  # a phase reads its input densely
+    assert f"cdiv(cdiv(OH, 2), {th}) * 2" in launch.grid  # four phases
+    assert launch.pre[1][3] == "(param1, scratch1, CO * 9, C, CP, 1)"  # [C][C_out * taps] -> [C_out][tap][C]
+    assert "#define TRANSPOSED 1" in FAM.render(c, p).source
+
+
 @pytest.mark.parametrize("layer, x_shape", [
+    ("nn.ConvTranspose1d(6, 10, 4, stride=3, padding=1, dilation=2)", "(2, 6, 50)"),
+    ("nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1)", "(2, 4, 5, 6, 7)"),
     ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)"),
     ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)"),
     ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)"),

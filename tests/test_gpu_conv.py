@@ -27,6 +27,11 @@ def conv_problem(tmp_path, layer, x_shape, tail="y"):
     ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)", "y", 1),
     ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)", 1),
     ("nn.Conv2d(256, 192, 1)", "(2, 256, 17, 17)", "y", 0),
+    ("nn.ConvTranspose2d(64, 48, 3)", "(2, 64, 30, 31)", "y", 1),
+    ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)", "torch.tanh(y) - self.bias", 1),
+    ("nn.ConvTranspose2d(16, 24, (4, 3), stride=(2, 3), padding=(1, 0), dilation=(1, 2))", "(2, 16, 9, 12)", "y", 1),
+    ("nn.ConvTranspose1d(6, 10, 1, stride=2)", "(2, 6, 50)", "y", 0),  # odd outputs: no tap reaches them (the bias)
+    ("nn.ConvTranspose3d(8, 16, 3, stride=2, padding=1, output_padding=1)", "(2, 8, 6, 7, 8)", "y * 2", 1),
 ])
 def test_implicit_gemm_convolution(sup, tmp_path, layer, x_shape, tail, n_random):
     fam = ConvTf32x3Sm90()

@@ -20,8 +20,8 @@ from cuforge.sandbox.candidate import LaunchSpec
 
 @dataclass(frozen=True)
 class ConvMatch:
-    """out = epilogue(conv(x, w) + bias): x [N, C, *spatial], w [C_out, C, *kernel], groups 1, not
-    transposed. The geometry lists one entry per spatial dim, outermost first."""
+    """out = epilogue(conv(x, w) + bias): x [N, C, *spatial], w [C_out, C, *kernel] (transposed:
+    [C, C_out, *kernel]), groups 1. The geometry lists one entry per spatial dim, outermost first."""
 
     x: str
     w: str
@@ -35,6 +35,8 @@ class ConvMatch:
     dilation: tuple[int, ...]
     out_spatial: tuple[int, ...]
     epilogue: Epilogue
+    transposed: bool = False
+    output_padding: tuple[int, ...] = ()
 
     @property
     def dims(self) -> int:
@@ -64,9 +66,7 @@ def match_conv(problem: Problem) -> ConvMatch | str:
     first = problem.graph[0]
     if first.op != "convolution":
         return "does not start with a convolution"
-    x, w, bias, stride, padding, dilation, transposed, _, groups = (tuple(first.args) + (None,) * 9)[:9]
-    if transposed:
-        return "a transposed convolution"
+    x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (tuple(first.args) + (None,) * 9)[:9]
     if groups != 1:
         return f"a grouped convolution (groups={groups})"
     sx = leaf_spec(problem, x) if is_ref(x) else None
@@ -74,22 +74,23 @@ def match_conv(problem: Problem) -> ConvMatch | str:
     if sx is None or sw is None or sx.dtype != "float32" or sw.dtype != "float32":
         return "the convolution's input and weight are not fp32 inputs or parameters"
     dims = len(sx.shape) - 2
-    if not 1 <= dims <= 3 or len(sw.shape) != dims + 2 or sw.shape[1] != sx.shape[1]:
+    c_in, c_out = (sw.shape[0], sw.shape[1]) if transposed else (sw.shape[1], sw.shape[0])
+    if not 1 <= dims <= 3 or len(sw.shape) != dims + 2 or c_in != sx.shape[1]:
         return f"a convolution over {dims} spatial dims with weight {list(sw.shape)}"
-    geometry = [_ints(v, dims) for v in (stride, padding, dilation)]
+    geometry = [_ints(v, dims) for v in (stride, padding, dilation, output_padding if transposed else 0)]
     if any(g is None for g in geometry):
-        return f"convolution geometry {stride}, {padding}, {dilation} is not integers per spatial dim"
-    (st, pad, dil) = geometry  # type: ignore[misc]
+        return f"convolution geometry {stride}, {padding}, {dilation}, {output_padding} is not integers per spatial dim"
+    (st, pad, dil, out_pad) = geometry  # type: ignore[misc]
     if bias is not None:
         sb = leaf_spec(problem, bias) if is_ref(bias) else None
-        if sb is None or sb.dtype != "float32" or tuple(sb.shape) != (sw.shape[0],):
+        if sb is None or sb.dtype != "float32" or tuple(sb.shape) != (c_out,):
             return "the convolution's bias is not an fp32 vector over the output channels"
     full = tuple(first.shape)
     epi = compile_chain(problem, problem.graph[1:], first.out, full, bias=bias, channels=True)
     if isinstance(epi, str):
         return epi
-    return ConvMatch(x, w, sx.shape[0], sx.shape[1], sw.shape[0], tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
-                     full[2:], epi)
+    return ConvMatch(x, w, sx.shape[0], c_in, c_out, tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
+                     full[2:], epi, bool(transposed), out_pad if transposed else ())
 
 
 _AXES = ("D", "H", "W")  # the names of the spatial dims, outermost first, for 3-D; 2-D uses H, W; 1-D W
@@ -102,7 +103,9 @@ def axes(dims: int) -> tuple[str, ...]:
 class ConvTf32x3Sm90(GraphFamily):
     """Implicit-GEMM convolution, sm_90a: tiles of 128 output pixels (TD x TH x TW of one image) by BN
     output channels; per k-tile, one tap and 32 input channels; the wgmma consumers, TMA producer and
-    3xTF32 promotion of gemm_tf32x3_sm90."""
+    3xTF32 promotion of gemm_tf32x3_sm90. A transposed convolution of stride S is S^dims ordinary
+    ones, one per output phase (o mod S), each over the taps that reach that phase: no zeros are
+    multiplied."""
 
     BM = 128
     BK = 32
@@ -136,23 +139,40 @@ class ConvTf32x3Sm90(GraphFamily):
         if td * th * tw != self.BM or (f.dims < 2 and c["TH"] != 1):
             return False
         box = dict(zip(("D", "H", "W"), (td, th, tw)))
-        if any(box[a] * s > 256 for a, s in zip(axes(f.dims), f.stride)):  # TMA boxes span <= 256 elements
+        if any(box[a] * s > 256 for a, s in zip(axes(f.dims), self.box_strides(f))):  # TMA boxes span <= 256 elements
             return False
         return self.smem_bytes(c) <= SMEM_LIMIT
 
+    @staticmethod
+    def box_strides(f: ConvMatch) -> tuple[int, ...]:
+        """The input elements between neighbouring output pixels of a tile (a transposed
+        convolution's phase reads its input densely)."""
+        return (1,) * f.dims if f.transposed else f.stride
+
+    @staticmethod
+    def tile_extent(f: ConvMatch) -> tuple[int, ...]:
+        """The output pixels a phase covers per dim: all of them, or every S-th when transposed."""
+        return tuple(-(-o // s) for o, s in zip(f.out_spatial, f.stride)) if f.transposed else f.out_spatial
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         f = self.matched(problem)
-        out_w = f.out_spatial[-1]
+        out_w = self.tile_extent(f)[-1]
         tws = [t for t in self.knobs["TW"] if t >= min(out_w, 128)] or [128]
         bns = [b for b in self.knobs["BN"] if b >= min(f.c_out, 128)] or [128]
         out = []
-        for tw in dict.fromkeys((tws[0], 32, 16)):
+        shapes = 0
+        for tw in dict.fromkeys((tws[0], 32, 16, 128)):  # a 1-D tile is one row of 128
             th = 1 if f.dims == 1 else min(128 // tw, 16) if f.dims == 2 else min(max(1, 128 // tw // 2), 16)
+            found = False
             for bn in dict.fromkeys((bns[0], 64)):
                 c = {"BN": bn, "TW": tw, "TH": th, "GROUP_M": 8}
                 stages = [s for s in self.knobs["STAGES"] if self.valid({**c, "STAGES": s}, problem)]
                 if stages:
                     out.append({**c, "STAGES": max(stages)})
+                    found = True
+            shapes += found
+            if shapes == 3:
+                break
         # Few output tiles: narrower columns first, so that more blocks share the work.
         if out and len(out) > 1 and f.pixels // self.BM * -(-f.c_out // out[0]["BN"]) < SEED_SMS:
             out.sort(key=lambda c: c["BN"])
@@ -162,31 +182,42 @@ class ConvTf32x3Sm90(GraphFamily):
         f = self.matched(problem)
         pad = (1,) * (3 - f.dims)
         return {"EPI": f.epilogue, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
-                "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation}
+                "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
         names = axes(f.dims)
         td, th, tw = self.tile(c, f.dims)
         box = dict(zip(("D", "H", "W"), (td, th, tw)))
-        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", "(C + 3) // 4 * 4"), ("CO", f"{f.w}.shape[0]")]
+        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", "(C + 3) // 4 * 4"),
+                    ("CO", f"{f.w}.shape[{1 if f.transposed else 0}]")]
         for i, (a, k, s, p, d) in enumerate(zip(names, f.kernel, f.stride, f.padding, f.dilation)):
-            bindings += [(f"I{a}", f"{f.x}.shape[{2 + i}]"), (f"O{a}", f"(I{a} + {2 * p} - {d * (k - 1)} - 1) // {s} + 1")]
+            size = (f"(I{a} - 1) * {s} - {2 * p} + {d * (k - 1)} + {f.output_padding[i]} + 1" if f.transposed
+                    else f"(I{a} + {2 * p} - {d * (k - 1)} - 1) // {s} + 1")
+            bindings += [(f"I{a}", f"{f.x}.shape[{2 + i}]"), (f"O{a}", size)]
         spatial_in = " * ".join(f"I{a}" for a in names)
         out_dims = ", ".join(f"O{a}" for a in names)
         # TMA boxes list dims innermost first: channels, then W, H, D, then the image.
-        x_box = ("32",) + tuple(f"{box[a] * s}" for a, s in reversed(list(zip(names, f.stride)))) + ("1",)
-        x_strides = ("1",) + tuple(str(s) for s in reversed(f.stride)) + ("1",)
+        steps = self.box_strides(f)
+        x_box = ("32",) + tuple(f"{box[a] * s}" for a, s in reversed(list(zip(names, steps)))) + ("1",)
+        x_strides = ("1",) + tuple(str(s) for s in reversed(steps)) + ("1",)
         split = f"{self.name}_split"
-        tiles = " * ".join(f"cdiv(O{a}, {box[a]})" for a in names)
+        # A phase of a transposed convolution covers every S-th output pixel; there are S^dims phases.
+        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {box[a]}) * {s}" if f.transposed else f"cdiv(O{a}, {box[a]})"
+                           for a, s in zip(names, f.stride))
         outs = tuple(f"O{a}" if a in names else "1" for a in _AXES)
+        # The weight as [C_out][tap][C] planes: from [C_out][C][taps] per output channel, or, transposed,
+        # from [C][C_out * taps] as one matrix.
+        w_pre = ((split, f"(cdiv(CP, 32), cdiv(CO * {f.taps}, 32), 1)", "(32, 8)", f"({f.w}, scratch1, CO * {f.taps}, C, CP, 1)")
+                 if f.transposed else
+                 (split, f"(cdiv(CP, 32), cdiv({f.taps}, 32), CO)", "(32, 8)", f"({f.w}, scratch1, {f.taps}, C, CP, 1)"))
         return LaunchSpec(
             entry=self.name, grid=f"(NB * {tiles} * cdiv(CO, {c['BN']}),)", block="(384,)", shared_mem=str(self.smem_bytes(c)),
             bindings=tuple(bindings),
             scratch=((f"(2 * NB, {', '.join(f'I{a}' for a in names)}, CP)", "float32", "empty"),
                      (f"(2 * CO, {f.taps}, CP)", "float32", "empty")),
             pre=((split, f"(cdiv(CP, 32), cdiv({spatial_in}, 32), NB)", "(32, 8)", f"({f.x}, scratch0, {spatial_in}, C, CP, 1)"),
-                 (split, f"(cdiv(CP, 32), cdiv({f.taps}, 32), CO)", "(32, 8)", f"({f.w}, scratch1, {f.taps}, C, CP, 1)")),
+                 w_pre),
             args=(f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))", f"tma_nd(scratch1, (32, 1, {c['BN']}))",
                   "out0", "NB", "CO", "CP", *outs, *f.epilogue.launch_args()),
             outputs=((f"(NB, CO, {out_dims})", "float32"),))
