@@ -77,6 +77,27 @@ def test_a_transposed_convolution_runs_as_one_ordinary_convolution_per_output_ph
     assert "#define TRANSPOSED 1" in FAM.render(c, p).source
 
 
+def test_few_input_channels_fold_the_inner_taps_into_the_channel_vector(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)")
+    seeds = FAM.seeds(p)
+    assert seeds[0]["FOLD"] == 2 and seeds[1] == {**seeds[0], "FOLD": 0}  # 15 taps x 3 channels: one k-tile of 48
+    launch = FAM.render(seeds[0], p).launch
+    binds = dict(launch.bindings)
+    assert binds["CP"] == "(15 * C + 3) // 4 * 4" and binds["XH"] == "IH + 1" and binds["XW"] == "IW + 2"
+    assert [pre[0] for pre in launch.pre] == ["conv_tf32x3_sm90_fold_x", "conv_tf32x3_sm90_fold_w"]
+    assert launch.scratch[0][0] == "(2 * NB, XH, XW, CP)" and launch.scratch[1][0] == "(2 * CO, 1, CP)"
+    assert not FAM.valid({**seeds[0], "FOLD": 2}, conv_problem(tmp_path, "nn.ConvTranspose2d(3, 8, 3)", "(2, 3, 9, 9)"))
+
+
+def test_a_one_d_tile_is_loaded_in_boxes_the_stride_allows(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv1d(64, 128, 3, stride=3, dilation=4)", "(2, 64, 3000)")
+    seeds = FAM.seeds(p)
+    assert seeds and all(c["TW"] * 3 <= 256 for c in seeds)
+    launch = FAM.render(seeds[0], p).launch
+    assert launch.args[0] == f"tma_nd(scratch0, (32, {seeds[0]['TW'] * 3}, 1), (1, 3, 1))"
+    assert "cdiv(OW, 128)" in launch.grid
+
+
 @pytest.mark.parametrize("layer, x_shape", [
     ("nn.ConvTranspose1d(6, 10, 4, stride=3, padding=1, dilation=2)", "(2, 6, 50)"),
     ("nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1)", "(2, 4, 5, 6, 7)"),

@@ -1,7 +1,8 @@
 """The implicit-GEMM convolution on a real Hopper GPU against the float64 reference at the harness's
 fp32 tolerance: 1-D, 2-D and 3-D; ragged output tiles and channel tiles; few input channels (padded
 to TMA's 16-byte rows); stride, padding, dilation and rectangular kernels; no bias; a fused chain with
-a per-channel parameter."""
+a per-channel parameter; few channels with the inner taps folded into the channel vector; transposed
+convolutions by output phase, including phases no tap reaches."""
 
 import pytest
 
@@ -25,6 +26,7 @@ def conv_problem(tmp_path, layer, x_shape, tail="y"):
     ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)", "torch.tanh(y)", 1),
     ("nn.Conv2d(8, 64, 3, stride=2)", "(5, 8, 33, 64)", "y", 1),
     ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)", "y", 1),
+    ("nn.Conv1d(40, 16, 3, stride=5, dilation=2)", "(2, 40, 2000)", "y", 0),  # four boxes of 32 a tile
     ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)", 1),
     ("nn.Conv2d(256, 192, 1)", "(2, 256, 17, 17)", "y", 0),
     ("nn.ConvTranspose2d(64, 48, 3)", "(2, 64, 30, 31)", "y", 1),

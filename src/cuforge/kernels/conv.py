@@ -113,7 +113,8 @@ class ConvTf32x3Sm90(GraphFamily):
 
     def __init__(self) -> None:
         super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
-                                                 "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16)})
+                                                 "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
+                                                 "FOLD": (0, 1, 2)})
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
@@ -123,9 +124,17 @@ class ConvTf32x3Sm90(GraphFamily):
 
     @staticmethod
     def tile(c: dict[str, Any], dims: int) -> tuple[int, int, int]:
-        """(TD, TH, TW): the output pixels a block computes; a lower-rank conv has size-1 outer dims."""
+        """(TD, TH, TW): the output pixels a block computes; a lower-rank conv has size-1 outer dims, and
+        a 1-D tile is 128 in a row (loaded as 128 / TW boxes of TW)."""
+        if dims == 1:
+            return 1, 1, 128
         tw, th = c["TW"], c["TH"] if dims >= 2 else 1
         return (128 // (tw * th) if dims == 3 else 1), th, tw
+
+    @staticmethod
+    def folded_taps(c: dict[str, Any], f: ConvMatch) -> int:
+        """The taps that share one channel vector (FOLD innermost kernel dims)."""
+        return math.prod(f.kernel[len(f.kernel) - c.get("FOLD", 0):])
 
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
@@ -136,9 +145,11 @@ class ConvTf32x3Sm90(GraphFamily):
         if isinstance(f, str):
             return False
         td, th, tw = self.tile(c, f.dims)
-        if td * th * tw != self.BM or (f.dims < 2 and c["TH"] != 1):
+        if td * th * tw != self.BM or (f.dims < 2 and (c["TH"] != 1 or c["TW"] < 32)):
             return False
-        box = dict(zip(("D", "H", "W"), (td, th, tw)))
+        if c.get("FOLD", 0) > min(f.dims, 2) or (c.get("FOLD", 0) and f.transposed):
+            return False
+        box = dict(zip(("D", "H", "W"), (td, th, c["TW"])))
         if any(box[a] * s > 256 for a, s in zip(axes(f.dims), self.box_strides(f))):  # TMA boxes span <= 256 elements
             return False
         return self.smem_bytes(c) <= SMEM_LIMIT
@@ -158,6 +169,11 @@ class ConvTf32x3Sm90(GraphFamily):
         f = self.matched(problem)
         out_w = self.tile_extent(f)[-1]
         tws = [t for t in self.knobs["TW"] if t >= min(out_w, 128)] or [128]
+        if f.dims == 1:  # the widest box the stride allows
+            tws = [max(t for t in self.knobs["TW"] if t * self.box_strides(f)[0] <= 256 or t == 8)]
+        # Few input channels: fold the innermost kernel dims into the channel vector, so that a
+        # k-tile's 32 channels are mostly real ones.
+        fold = 0 if f.transposed or f.c >= 32 else min(f.dims, 2) if f.c * math.prod(f.kernel[-2:]) <= 64 else 1
         bns = [b for b in self.knobs["BN"] if b >= min(f.c_out, 128)] or [128]
         out = []
         shapes = 0
@@ -165,7 +181,7 @@ class ConvTf32x3Sm90(GraphFamily):
             th = 1 if f.dims == 1 else min(128 // tw, 16) if f.dims == 2 else min(max(1, 128 // tw // 2), 16)
             found = False
             for bn in dict.fromkeys((bns[0], 64)):
-                c = {"BN": bn, "TW": tw, "TH": th, "GROUP_M": 8}
+                c = {"BN": bn, "TW": tw, "TH": th, "GROUP_M": 8, "FOLD": fold}
                 stages = [s for s in self.knobs["STAGES"] if self.valid({**c, "STAGES": s}, problem)]
                 if stages:
                     out.append({**c, "STAGES": max(stages)})
@@ -176,6 +192,8 @@ class ConvTf32x3Sm90(GraphFamily):
         # Few output tiles: narrower columns first, so that more blocks share the work.
         if out and len(out) > 1 and f.pixels // self.BM * -(-f.c_out // out[0]["BN"]) < SEED_SMS:
             out.sort(key=lambda c: c["BN"])
+        if fold and out:  # the unfolded kernel second
+            out.insert(1, {**out[0], "FOLD": 0})
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
@@ -184,26 +202,33 @@ class ConvTf32x3Sm90(GraphFamily):
         return {"EPI": f.epilogue, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed)}
 
+    DEFAULTS = {"FOLD": 0}
+
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
         names = axes(f.dims)
         td, th, tw = self.tile(c, f.dims)
         box = dict(zip(("D", "H", "W"), (td, th, tw)))
-        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", "(C + 3) // 4 * 4"),
+        fold, folded = c.get("FOLD", 0), self.folded_taps(c, f)
+        # CP: the floats of one pixel's channel vector (the folded taps' channels), 16-byte rows for TMA.
+        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", f"({folded} * C + 3) // 4 * 4"),
                     ("CO", f"{f.w}.shape[{1 if f.transposed else 0}]")]
         for i, (a, k, s, p, d) in enumerate(zip(names, f.kernel, f.stride, f.padding, f.dilation)):
             size = (f"(I{a} - 1) * {s} - {2 * p} + {d * (k - 1)} + {f.output_padding[i]} + 1" if f.transposed
                     else f"(I{a} + {2 * p} - {d * (k - 1)} - 1) // {s} + 1")
-            bindings += [(f"I{a}", f"{f.x}.shape[{2 + i}]"), (f"O{a}", size)]
+            bindings += [(f"I{a}", f"{f.x}.shape[{2 + i}]"), (f"O{a}", size),
+                         (f"X{a}", f"I{a} + {p}" if i >= f.dims - fold else f"I{a}")]  # folded planes start at -P
         spatial_in = " * ".join(f"I{a}" for a in names)
         out_dims = ", ".join(f"O{a}" for a in names)
         # TMA boxes list dims innermost first: channels, then W, H, D, then the image.
         steps = self.box_strides(f)
+        box["W"] = c["TW"]  # a 1-D tile's box is TW of its 128
         x_box = ("32",) + tuple(f"{box[a] * s}" for a, s in reversed(list(zip(names, steps)))) + ("1",)
         x_strides = ("1",) + tuple(str(s) for s in reversed(steps)) + ("1",)
         split = f"{self.name}_split"
         # A phase of a transposed convolution covers every S-th output pixel; there are S^dims phases.
-        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {box[a]}) * {s}" if f.transposed else f"cdiv(O{a}, {box[a]})"
+        span = dict(zip(("D", "H", "W"), (td, th, tw)))
+        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {span[a]}) * {s}" if f.transposed else f"cdiv(O{a}, {span[a]})"
                            for a, s in zip(names, f.stride))
         outs = tuple(f"O{a}" if a in names else "1" for a in _AXES)
         # The weight as [C_out][tap][C] planes: from [C_out][C][taps] per output channel, or, transposed,
@@ -211,13 +236,19 @@ class ConvTf32x3Sm90(GraphFamily):
         w_pre = ((split, f"(cdiv(CP, 32), cdiv(CO * {f.taps}, 32), 1)", "(32, 8)", f"({f.w}, scratch1, CO * {f.taps}, C, CP, 1)")
                  if f.transposed else
                  (split, f"(cdiv(CP, 32), cdiv({f.taps}, 32), CO)", "(32, 8)", f"({f.w}, scratch1, {f.taps}, C, CP, 1)"))
+        x_pre = (split, f"(cdiv(CP, 32), cdiv({spatial_in}, 32), NB)", "(32, 8)", f"({f.x}, scratch0, {spatial_in}, C, CP, 1)")
+        outer = f.taps // folded
+        if fold:
+            ext = {a: (f"I{a}", f"X{a}") if a in names else ("1", "1") for a in _AXES}
+            x_pre = (f"{self.name}_fold_x", f"(min(cdiv(NB * {' * '.join(f'X{a}' for a in names)} * CP, 256), 1 << 20),)", "(256,)",
+                     f"({f.x}, scratch0, NB, C, CP, {', '.join(ext[a][0] for a in _AXES)}, {', '.join(ext[a][1] for a in _AXES)})")
+            w_pre = (f"{self.name}_fold_w", f"(min(cdiv(CO * {outer} * CP, 256), 1 << 20),)", "(256,)", f"({f.w}, scratch1, CO, C, CP)")
         return LaunchSpec(
             entry=self.name, grid=f"(NB * {tiles} * cdiv(CO, {c['BN']}),)", block="(384,)", shared_mem=str(self.smem_bytes(c)),
             bindings=tuple(bindings),
-            scratch=((f"(2 * NB, {', '.join(f'I{a}' for a in names)}, CP)", "float32", "empty"),
-                     (f"(2 * CO, {f.taps}, CP)", "float32", "empty")),
-            pre=((split, f"(cdiv(CP, 32), cdiv({spatial_in}, 32), NB)", "(32, 8)", f"({f.x}, scratch0, {spatial_in}, C, CP, 1)"),
-                 w_pre),
+            scratch=((f"(2 * NB, {', '.join(f'X{a}' for a in names)}, CP)", "float32", "empty"),
+                     (f"(2 * CO, {outer}, CP)", "float32", "empty")),
+            pre=(x_pre, w_pre),
             args=(f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))", f"tma_nd(scratch1, (32, 1, {c['BN']}))",
                   "out0", "NB", "CO", "CP", *outs, *f.epilogue.launch_args()),
             outputs=((f"(NB, CO, {out_dims})", "float32"),))
