@@ -55,7 +55,7 @@ def test_strided_padded_dilated_geometry_reaches_the_launch(tmp_path):
     assert (f.stride, f.padding, f.dilation, f.out_spatial) == ((2, 1), (1, 2), (2, 1), (19, 41))
     c = FAM.seeds(p)[0]
     launch = FAM.render(c, p).launch
-    td, th, tw = FAM.tile(c, 2)
+    _, th, tw = FAM.tile(c, 2)
     assert launch.args[0] == f"tma_nd(scratch0, (32, {tw * 1}, {th * 2}, 1), (1, 1, 2, 1))"  # innermost first: W, H
     assert ("OH", "(IH + 2 - 4 - 1) // 2 + 1") in launch.bindings
     assert not FAM.valid({**c, "TW": 8, "TH": 16, "BN": 16}, p) or 16 * 2 <= 256
@@ -68,7 +68,7 @@ def test_a_transposed_convolution_runs_as_one_ordinary_convolution_per_output_ph
     assert f.transposed and (f.c, f.c_out, f.out_spatial, f.output_padding) == (8, 24, (20, 22), (1, 1))
     c = FAM.seeds(p)[0]
     launch = FAM.render(c, p).launch
-    td, th, tw = FAM.tile(c, 2)
+    _, th, tw = FAM.tile(c, 2)
     assert ("CO", "param1.shape[1]") in launch.bindings  # the weight is [C, C_out, kh, kw]
     assert ("OH", "(IH - 1) * 2 - 2 + 2 + 1 + 1") in launch.bindings
     assert launch.args[0] == f"tma_nd(scratch0, (32, {tw}, {th}, 1), (1, 1, 1, 1))"  # a phase reads its input densely

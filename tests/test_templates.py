@@ -8,10 +8,10 @@ from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90, config_of,
 from cuforge.agent.template_proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.suites import load_problem
-from template_helpers import smoke_compile
+from template_helpers import problem_from_expr, smoke_compile
 
 
-def test_coverage_and_clear_refusals():
+def test_coverage_and_clear_refusals(tmp_path):
     assert [f.name for f in families_for(hgemm_problem(1024, 512, 256))[0]] == ["gemm_sm90", "gemm_sm80"]
     assert family_for(load_problem("level1/matmul_fp16"))[0].name == "gemm_sm90"
     for name in ("gemm_bias_relu", "gemm_bias_silu"):  # fp16 linear + bias + activation: one fused kernel
@@ -24,11 +24,13 @@ def test_coverage_and_clear_refusals():
     for name in ("sum_dim", "max_dim", "argmax_dim"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "reduce_rows", name
     assert family_for(load_problem("level1/cumsum"))[0].name == "scan_rows"
-    fam, why = family_for(load_problem("level1/conv3x3"))
+    assert family_for(load_problem("level1/conv3x3"))[0].name == "conv_tf32x3_sm90"
+    sort = problem_from_expr(tmp_path, "torch.sort(a, dim=-1)[0]", "torch.randn(64, 100)", args="a")
+    fam, why = family_for(sort)
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
     assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
     with pytest.raises(NotCovered, match="not covered offline"):
-        TemplateProposer().propose_candidate(load_problem("level1/conv3x3"), "SEED", None, [])
+        TemplateProposer().propose_candidate(sort, "SEED", None, [])
 
 
 def test_constraints_prune_before_compiling():

@@ -22,14 +22,18 @@ CONFIG_TAG = "// cuforge-config: "
 SMEM_LIMIT = 227 * 1024  # Hopper's per-block opt-in maximum; checked against the device at launch
 
 
+PY_CONFIG_TAG = "# cuforge-config: "  # the same tag on a Python module (a staged candidate's)
+
+
 def config_of(source: str) -> dict[str, Any] | None:
     """The config a template candidate was rendered from (its first line)."""
     first = source.split("\n", 1)[0]
-    if first.startswith(CONFIG_TAG):
-        try:
-            return json.loads(first[len(CONFIG_TAG):])
-        except json.JSONDecodeError:
-            return None
+    for tag in (CONFIG_TAG, PY_CONFIG_TAG):
+        if first.startswith(tag):
+            try:
+                return json.loads(first[len(tag):])
+            except json.JSONDecodeError:
+                return None
     return None
 
 

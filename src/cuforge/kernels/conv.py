@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily
 from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
@@ -202,7 +202,7 @@ class ConvTf32x3Sm90(GraphFamily):
         return {"EPI": f.epilogue, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed)}
 
-    DEFAULTS = {"FOLD": 0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)

@@ -1,7 +1,8 @@
 """Normalizations by statistics over one dim or a row of dims: L1 (x / mean|x|), L2 (x / ||x||),
 RMS (x / sqrt(mean x^2 + eps)) over the last dim or a middle one, instance norm (traced as a
 batch norm over a (1, N*C, ...) view), group norm with its per-channel affine, and layer norm over
-trailing dims with its elementwise affine. Rows (the stats
+trailing dims with its elementwise affine; a norm op may be followed by an elementwise chain, fused
+into the write pass (a group norm, then hardtanh or x * sigmoid(x) * w). Rows (the stats
 run over contiguous memory): one block per row, a stats pass and a write pass. A middle dim: one
 thread per output column, both passes down the column (the second from cache)."""
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import leaf_spec
+from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
@@ -29,6 +30,7 @@ class NormalizeMatch:
     bias: str | None = None
     groups: int = 1
     channel_span: int = 1  # elements of one channel within a group's row (H*W)
+    epilogue: Epilogue = Epilogue()  # the elementwise chain after a norm op
 
 
 def _keepdim(node: OpNode, index: int) -> bool:
@@ -69,6 +71,20 @@ def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | st
     """Instance norm (batch norm of a (1, N*C, ...) view, training statistics, no affine), group norm, and
     layer norm over trailing dims (one row per sample, elementwise affine)."""
     g = [n for n in problem.graph if not (n.op == "empty" and n.out.startswith("c"))]  # dead meta placeholders
+    found = _norm_op(problem, shape, g[:1]) if g and g[0].op in ("native_group_norm", "native_layer_norm") else \
+        _norm_op(problem, shape, g[:3])
+    if isinstance(found, str):
+        return found
+    head = 1 if found.kind in ("group", "layer") else 3
+    if len(g) > head:  # an elementwise chain after the norm: the write pass applies it
+        epi = compile_chain(problem, tuple(g[head:]), g[head - 1].out, shape, allow_rowsum=False)
+        if isinstance(epi, str):
+            return epi
+        found = NormalizeMatch(**{**found.__dict__, "epilogue": epi})
+    return found
+
+
+def _norm_op(problem: Problem, shape: tuple[int, ...], g: list[OpNode]) -> NormalizeMatch | str:
     if len(g) == 1 and g[0].op == "native_group_norm":
         _, w, b, n, c, hw, groups, eps = (list(g[0].args) + [None] * 8)[:8]
         if not all(isinstance(v, int) for v in (n, c, hw, groups)) or groups <= 0 or c % groups or n * c * hw != math.prod(shape):
@@ -140,12 +156,14 @@ class Normalize(GraphFamily):
         m = self.matched(problem)
         return {"KIND": m.kind, "ROWS": m.inner == 1, "ALIGNED": m.reduced % 4 == 0, "EPS": repr(float(m.eps)) + "f",
                 "AFFINE_W": m.weight is not None, "AFFINE_B": m.bias is not None, "GROUPS": m.groups,
-                "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span}
+                "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span, "EPI": m.epilogue,
+                "LAST_DIM": problem.inputs[0].shape[-1]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
         affine = tuple(r for r in (m.weight, m.bias) if r is not None)
         grid = "(outer,)" if m.inner == 1 else f"(outer * cdiv(inner, {c['BLOCK']}),)"
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
-                          args=("in0", "out0", "reduced", "inner", *affine), outputs=(("in0.shape", "float32"),),
+                          args=("in0", "out0", "reduced", "inner", *affine, *m.epilogue.launch_args()),
+                          outputs=(("in0.shape", "float32"),),
                           bindings=(("outer", str(m.outer)), ("reduced", str(m.reduced)), ("inner", str(m.inner))))

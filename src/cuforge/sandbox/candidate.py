@@ -172,6 +172,80 @@ def launch_args(launch: LaunchSpec) -> str:
     return "(" + "".join(f"{a}, " for a in launch.args) + ")"
 
 
+_STAGED = '''"""Staged candidate wrapped by cuforge: {count} kernels launched one after another from ModelNew.forward,
+each stage's launch spec evaluated over its own inputs (the original inputs or an earlier stage's output)."""
+import torch
+from cuforge.runtime import compile_cuda
+from cuforge.tma import tma_2d, tma_nd
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+class _Stage:
+    def __init__(self, source, options, names, entry, pre, plan, args):
+        module = compile_cuda(source, options, name_expressions=names)
+        self.kernel = module.kernel(entry)
+        self.pre = [(module.kernel(e), compile(a, "<pre-kernel args>", "eval")) for e, a in pre]
+        self.plan = compile(plan, "<launch spec>", "exec")
+        self.args = compile(args, "<launch args>", "eval")
+
+    def __call__(self, inputs, params):
+        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d, "tma_nd": tma_nd}}
+        ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
+        for i, (name, t) in enumerate(params):
+            ns["p_" + name.replace(".", "_")] = ns[f"param{{i}}"] = t
+        g = {{"__builtins__": {{}}}}
+        exec(self.plan, g, ns)
+        outs = []
+        for i, (shape, dtype, init) in enumerate(ns["_out_specs"]):
+            outs.append(getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
+            ns[f"out{{i}}"] = outs[-1]
+        for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
+            ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
+        for (pre, pre_args), pre_grid, pre_block in zip(self.pre, ns["_pre_grids"], ns["_pre_blocks"]):
+            pre(pre_grid, pre_block, *eval(pre_args, g, ns))
+        self.kernel(ns["_grid"], ns["_block"], *eval(self.args, g, ns), shared_mem=int(ns["_shared"]))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+_STAGES = [{stages}]
+# Per stage, where each of its inputs comes from: ("in", i) the forward's input i, ("stage", j) stage j's output.
+_FEEDS = {feeds!r}
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, *init_inputs):
+        super().__init__()
+        # Owns the parameters; built under the same seed as the reference, so they are equal.
+        self.ref = __cuforge_problem__.Model(*init_inputs)
+
+    def forward(self, *inputs):
+        params = list(self.ref.named_parameters()) + list(self.ref.named_buffers())
+        results = []
+        for stage, feed in zip(_STAGES, _FEEDS):
+            results.append(stage([inputs[i] if kind == "in" else results[i] for kind, i in feed], params))
+        return results[-1]
+'''
+
+
+def wrap_stages(stages: list[tuple[str, LaunchSpec]], feeds: list[list[tuple[str, int]]], header: str = "") -> str:
+    """A format-A module running format-B kernels one after another: stage i's launch spec sees its
+    inputs, as listed in feeds[i], as in0, in1, ... and the model's parameters as usual."""
+    if len(stages) != len(feeds) or not stages:
+        raise ValueError("a staged candidate needs one feed list per stage, and at least one stage")
+    for i, feed in enumerate(feeds):
+        for kind, j in feed:
+            if kind not in ("in", "stage") or (kind == "stage" and not 0 <= j < i):
+                raise ValueError(f"stage {i} is fed from {(kind, j)!r}: an input, or an earlier stage")
+    rendered = ", ".join(
+        f"_Stage({source!r}, {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
+        f"{[(entry, args) for entry, _, _, args in launch.pre]!r}, {launch_plan(launch)!r}, {launch_args(launch)!r})"
+        for source, launch in stages)
+    return header + _STAGED.format(count=len(stages), stages=rendered, feeds=[list(f) for f in feeds])
+
+
 def wrap_kernel(source: str, launch: LaunchSpec) -> str:
     # A malformed expression fails when the wrapper is imported, like any candidate's syntax error.
     return _WRAPPER.format(entry=launch.entry, source=source, options=tuple(launch.options),

@@ -1,0 +1,148 @@
+"""Two kernels for a graph no one family covers: an anchor family's kernel (a convolution or GEMM with
+its elementwise chain) writes the tensor where the graph is cut, and another family's kernel runs the
+rest (a group norm, a pooling, a softmax or a reduction over channels) on it. The cut is found on the
+traced graph: the longest head the anchor family matches whose remainder some family matches."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem, TensorSpec
+from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
+
+_VIEWS = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "expand", "permute", "transpose"})
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The problem as head then tail: the tail's in0 is the head's output, its in1, ... the forward's
+    inputs listed in `tail_inputs` (by index)."""
+
+    head: Problem
+    tail: Problem
+    tail_inputs: tuple[int, ...]
+
+
+def _rename(x: Any, alias: dict[str, str]) -> Any:
+    if isinstance(x, tuple):
+        return tuple(_rename(v, alias) for v in x)
+    if is_ref(x):
+        base, dot, rest = x.partition(".")
+        if base in alias:
+            return alias[base] + dot + rest
+    return x
+
+
+def cut_at(problem: Problem, k: int) -> Cut | str:
+    """The problem cut after its first k graph nodes, or why it cannot be cut there."""
+    graph = problem.graph
+    if not 0 < k < len(graph):
+        return "no node to cut after"
+    cut = graph[k - 1]
+    if cut.op in _VIEWS:
+        return "the head would end in a view"
+    head_refs = {n.out for n in graph[:k - 1]}
+    tail_nodes = graph[k:]
+    used = {a.partition(".")[0] for n in tail_nodes for a in _flat(n.args) + _flat(tuple(v for _, v in n.kwargs)) if is_ref(a)}
+    if used & head_refs or any(o is not None and o.partition(".")[0] in head_refs for o in problem.graph_outputs):
+        return "the rest reads a value from inside the head"
+    if cut.out not in used:
+        return "the rest does not read the head's result"
+    dtype = "float32"
+    inputs = sorted(int(r[2:]) for r in used if r.startswith("in"))
+    alias = {cut.out: "in0", **{f"in{i}": f"in{j + 1}" for j, i in enumerate(inputs)}}
+    tail_graph = tuple(OpNode(n.op, _rename(n.args, alias), tuple((key, _rename(v, alias)) for key, v in n.kwargs), n.out, n.shape)
+                       for n in tail_nodes)
+    tail = replace(problem, id=problem.id + "#tail", inputs=(TensorSpec(tuple(cut.shape), dtype),) + tuple(problem.inputs[i] for i in inputs),
+                   graph=tail_graph, graph_outputs=tuple(_rename(o, alias) for o in problem.graph_outputs),
+                   ops=tuple(n.op for n in tail_graph if n.op not in _VIEWS))
+    head = replace(problem, id=problem.id + "#head", graph=graph[:k], graph_outputs=(cut.out,),
+                   outputs=(TensorSpec(tuple(cut.shape), dtype),), ops=tuple(n.op for n in graph[:k] if n.op not in _VIEWS))
+    return Cut(head, tail, tuple(inputs))
+
+
+def _flat(args: tuple[Any, ...]) -> list[Any]:
+    out: list[Any] = []
+    for a in args:
+        out.extend(_flat(a) if isinstance(a, tuple) else [a])
+    return out
+
+
+class Staged(GraphFamily):
+    """`head`'s kernel, then `tail`'s, over one cut of the graph. Knobs are both families' knobs,
+    prefixed "h." and "t."; a candidate is a Python module that launches the two kernels."""
+
+    def __init__(self, head: Family, tail: Family) -> None:
+        knobs = {f"h.{k}": v for k, v in head.knobs.items()} | {f"t.{k}": v for k, v in tail.knobs.items()}
+        super().__init__(f"staged:{head.name}+{tail.name}", knobs)
+        object.__setattr__(self, "head", head)
+        object.__setattr__(self, "tail", tail)
+
+    head: Family
+    tail: Family
+
+    def runs_on(self, compute_capability: str) -> bool:
+        return self.head.runs_on(compute_capability) and self.tail.runs_on(compute_capability)
+
+    def match(self, problem: Problem) -> Cut | str:
+        key = (problem.id, problem.inputs, problem.graph, problem.graph_outputs)
+        cache: dict[Any, Cut | str] = self.__dict__.setdefault("_matches", {})
+        if key not in cache:
+            if len(cache) > 256:
+                cache.clear()
+            cache[key] = self._match(problem)
+        return cache[key]
+
+    def _match(self, problem: Problem) -> Cut | str:
+        if not problem.graph or problem.graph[0].op not in ("convolution", "mm", "bmm", "addmm"):
+            return "does not start with a convolution or a GEMM"
+        for k in range(len(problem.graph) - 1, 0, -1):  # the longest head first: the most fused into it
+            cut = cut_at(problem, k)
+            if isinstance(cut, str):
+                continue
+            if self.head.supports(cut.head) is None and self.tail.supports(cut.tail) is None:
+                return cut
+        return "no cut of the graph splits it into the head family's kernel and the tail family's"
+
+    def split(self, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        return ({k[2:]: v for k, v in config.items() if k.startswith("h.")},
+                {k[2:]: v for k, v in config.items() if k.startswith("t.")})
+
+    def complete(self, config: dict[str, Any]) -> dict[str, Any]:
+        h, t = self.split(config)
+        return {f"h.{k}": v for k, v in self.head.complete(h).items()} | {f"t.{k}": v for k, v in self.tail.complete(t).items()}
+
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        cut = self.match(problem)
+        if isinstance(cut, str):
+            return False
+        h, t = self.split(config)
+        return self.head.valid(h, cut.head) and self.tail.valid(t, cut.tail)
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        cut = self.matched(problem)
+        heads, tails = self.head.seeds(cut.head), self.tail.seeds(cut.tail)
+        pairs = [(h, t) for h in heads[:2] for t in tails[:1]] + [(h, t) for h in heads[:1] for t in tails[1:2]]
+        return [{f"h.{k}": v for k, v in h.items()} | {f"t.{k}": v for k, v in t.items()} for h, t in pairs]
+
+    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
+        raise NotImplementedError("a staged candidate is a module of two launches: use render")
+
+    def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
+        cut = self.matched(problem)
+        cfg = self.complete(config)
+        h, t = self.split(cfg)
+        head, tail = self.head.render(h, cut.head), self.tail.render(t, cut.tail)
+        feeds = [[("in", i) for i in range(len(problem.inputs))], [("stage", 0)] + [("in", i) for i in cut.tail_inputs]]
+        header = PY_CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
+        source = wrap_stages([(head.source, head.launch), (tail.source, tail.launch)], feeds, header)  # type: ignore[list-item]
+        return Candidate(source, "module", proposer="template", meta={"family": self.name, "config": cfg})
+
+
+def staged_families(heads: list[Family], tails: list[Family]) -> list[Family]:
+    """A staged family for every head and tail pair (a family is never its own tail)."""
+    return [Staged(h, t) for h in heads for t in tails if t is not h]

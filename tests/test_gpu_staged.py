@@ -1,0 +1,48 @@
+"""Two-kernel candidates on a real Hopper GPU against the float64 reference: a convolution or GEMM
+head with its chain, then a group norm, a pooling, a reduction over channels or a softmax; and a
+norm op with an elementwise chain fused into its write pass."""
+
+import pytest
+
+from cuforge.kernels.families import families_for
+from cuforge.kernels.normalize import Normalize
+from cuforge.kernels.staged import Staged
+from cuforge.sandbox.evaluation import EvalConfig
+from template_helpers import problem_from_expr
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+
+
+@pytest.mark.parametrize("expr, inputs, init, tail", [
+    ("self.gn(torch.relu(self.conv(a)) * 2)", "torch.randn(2, 8, 20, 20)",
+     "        self.conv = nn.Conv2d(8, 32, 3)\n        self.gn = nn.GroupNorm(4, 32)", "normalize"),
+    ("F.max_pool2d(torch.tanh(self.conv(a)), 2)", "torch.randn(3, 16, 21, 22)", "        self.conv = nn.Conv2d(16, 24, 3, padding=1)", "pool"),
+    ("torch.min(self.conv(a) * 2, dim=1, keepdim=True)[0]", "torch.randn(2, 5, 30, 31)", "        self.conv = nn.Conv2d(5, 40, 3)", "reduce_dim"),
+    ("torch.softmax(F.gelu(self.fc(a)), dim=1)", "torch.randn(128, 256)", "        self.fc = nn.Linear(256, 1000)", "softmax_rows"),
+    ("F.hardtanh(self.gn(self.fc(a)), -1, 1)", "torch.randn(256, 512)", "        self.fc = nn.Linear(512, 384)\n        self.gn = nn.GroupNorm(8, 384)",
+     "normalize"),
+])
+def test_a_head_kernel_then_a_tail_kernel(sup, tmp_path, expr, inputs, init, tail):
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip("the heads are wgmma kernels: sm_90a")
+    p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
+    fam = families_for(p)[0][0]
+    assert isinstance(fam, Staged) and fam.tail.name == tail, fam.name
+    for c in fam.seeds(p)[:2]:
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (fam.name, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("expr, init", [
+    ("F.hardtanh(self.gn(a), -0.5, 0.5)", "        self.gn = nn.GroupNorm(8, 64)"),
+    ("(lambda y: y * torch.sigmoid(y) * self.w)(self.gn(a))", "        self.gn = nn.GroupNorm(8, 64)\n        self.w = nn.Parameter(torch.randn(64))"),
+    ("F.gelu(self.ln(a)) * 2.0 + a", "        self.ln = nn.LayerNorm(64)"),
+])
+def test_a_norm_then_its_elementwise_chain(sup, tmp_path, expr, init):
+    p = problem_from_expr(tmp_path, expr, "torch.randn(300, 64)", args="a", init=init)
+    fam = Normalize()
+    assert fam.supports(p) is None, fam.supports(p)
+    for c in fam.seeds(p):
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (c, ev.status, ev.message)

@@ -1,0 +1,104 @@
+"""Two-kernel candidates on the CPU: where a graph is cut (the longest head the anchor family fuses,
+a tail another family matches), how the tail's refs are renamed, the module that launches both
+kernels (valid Python, its config recoverable, each stage's kernel compiling with NVRTC), and the
+norm families' elementwise chain after a group or layer norm."""
+
+import pytest
+
+from cuforge.kernels.base import config_of
+from cuforge.kernels.families import families_for
+from cuforge.kernels.normalize import Normalize
+from cuforge.kernels.staged import Staged, cut_at
+from cuforge.runtime import compile_cuda
+from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
+from template_helpers import problem_from_expr
+
+CONV_GN = ("self.gn(torch.relu(self.conv(a)) * 2)", "torch.randn(2, 8, 20, 20)",
+           "        self.conv = nn.Conv2d(8, 32, 3)\n        self.gn = nn.GroupNorm(4, 32)")
+
+
+def test_the_cut_is_after_the_longest_fused_head(tmp_path):
+    p = problem_from_expr(tmp_path, CONV_GN[0], CONV_GN[1], args="a", init=CONV_GN[2])
+    fams, _ = families_for(p)
+    assert fams[0].name == "staged:conv_tf32x3_sm90+normalize"
+    cut = fams[0].matched(p)
+    assert [n.op for n in cut.head.graph] == ["convolution", "relu", "mul"]
+    assert cut.head.graph_outputs == (cut.head.graph[-1].out,) and cut.head.outputs[0].shape == (2, 32, 18, 18)
+    assert cut.tail.graph[0].op == "native_group_norm" and cut.tail.graph[0].args[0] == "in0"
+    assert cut.tail.inputs[0].shape == (2, 32, 18, 18) and cut.tail_inputs == ()
+
+
+def test_a_tail_that_reads_the_forward_inputs_gets_them_after_the_cut_tensor(tmp_path):
+    p = problem_from_expr(tmp_path, "torch.softmax(a @ b, dim=-1) + c", "torch.randn(64, 32), torch.randn(32, 48), torch.randn(64, 48)",
+                          args="a, b, c")
+    cut = cut_at(p, 1)
+    assert cut.tail_inputs == (2,) and [s.shape for s in cut.tail.inputs] == [(64, 48), (64, 48)]
+    assert cut.tail.graph[-1].args[1] == "in1"  # c, renamed after the cut tensor (in0)
+
+
+def test_a_cut_whose_rest_reads_inside_the_head_is_refused(tmp_path):
+    p = problem_from_expr(tmp_path, "(lambda y: torch.softmax(torch.relu(y), dim=-1) + y)(a @ b)",
+                          "torch.randn(64, 32), torch.randn(32, 48)")
+    assert cut_at(p, 2) == "the rest reads a value from inside the head"
+
+
+def test_the_staged_module_launches_both_kernels_and_carries_its_config(tmp_path):
+    p = problem_from_expr(tmp_path, CONV_GN[0], CONV_GN[1], args="a", init=CONV_GN[2])
+    fam = families_for(p)[0][0]
+    assert isinstance(fam, Staged)
+    seeds = fam.seeds(p)
+    assert seeds and all(k.startswith(("h.", "t.")) for k in seeds[0]) and all(fam.valid(c, p) for c in seeds)
+    cand = fam.render(seeds[0], p)
+    assert cand.format == "module" and cand.meta["family"] == fam.name
+    assert config_of(cand.source) == {"family": fam.name, **fam.complete(seeds[0])}
+    compile(cand.source, "<staged>", "exec")
+    cut = fam.matched(p)
+    h, t = fam.split(fam.complete(seeds[0]))
+    for family, config, part in ((fam.head, h, cut.head), (fam.tail, t, cut.tail)):
+        stage = family.render(config, part)
+        assert repr(stage.source) in cand.source  # embedded as a literal
+        compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options)
+
+
+def test_stages_are_fed_only_from_inputs_and_earlier_stages():
+    launch = LaunchSpec(entry="k", grid="(1,)", block="(1,)", args=("in0", "out0"), outputs=(("in0.shape", "float32"),))
+    with pytest.raises(ValueError, match="an input, or an earlier stage"):
+        wrap_stages([("src", launch), ("src", launch)], [[("in", 0)], [("stage", 1)]])
+    with pytest.raises(ValueError, match="one feed list per stage"):
+        wrap_stages([("src", launch)], [])
+
+
+@pytest.mark.parametrize("expr, init", [
+    ("F.hardtanh(self.gn(a), -0.5, 0.5)", "        self.gn = nn.GroupNorm(8, 64)"),
+    ("(lambda y: y * torch.sigmoid(y) * self.w)(self.gn(a))", "        self.gn = nn.GroupNorm(8, 64)\n        self.w = nn.Parameter(torch.randn(64))"),
+    ("F.gelu(self.ln(a)) * 2.0", "        self.ln = nn.LayerNorm(64)"),
+])
+def test_a_norm_op_followed_by_an_elementwise_chain_is_one_normalize_kernel(tmp_path, expr, init):
+    p = problem_from_expr(tmp_path, expr, "torch.randn(16, 64)", args="a", init=init)
+    fam = Normalize()
+    assert fam.supports(p) is None, fam.supports(p)
+    m = fam.matched(p)
+    assert m.epilogue.body.strip()
+    for c in fam.seeds(p):
+        cand = fam.render(c, p)
+        assert "#define EPI_AT(v, i) epilogue(" in cand.source
+        compile_cuda(cand.source, arch="sm_90a")
+
+
+def test_a_compile_only_worker_loads_the_staged_module_and_builds_both_kernels(tmp_path):
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.executor import LocalExecutor
+
+    p = problem_from_expr(tmp_path, CONV_GN[0], CONV_GN[1], args="a", init=CONV_GN[2])
+    fam = families_for(p)[0][0]
+    good = fam.render(fam.seeds(p)[0], p)
+    assert "block_sum(double v" in good.source  # the tail's (normalize's) kernel, the second stage
+    broken = Candidate(good.source.replace("block_sum(double v", "block_sum(double v;"), "module")
+    config = EvalConfig(device="cpu", compile_only=True, baselines=("torch",))
+    ex = LocalExecutor(["0"], compile_only=True)
+    try:
+        ev, bad = ex.evaluate(p, good, config), ex.evaluate(p, broken, config)
+    finally:
+        ex.close()
+    assert ev.status == "compiled", ev.message
+    assert bad.status == "compile_error", bad.message  # the second stage is built too
