@@ -55,6 +55,12 @@ def smoke_compile(fam, p, n_random):
     wrapper is valid Python."""
     for c in family_configs(fam, p, n_random):
         cand = fam.render(c, p)
-        mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
-        assert fam.name in mod.signatures and len(mod.cubin) > 0, c
         compile(cand.module_source(), "<wrapper>", "exec")
+        stages = [(fam, c, p)]
+        if hasattr(fam, "split"):  # a staged family: each stage's kernel, rendered by its own family
+            cut, (h, t) = fam.matched(p), fam.split(fam.complete(c))
+            stages = [(fam.head, h, cut.head), (fam.tail, t, cut.tail)]
+        for family, config, part in stages:
+            stage = family.render(config, part)
+            mod = compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options)
+            assert family.name in mod.signatures and len(mod.cubin) > 0, config

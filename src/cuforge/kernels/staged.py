@@ -100,6 +100,8 @@ class Staged(GraphFamily):
     def _match(self, problem: Problem) -> Cut | str:
         if not problem.graph or problem.graph[0].op not in ("convolution", "mm", "bmm", "addmm"):
             return "does not start with a convolution or a GEMM"
+        if self.head.supports(problem) is None:
+            return f"{self.head.name} covers it in one kernel"
         for k in range(len(problem.graph) - 1, 0, -1):  # the longest head first: the most fused into it
             cut = cut_at(problem, k)
             if isinstance(cut, str):
