@@ -57,40 +57,54 @@ def _libcuda() -> Any:
     return _LIBCUDA
 
 
+def _encode(tensor: Any, dtype: str, shape: tuple[int, ...], box: tuple[int, ...], element_strides: tuple[int, ...],
+            swizzle: int, what: str) -> TensorMap:
+    """The cached descriptor of a contiguous tensor seen as `shape` (innermost first), or a new one."""
+    key = (tensor.data_ptr(), shape, dtype, box, element_strides, swizzle, tensor.device.index)
+    cached = _TMA_CACHE.get(key)
+    if cached is not None:
+        _TMA_CACHE.move_to_end(key)
+        return cached
+    elem = tensor.element_size()
+    if (shape[0] * elem) % 16 or tensor.data_ptr() % 16:
+        raise _launch_error(f"{what}: rows of {shape[0] * elem} bytes (and the base address) must be multiples of 16")
+    buf = ctypes.create_string_buffer(128 + 64)
+    addr = (ctypes.addressof(buf) + 63) & ~63
+    rank = len(shape)
+    pitches, pitch = [], elem
+    for d in shape[:-1]:
+        pitch *= d
+        pitches.append(pitch)
+    err = _libcuda().cuTensorMapEncodeTiled(
+        ctypes.c_void_p(addr), _TMA_DTYPES[dtype], rank, ctypes.c_void_p(tensor.data_ptr()), (ctypes.c_uint64 * rank)(*shape),
+        (ctypes.c_uint64 * max(rank - 1, 1))(*(pitches or [0])), (ctypes.c_uint32 * rank)(*box),
+        (ctypes.c_uint32 * rank)(*element_strides), 0, _TMA_SWIZZLE[swizzle], 3, 0)
+    if err:
+        raise _launch_error(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {dtype} tensor of dims {list(shape)} "
+                            f"(innermost first), box {list(box)}, element strides {list(element_strides)}, swizzle {swizzle}")
+    _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
+    if len(_TMA_CACHE) > 256:
+        _TMA_CACHE.popitem(last=False)
+    return tmap
+
+
+def _dtype(tensor: Any, swizzle: int, what: str) -> str:
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
+        raise _launch_error(f"{what}: unsupported dtype {dtype} or swizzle {swizzle}")
+    return dtype
+
+
 def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> TensorMap:
     """A TMA descriptor over a contiguous CUDA tensor seen as rows of its last dim (a 3-D batch of
     matrices is one tall matrix): tiles of box_outer rows x box_inner elements, shared-memory swizzle
     of `swizzle` bytes, zero fill past the tensor's edges."""
     if not getattr(tensor, "is_cuda", False) or tensor.dim() < 2 or not tensor.is_contiguous():
         raise _launch_error("tma_2d needs a contiguous CUDA tensor of 2 or more dims")
-    dtype = str(tensor.dtype).removeprefix("torch.")
-    if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
-        raise _launch_error(f"tma_2d: unsupported dtype {dtype} or swizzle {swizzle}")
+    dtype = _dtype(tensor, swizzle, "tma_2d")
     cols = tensor.shape[-1]
     rows = tensor.numel() // cols if cols else 0
-    key = (tensor.data_ptr(), rows, cols, dtype, box_inner, box_outer, swizzle, tensor.device.index)
-    cached = _TMA_CACHE.get(key)
-    if cached is not None:
-        _TMA_CACHE.move_to_end(key)
-        return cached
-    elem = tensor.element_size()
-    if (cols * elem) % 16 or tensor.data_ptr() % 16:
-        raise _launch_error(f"tma_2d: rows of {cols * elem} bytes (and the base address) must be multiples of 16")
-    buf = ctypes.create_string_buffer(128 + 64)
-    addr = (ctypes.addressof(buf) + 63) & ~63
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)(cols * elem)
-    box = (ctypes.c_uint32 * 2)(box_inner, box_outer)
-    ones = (ctypes.c_uint32 * 2)(1, 1)
-    err = _libcuda().cuTensorMapEncodeTiled(ctypes.c_void_p(addr), _TMA_DTYPES[dtype], 2, ctypes.c_void_p(tensor.data_ptr()),
-                                            dims, strides, box, ones, 0, _TMA_SWIZZLE[swizzle], 3, 0)
-    if err:
-        raise _launch_error(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {rows}x{cols} {dtype} tensor, "
-                            f"box {box_outer}x{box_inner}, swizzle {swizzle}")
-    _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
-    if len(_TMA_CACHE) > 256:
-        _TMA_CACHE.popitem(last=False)
-    return tmap
+    return _encode(tensor, dtype, (cols, rows), (box_inner, box_outer), (1, 1), swizzle, "tma_2d")
 
 
 def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] = (), swizzle: int = 128) -> TensorMap:
@@ -101,42 +115,13 @@ def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] =
     if not getattr(tensor, "is_cuda", False) or not 1 <= tensor.dim() <= 5 or not tensor.is_contiguous():
         raise _launch_error("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
     rank = tensor.dim()
-    strides_in = tuple(element_strides) or (1,) * rank
-    if len(box) != rank or len(strides_in) != rank:
-        raise _launch_error(f"tma_nd: a box and element strides of {rank} dims for a {rank}-D tensor, not {box} and {strides_in}")
-    dtype = str(tensor.dtype).removeprefix("torch.")
-    if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
-        raise _launch_error(f"tma_nd: unsupported dtype {dtype} or swizzle {swizzle}")
-    if not all(1 <= b <= 256 for b in box) or not all(1 <= s <= 8 for s in strides_in):
-        raise _launch_error(f"tma_nd: box dims run 1 to 256 and element strides 1 to 8, not {box} and {strides_in}")
-    shape = tuple(reversed(tensor.shape))  # innermost first
-    key = ("nd", tensor.data_ptr(), shape, dtype, tuple(box), strides_in, swizzle, tensor.device.index)
-    cached = _TMA_CACHE.get(key)
-    if cached is not None:
-        _TMA_CACHE.move_to_end(key)
-        return cached
-    elem = tensor.element_size()
-    if (shape[0] * elem) % 16 or tensor.data_ptr() % 16:
-        raise _launch_error(f"tma_nd: rows of {shape[0] * elem} bytes (and the base address) must be multiples of 16")
-    buf = ctypes.create_string_buffer(128 + 64)
-    addr = (ctypes.addressof(buf) + 63) & ~63
-    dims = (ctypes.c_uint64 * rank)(*shape)
-    pitches, pitch = [], elem
-    for d in shape[:-1]:
-        pitch *= d
-        pitches.append(pitch)
-    strides = (ctypes.c_uint64 * max(rank - 1, 1))(*(pitches or [0]))
-    box_c = (ctypes.c_uint32 * rank)(*box)
-    es = (ctypes.c_uint32 * rank)(*strides_in)
-    err = _libcuda().cuTensorMapEncodeTiled(ctypes.c_void_p(addr), _TMA_DTYPES[dtype], rank, ctypes.c_void_p(tensor.data_ptr()),
-                                            dims, strides, box_c, es, 0, _TMA_SWIZZLE[swizzle], 3, 0)
-    if err:
-        raise _launch_error(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {list(tensor.shape)} {dtype} tensor, "
-                            f"box {list(box)}, element strides {list(strides_in)}, swizzle {swizzle}")
-    _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
-    if len(_TMA_CACHE) > 256:
-        _TMA_CACHE.popitem(last=False)
-    return tmap
+    strides = tuple(element_strides) or (1,) * rank
+    if len(box) != rank or len(strides) != rank:
+        raise _launch_error(f"tma_nd: a box and element strides of {rank} dims for a {rank}-D tensor, not {box} and {strides}")
+    if not all(1 <= b <= 256 for b in box) or not all(1 <= x <= 8 for x in strides):
+        raise _launch_error(f"tma_nd: box dims run 1 to 256 and element strides 1 to 8, not {box} and {strides}")
+    dtype = _dtype(tensor, swizzle, "tma_nd")
+    return _encode(tensor, dtype, tuple(reversed(tensor.shape)), tuple(box), strides, swizzle, "tma_nd")
 
 
 def function_handle(handle: Any, name: str) -> int:
