@@ -77,7 +77,8 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     problems = load_suite(str(suite_dir)).problems
     preferred = {p.id: families_for(p)[0] for p in problems}
     covered = {pid: fams[0].name for pid, fams in preferred.items() if fams}
-    wanted = sorted(pid for pid, fam in covered.items() if not families or fam in families)
+    # "staged" picks every two-kernel family (staged:head+tail).
+    wanted = sorted(pid for pid, fam in covered.items() if not families or fam in families or fam.split(":")[0] in families)
     store = Store(str(work / "cuforge.db"))
     cfg = RunConfig(suite=str(suite_dir), problems=wanted, islands=1, generations=generations, baseline="torch",
                     max_timing_s=max_timing)
@@ -105,7 +106,8 @@ def main() -> None:
     ap.add_argument("--levels", default="1,2")
     ap.add_argument("--files", default="", help="comma list of file-name prefixes (19_,20_)")
     ap.add_argument("--coverage", action="store_true", help="coverage only (no GPU)")
-    ap.add_argument("--families", default="", help="search only files whose preferred family is one of these")
+    ap.add_argument("--families", default="", help="search only files whose preferred family is one of these "
+                                                    "(staged: every two-kernel family)")
     ap.add_argument("--generations", type=int, default=2)
     ap.add_argument("--max-timing", type=float, default=1.0)
     ap.add_argument("--inspectors", type=int, default=8)
