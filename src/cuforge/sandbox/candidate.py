@@ -109,53 +109,6 @@ class Candidate:
         return Candidate(d["source"], d.get("format", "module"), launch, d.get("proposer", ""), d.get("meta") or {})
 
 
-_WRAPPER = '''"""Format-B candidate wrapped by cuforge: kernel {entry!r} launched from ModelNew.forward."""
-import torch
-from cuforge.runtime import compile_cuda
-from cuforge.tma import tma_2d, tma_nd
-
-_KERNEL_SOURCE = {source!r}
-_module = compile_cuda(_KERNEL_SOURCE, {options!r}, name_expressions={names!r})
-_kernel = _module.kernel({entry!r})
-_PRE = [(_module.kernel(_entry), compile(_args, "<pre-kernel args>", "eval")) for _entry, _args in {pre!r}]
-# The launch expressions run as two compiled blocks per forward (bindings, output shapes, grid,
-# block and shared memory; then the arguments, once the outputs exist) instead of one eval each.
-# Outputs are allocated here, in a frame with normal builtins: torch may import lazily.
-_PLAN = compile({plan!r}, "<launch spec>", "exec")
-_ARGS = compile({args!r}, "<launch args>", "eval")
-
-
-def cdiv(a, b):
-    return (a + b - 1) // b
-
-
-class ModelNew(torch.nn.Module):
-    def __init__(self, *init_inputs):
-        super().__init__()
-        # Owns the parameters; built under the same seed as the reference, so they are equal.
-        self.ref = __cuforge_problem__.Model(*init_inputs)
-
-    def forward(self, *inputs):
-        ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d, "tma_nd": tma_nd}}
-        ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
-        for i, (name, t) in enumerate(list(self.ref.named_parameters()) + list(self.ref.named_buffers())):
-            ns["p_" + name.replace(".", "_")] = ns[f"param{{i}}"] = t
-        g = {{"__builtins__": {{}}}}
-        exec(_PLAN, g, ns)
-        outs = []
-        for i, (shape, dtype, init) in enumerate(ns["_out_specs"]):
-            outs.append(getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
-            ns[f"out{{i}}"] = outs[-1]
-        for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
-            ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
-        for (pre, pre_args), pre_grid, pre_block in zip(_PRE, ns["_pre_grids"], ns["_pre_blocks"]):
-            pre(pre_grid, pre_block, *eval(pre_args, g, ns))
-        _kernel(ns["_grid"], ns["_block"], *eval(_ARGS, g, ns), shared_mem=int(ns["_shared"]))
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-'''
-
-
 def launch_plan(launch: LaunchSpec) -> str:
     """Bindings in order, then output specs, grid, block and shared memory, as one Python block."""
     lines = [f"{name} = {expr}" for name, expr in launch.bindings]
@@ -172,8 +125,8 @@ def launch_args(launch: LaunchSpec) -> str:
     return "(" + "".join(f"{a}, " for a in launch.args) + ")"
 
 
-_STAGED = '''"""Staged candidate wrapped by cuforge: {count} kernels launched one after another from ModelNew.forward,
-each stage's launch spec evaluated over its own inputs (the original inputs or an earlier stage's output)."""
+_WRAPPER = '''"""Format-B candidate wrapped by cuforge: {entries} launched from ModelNew.forward, one after another,
+each stage's launch spec evaluated over its own inputs (the forward's inputs or an earlier stage's output)."""
 import torch
 from cuforge.runtime import compile_cuda
 from cuforge.tma import tma_2d, tma_nd
@@ -184,6 +137,9 @@ def cdiv(a, b):
 
 
 class _Stage:
+    # The launch expressions run as two compiled blocks per call (bindings, output shapes, grid, block
+    # and shared memory; then the arguments, once the outputs exist) instead of one eval each. Outputs
+    # are allocated here, in a frame with normal builtins: torch may import lazily.
     def __init__(self, source, options, names, entry, pre, plan, args):
         module = compile_cuda(source, options, name_expressions=names)
         self.kernel = module.kernel(entry)
@@ -211,7 +167,8 @@ class _Stage:
 
 
 _STAGES = [{stages}]
-# Per stage, where each of its inputs comes from: ("in", i) the forward's input i, ("stage", j) stage j's output.
+# Per stage, where each of its inputs comes from: ("in", i) the forward's input i, ("stage", j) stage j's
+# output; None: the forward's inputs as they are.
 _FEEDS = {feeds!r}
 
 
@@ -225,29 +182,32 @@ class ModelNew(torch.nn.Module):
         params = list(self.ref.named_parameters()) + list(self.ref.named_buffers())
         results = []
         for stage, feed in zip(_STAGES, _FEEDS):
-            results.append(stage([inputs[i] if kind == "in" else results[i] for kind, i in feed], params))
+            xs = inputs if feed is None else [inputs[i] if kind == "in" else results[i] for kind, i in feed]
+            results.append(stage(xs, params))
         return results[-1]
 '''
 
 
-def wrap_stages(stages: list[tuple[str, LaunchSpec]], feeds: list[list[tuple[str, int]]], header: str = "") -> str:
+def wrap_stages(stages: list[tuple[str, LaunchSpec]], feeds: list[list[tuple[str, int]] | None], header: str = "") -> str:
     """A format-A module running format-B kernels one after another: stage i's launch spec sees its
-    inputs, as listed in feeds[i], as in0, in1, ... and the model's parameters as usual."""
+    inputs, as listed in feeds[i] (None: the forward's inputs), as in0, in1, ... and the model's
+    parameters as usual. A malformed expression fails when the module is imported, like any
+    candidate's syntax error."""
     if len(stages) != len(feeds) or not stages:
         raise ValueError("a staged candidate needs one feed list per stage, and at least one stage")
     for i, feed in enumerate(feeds):
-        for kind, j in feed:
+        for kind, j in feed or ():
             if kind not in ("in", "stage") or (kind == "stage" and not 0 <= j < i):
                 raise ValueError(f"stage {i} is fed from {(kind, j)!r}: an input, or an earlier stage")
     rendered = ", ".join(
         f"_Stage({source!r}, {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
         f"{[(entry, args) for entry, _, _, args in launch.pre]!r}, {launch_plan(launch)!r}, {launch_args(launch)!r})"
         for source, launch in stages)
-    return header + _STAGED.format(count=len(stages), stages=rendered, feeds=[list(f) for f in feeds])
+    entries = " then ".join(repr(launch.entry) for _, launch in stages)
+    return header + _WRAPPER.format(entries=f"kernel {entries}" if len(stages) == 1 else f"kernels {entries}",
+                                    stages=rendered, feeds=[None if f is None else list(f) for f in feeds])
 
 
 def wrap_kernel(source: str, launch: LaunchSpec) -> str:
-    # A malformed expression fails when the wrapper is imported, like any candidate's syntax error.
-    return _WRAPPER.format(entry=launch.entry, source=source, options=tuple(launch.options),
-                           pre=[(entry, args) for entry, _, _, args in launch.pre],
-                           names=tuple(launch.name_expressions), plan=launch_plan(launch), args=launch_args(launch))
+    """A format-B candidate as a module: its one kernel, launched over the forward's inputs."""
+    return wrap_stages([(source, launch)], [None])
