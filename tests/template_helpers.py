@@ -33,6 +33,14 @@ def problem_from_expr(tmp_path, expr, inputs, args="a, b", init="        pass", 
     return p
 
 
+def conv_problem(tmp_path, layer, x_shape, tail="y"):
+    """A problem whose forward is `tail` over y = self.conv(a) (`layer`, an nn.Conv*d expression), with
+    self.bias a (C_out, 1, 1) parameter the tail may use."""
+    out_channels = layer.split("(")[1].split(",")[1]
+    return problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn{x_shape}", args="a",
+                             init=f"        self.conv = {layer}\n        self.bias = nn.Parameter(torch.randn({out_channels}, 1, 1))")
+
+
 def family_configs(fam, p, n_random, seed=0):
     """The family's seeds plus up to `n_random` other distinct valid configs, drawn at random; fewer
     when the knob space holds no more (a draw-until-enough loop never ends on a family with four valid

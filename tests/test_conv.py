@@ -7,14 +7,9 @@ import pytest
 from cuforge.kernels.chains import channel_kind
 from cuforge.kernels.conv import ConvTf32x3Sm90, match_conv
 from cuforge.kernels.families import families_for
-from template_helpers import problem_from_expr, smoke_compile
+from template_helpers import conv_problem, smoke_compile
 
 FAM = ConvTf32x3Sm90()
-
-
-def conv_problem(tmp_path, layer, x_shape, tail="y"):
-    return problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn{x_shape}", args="a",
-                             init=f"        self.conv = {layer}\n        self.bias = nn.Parameter(torch.randn({layer.split('(')[1].split(',')[1]}, 1, 1))")
 
 
 @pytest.mark.parametrize("shape, full, kind", [

@@ -8,16 +8,10 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import conv_problem, family_configs
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
-
-
-def conv_problem(tmp_path, layer, x_shape, tail="y"):
-    out_channels = layer.split("(")[1].split(",")[1]
-    return problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn{x_shape}", args="a",
-                             init=f"        self.conv = {layer}\n        self.bias = nn.Parameter(torch.randn({out_channels}, 1, 1))")
 
 
 @pytest.mark.parametrize("layer, x_shape, tail, n_random", [
