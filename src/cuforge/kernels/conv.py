@@ -21,7 +21,8 @@ from cuforge.sandbox.candidate import LaunchSpec
 @dataclass(frozen=True)
 class ConvMatch:
     """out = epilogue(conv(x, w) + bias): x [N, C, *spatial], w [C_out, C, *kernel] (transposed:
-    [C, C_out, *kernel]), groups 1. The geometry lists one entry per spatial dim, outermost first."""
+    [C, C_out, *kernel]); grouped: w [C_out, C / groups, *kernel] (transposed: [C, C_out / groups,
+    *kernel]). The geometry lists one entry per spatial dim, outermost first."""
 
     x: str
     w: str
@@ -37,6 +38,7 @@ class ConvMatch:
     epilogue: Epilogue
     transposed: bool = False
     output_padding: tuple[int, ...] = ()
+    groups: int = 1
 
     @property
     def dims(self) -> int:
@@ -59,23 +61,26 @@ def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
     return None
 
 
-def match_conv(problem: Problem) -> ConvMatch | str:
-    """The problem as a convolution with an elementwise epilogue, or why it is not one."""
+def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
+    """The problem as a convolution with an elementwise epilogue, or why it is not one; a grouped
+    one only when `grouped`."""
     if not problem.graph:
         return "no traced graph"
     first = problem.graph[0]
     if first.op != "convolution":
         return "does not start with a convolution"
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = (tuple(first.args) + (None,) * 9)[:9]
-    if groups != 1:
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        return f"a convolution with groups={groups!r}"
+    if groups != 1 and not grouped:
         return f"a grouped convolution (groups={groups})"
     sx = leaf_spec(problem, x) if is_ref(x) else None
     sw = leaf_spec(problem, w) if is_ref(w) else None
     if sx is None or sw is None or sx.dtype != "float32" or sw.dtype != "float32":
         return "the convolution's input and weight are not fp32 inputs or parameters"
     dims = len(sx.shape) - 2
-    c_in, c_out = (sw.shape[0], sw.shape[1]) if transposed else (sw.shape[1], sw.shape[0])
-    if not 1 <= dims <= 3 or len(sw.shape) != dims + 2 or c_in != sx.shape[1]:
+    c_in, c_out = (sw.shape[0], sw.shape[1] * groups) if transposed else (sw.shape[1] * groups, sw.shape[0])
+    if not 1 <= dims <= 3 or len(sw.shape) != dims + 2 or c_in != sx.shape[1] or c_in % groups or c_out % groups:
         return f"a convolution over {dims} spatial dims with weight {list(sw.shape)}"
     geometry = [_ints(v, dims) for v in (stride, padding, dilation, output_padding if transposed else 0)]
     if any(g is None for g in geometry):
@@ -90,7 +95,7 @@ def match_conv(problem: Problem) -> ConvMatch | str:
     if isinstance(epi, str):
         return epi
     return ConvMatch(x, w, sx.shape[0], c_in, c_out, tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
-                     full[2:], epi, bool(transposed), out_pad if transposed else ())
+                     full[2:], epi, bool(transposed), out_pad if transposed else (), groups)
 
 
 _AXES = ("D", "H", "W")  # the names of the spatial dims, outermost first, for 3-D; 2-D uses H, W; 1-D W

@@ -1,0 +1,80 @@
+"""Grouped and depthwise convolutions (1-3 spatial dims, strided, padded, dilated, transposed) computed
+directly: a grouped convolution's GEMMs are too thin for tensor-core tiles (a depthwise one multiplies
+one input channel per output channel), so each thread sums its outputs' taps over the group's input
+channels with FFMA, reading the input through the caches. A thread computes OCT output channels of one
+group (each input value loaded once for all of them) at PW neighbouring output pixels along W; the
+traced elementwise chain runs on each value before its store."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cuforge.kernels.base import GraphFamily
+from cuforge.kernels.conv import ConvMatch, match_conv
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+def match_grouped(problem: Problem) -> ConvMatch | str:
+    found = match_conv(problem, grouped=True)
+    if isinstance(found, str):
+        return found
+    if found.groups == 1:
+        return "not a grouped convolution (the implicit GEMM takes those)"
+    if found.pixels * found.c_out >= 2**40:
+        return "more outputs than the kernel's index math allows"
+    return found
+
+
+class ConvDirect(GraphFamily):
+    """One thread per (image, OCT output channels, output row, PW pixels along W)."""
+
+    def __init__(self) -> None:
+        super().__init__("conv_direct", {"BLOCK": (128, 256, 512), "OCT": (1, 2, 4, 8), "PW": (1, 2, 4)})
+
+    def match(self, problem: Problem) -> ConvMatch | str:
+        return match_grouped(problem)
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        f = self.matched(problem)
+        cog = f.c_out // f.groups
+        return cog % c["OCT"] == 0 and (c["PW"] == 1 or not f.transposed)
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        f = self.matched(problem)
+        cog = f.c_out // f.groups
+        octs = [o for o in (4, 8, 2, 1) if cog % o == 0]
+        pws = (1,) if f.transposed else (4, 2, 1)
+        out = [dict(BLOCK=256, OCT=octs[0], PW=pws[0]), dict(BLOCK=128, OCT=octs[0], PW=pws[-1 if len(pws) == 1 else 1])]
+        if len(octs) > 1:
+            out.append(dict(BLOCK=256, OCT=octs[1], PW=pws[0]))
+        return [c for i, c in enumerate(out) if c not in out[:i]]
+
+    @staticmethod
+    def geometry(f: ConvMatch) -> dict[str, tuple[int, int, int]]:
+        """Every spatial quantity as (D, H, W), a lower-rank convolution's outer dims of size 1."""
+        pad = 3 - f.dims
+
+        def as3(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+            return (fill,) * pad + tuple(t)  # type: ignore[return-value]
+
+        return {"IN": as3(f.spatial, 1), "OUT": as3(f.out_spatial, 1), "K": as3(f.kernel, 1), "S": as3(f.stride, 1),
+                "P": as3(f.padding, 0), "DL": as3(f.dilation, 1)}
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = self.matched(problem)
+        return {"EPI": f.epilogue, "C": f.c, "CO": f.c_out, "CG": f.c // f.groups, "COG": f.c_out // f.groups,
+                "TRANSPOSED": int(f.transposed), **self.geometry(f)}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = self.matched(problem)
+        out = self.geometry(f)["OUT"]
+        items = f.n * (f.c_out // c["OCT"]) * out[0] * out[1] * -(-out[2] // c["PW"])
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(items, {c['BLOCK']}),)", block=f"({c['BLOCK']},)",
+                          args=(f.x, f.w, "out0", "items", *f.epilogue.launch_args()),
+                          outputs=((repr((f.n, f.c_out, *f.out_spatial)), "float32"),), bindings=(("items", str(items)),))
+
+    @staticmethod
+    def flops(f: ConvMatch) -> int:
+        return 2 * f.pixels * f.c_out * (f.c // f.groups) * math.prod(f.kernel)

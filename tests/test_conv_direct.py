@@ -1,0 +1,61 @@
+"""The direct (grouped and depthwise) convolution family on the CPU: what it matches and what it leaves
+to the implicit GEMM, its knobs' validity, the depthwise-separable pair as two kernels, and NVRTC
+compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded, dilated and
+transposed shapes."""
+
+import pytest
+
+from cuforge.kernels.conv import ConvTf32x3Sm90
+from cuforge.kernels.conv_direct import ConvDirect
+from cuforge.kernels.families import families_for
+from template_helpers import conv_problem, problem_from_expr, smoke_compile
+
+FAM = ConvDirect()
+
+SHAPES = [
+    ("nn.Conv2d(16, 16, 3, groups=16)", "(2, 16, 20, 21)"),  # depthwise
+    ("nn.Conv2d(8, 24, (3, 1), stride=2, padding=(1, 0), groups=8)", "(2, 8, 17, 9)"),  # channel multiplier 3
+    ("nn.Conv1d(12, 18, 5, stride=3, padding=2, dilation=2, groups=6)", "(3, 12, 100)"),
+    ("nn.Conv3d(8, 16, 3, padding=1, groups=4)", "(2, 8, 5, 6, 7)"),
+    ("nn.ConvTranspose2d(8, 16, (3, 5), stride=(2, 3), padding=(1, 2), dilation=(1, 2), groups=4)", "(2, 8, 9, 10)"),
+    ("nn.ConvTranspose3d(8, 8, 3, stride=2, padding=1, output_padding=1, groups=2)", "(2, 8, 4, 5, 6)"),
+]
+
+
+def test_grouped_and_depthwise_convolutions_go_to_the_direct_kernel(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(32, 32, 3, groups=32)", "(2, 32, 30, 31)", "torch.relu(y) + self.bias")
+    fams = [f.name for f in families_for(p)[0]]
+    assert fams[0] == FAM.name and ConvTf32x3Sm90().name not in fams
+    f = FAM.matched(p)
+    assert (f.groups, f.c, f.c_out, f.out_spatial) == (32, 32, 32, (28, 29))
+    assert [kind for _, kind in f.epilogue.tensors] == ["ch", "ch"]  # the conv's bias, then self.bias
+    ungrouped = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)")
+    assert "not a grouped convolution" in FAM.supports(ungrouped)
+
+
+def test_output_channels_per_thread_divide_a_group_and_transposed_ones_take_one_pixel(tmp_path):
+    p = conv_problem(tmp_path, "nn.ConvTranspose2d(8, 24, 3, stride=2, groups=2)", "(2, 8, 9, 10)")
+    assert FAM.valid({"BLOCK": 256, "OCT": 4, "PW": 1}, p)
+    assert not FAM.valid({"BLOCK": 256, "OCT": 8, "PW": 1}, p)  # 12 output channels a group
+    assert not FAM.valid({"BLOCK": 256, "OCT": 4, "PW": 2}, p)
+    assert all(FAM.valid(c, p) for c in FAM.seeds(p))
+    launch = FAM.render(FAM.seeds(p)[0], p).launch
+    assert launch.outputs == ((repr((2, 24, 19, 21)), "float32"),)
+    assert ("items", str(2 * (24 // 4) * 19 * 21)) in launch.bindings
+
+
+def test_a_depthwise_separable_pair_runs_as_two_kernels(tmp_path):
+    init = "        self.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16)\n        self.pw = nn.Conv2d(16, 32, 1)"
+    p = problem_from_expr(tmp_path, "self.pw(self.dw(a))", "torch.randn(2, 16, 24, 24)", args="a", init=init)
+    fam = families_for(p)[0][0]
+    assert fam.name == "staged:conv_direct+conv_tf32x3_sm90"
+    cut = fam.matched(p)
+    assert [n.op for n in cut.head.graph] == ["convolution"] and [n.op for n in cut.tail.graph] == ["convolution"]
+    smoke_compile(fam, p, 1)
+
+
+@pytest.mark.parametrize("layer, x_shape", SHAPES)
+def test_seeds_and_random_configs_compile(tmp_path, layer, x_shape):
+    p = conv_problem(tmp_path, layer, x_shape, "torch.tanh(y) * 2")
+    assert FAM.supports(p) is None, FAM.supports(p)
+    smoke_compile(FAM, p, 3)
