@@ -1,0 +1,113 @@
+"""Batch norm with training statistics (nn.BatchNorm1d/2d/3d in train mode, as KernelBench runs it)
+over an (N, C, ...) fp32 input, with its per-channel affine and an elementwise chain after it: a
+statistics pass (C x SPLIT blocks, double-precision partial sums added atomically per channel), a
+tiny pass turning them into per-channel mean and scale, then one elementwise pass that writes
+(x - mean) * scale + bias through the chain. The running-statistics update is a side effect on
+buffers, not an output, and is not reproduced."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.kernels.base import SEED_SMS, GraphFamily
+from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+
+@dataclass(frozen=True)
+class BatchNormMatch:
+    n: int
+    c: int
+    span: int  # the elements of one channel within one sample (H * W ...)
+    eps: float
+    weight: str | None
+    bias: str | None
+    epilogue: Epilogue
+
+
+def _dead(problem: Problem, node: OpNode, graph: tuple[OpNode, ...]) -> bool:
+    """A node nothing reads: meta placeholders, and the in-place num_batches_tracked += 1 on a buffer."""
+    used = {a.partition(".")[0] for n in graph for a in n.args if is_ref(a)} | \
+        {o.partition(".")[0] for o in problem.graph_outputs if o is not None}
+    if node.out in used:
+        return False
+    return node.op == "empty" or (node.op.endswith("_") and bool(node.args) and is_ref(node.args[0])
+                                   and str(node.args[0]).startswith("param"))
+
+
+def match_batch_norm(problem: Problem) -> BatchNormMatch | str:
+    if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 2:
+        return "needs one fp32 input of at least 2 dims"
+    shape = tuple(problem.inputs[0].shape)
+    graph = tuple(n for n in problem.graph if not _dead(problem, n, problem.graph))
+    if not graph or graph[0].op != "native_batch_norm" or graph[0].args[0] != "in0":
+        return "does not start with a batch norm of the input"
+    bn = graph[0]
+    _, w, b, _, _, training, _, eps = (list(bn.args) + [None] * 8)[:8]
+    if training is not True or not isinstance(eps, (int, float)):
+        return "a batch norm with running statistics (eval mode) or without a constant eps"
+    c = shape[1]
+    for ref in (w, b):
+        spec = leaf_spec(problem, ref) if is_ref(ref) else None
+        if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != (c,)):
+            return "a batch norm whose affine is not two per-channel fp32 parameters"
+    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != "float32":
+        return "the output must have the input's shape (fp32)"
+    epi: Epilogue | str = "no output"
+    for anchor in (bn.out, f"{bn.out}.0"):
+        epi = compile_chain(problem, graph[1:], anchor, shape, channels=True)
+        if not isinstance(epi, str):
+            break
+    if isinstance(epi, str):
+        return epi
+    span = math.prod(shape[2:])
+    if shape[0] * span >= 2**40:
+        return "too many elements per channel"
+    return BatchNormMatch(shape[0], c, span, float(eps), w, b, epi)
+
+
+class BatchNorm(GraphFamily):
+    """Statistics: SPLIT blocks per channel, BLOCK threads, VEC-wide loads where a channel's span allows;
+    the write pass: a grid-stride loop over VEC-wide vectors."""
+
+    def __init__(self) -> None:
+        super().__init__("batch_norm", {"BLOCK": (256, 512, 1024), "VEC": (1, 4), "WAVES": (1, 2, 4)})
+
+    def match(self, problem: Problem) -> BatchNormMatch | str:
+        return match_batch_norm(problem)
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return c["VEC"] == 1 or self.matched(problem).span % 4 == 0
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        vec = 4 if self.matched(problem).span % 4 == 0 else 1
+        return [dict(BLOCK=512, VEC=vec, WAVES=2), dict(BLOCK=256, VEC=vec, WAVES=4), dict(BLOCK=1024, VEC=vec, WAVES=1)]
+
+    @staticmethod
+    def stat_blocks(c: dict[str, Any], m: BatchNormMatch) -> int:
+        """Blocks per channel in the statistics pass: about WAVES blocks per multiprocessor in all."""
+        per_channel = m.n * m.span // c["VEC"]
+        return max(1, min(-(-SEED_SMS * c["WAVES"] * 2048 // c["BLOCK"] // m.c), -(-per_channel // c["BLOCK"])))
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        m = self.matched(problem)
+        return {"M": m, "EPS": repr(m.eps) + "f", "EPI": m.epilogue, "AFFINE_W": m.weight is not None,
+                "AFFINE_B": m.bias is not None}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        m = self.matched(problem)
+        affine = tuple(r for r in (m.weight, m.bias) if r is not None)
+        vectors = m.n * m.c * m.span // c["VEC"]
+        write_grid = f"(max(1, min(cdiv({vectors}, {c['BLOCK']}), SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        return LaunchSpec(
+            entry=self.name, grid=write_grid, block=f"({c['BLOCK']},)",
+            args=("in0", "out0", "scratch1", *affine, *m.epilogue.launch_args()),
+            outputs=(("in0.shape", "float32"),),
+            bindings=(("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count"),),
+            scratch=((f"({2 * m.c},)", "float64", "zeros"), (f"({2 * m.c},)", "float32", "empty")),
+            pre=((f"{self.name}_stats", f"({m.c}, {self.stat_blocks(c, m)})", f"({c['BLOCK']},)", "(in0, scratch0)"),
+                 (f"{self.name}_coef", f"(cdiv({m.c}, 128),)", "(128,)", f"(scratch0, scratch1{''.join(', ' + a for a in affine)})")))
