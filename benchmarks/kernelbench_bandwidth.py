@@ -1,0 +1,109 @@
+"""Issue #23: memory-bound kernels against the GPU's own copy bandwidth, at KernelBench's sizes.
+
+For every level1 file whose preferred family is memory-bound, the family's first seed (the search's
+first candidate) is evaluated in the jailed worker, timed beside eager PyTorch; its effective
+bandwidth is the bytes the problem must move at least (every input read once, every output written
+once) over the kernel's median time. The device-to-device copy bandwidth (dst.copy_(src) of 2 GiB,
+events, median of 30) is measured in the same run, before and after the evaluations.
+
+    python benchmarks/kernelbench_bandwidth.py --name kb_bandwidth_level1
+
+Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+from typing import Any
+
+from _common import write_result
+from kernelbench import prevalidate
+from kernelbench_search import files_of
+
+MEMORY_BOUND = ("pointwise", "elementwise", "softmax_rows", "normalize", "norm_rows", "norm_all", "reduce_all", "reduce_dim",
+                "reduce_rows", "scan_rows", "pool", "cross_entropy", "batch_norm", "row_loss", "gemv_f32")
+
+
+def copy_bandwidth_gbs(nbytes: int = 2 << 30, reps: int = 30) -> float:
+    """Device-to-device copy: (read + write) bytes over the median time of dst.copy_(src)."""
+    import torch
+
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (statistics.median(times[3:]) * 1e-3) / 1e9
+
+
+def problem_bytes(problem: Any) -> int:
+    from cuforge.problems.problem import dtype_size
+
+    return sum(math.prod(t.shape) * dtype_size(t.dtype) for t in (*problem.inputs, *problem.outputs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", default="", help="comma list of level1 file-name prefixes (default: every memory-bound one)")
+    ap.add_argument("--max-timing", type=float, default=0.5)
+    ap.add_argument("--name", default="kb_bandwidth_level1")
+    a = ap.parse_args()
+    os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
+    from cuforge.kernels.families import families_for
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.supervisor import Supervisor
+
+    chosen = files_of(["1"], [x for x in a.files.split(",") if x])
+    prevalidate([p for _, p in chosen], 8)
+    copy_before = copy_bandwidth_gbs()
+    print(f"copy bandwidth {copy_before:.0f} GB/s", flush=True)
+    cfg = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False)
+    sup = Supervisor(gpu=0)
+    rows = []
+    try:
+        for _, path in chosen:
+            (problem,), _ = load_files([path])
+            fams, _ = families_for(problem)
+            if not fams or fams[0].name not in MEMORY_BOUND:
+                continue
+            fam = fams[0]
+            config = fam.seeds(problem)[0]
+            ev = sup.evaluate(problem, fam.render(config, problem), cfg)
+            nbytes = problem_bytes(problem)
+            row = {"file": path.name, "family": fam.name, "config": config, "status": ev.status, "bytes": nbytes}
+            cand, eager = ev.timings.get("candidate"), ev.timings.get("torch")
+            if ev.ok and cand and eager:
+                row.update(kernel_ms=cand.median_ms, eager_ms=eager.median_ms,
+                           kernel_gbs=nbytes / (cand.median_ms * 1e-3) / 1e9, eager_gbs=nbytes / (eager.median_ms * 1e-3) / 1e9)
+            rows.append(row)
+            print(f"  {path.name} [{fam.name}] {ev.status} {row.get('kernel_gbs', 0):.0f} GB/s "
+                  f"(eager {row.get('eager_gbs', 0):.0f})", flush=True)
+    finally:
+        sup.close()
+    copy_after = copy_bandwidth_gbs()
+    copy = max(copy_before, copy_after)
+    for r in rows:
+        if "kernel_gbs" in r:
+            r["kernel_vs_copy"] = r["kernel_gbs"] / copy
+            r["eager_vs_copy"] = r["eager_gbs"] / copy
+    timed = [r for r in rows if "kernel_vs_copy" in r]
+    summary = {"copy_gbs_before": copy_before, "copy_gbs_after": copy_after, "files": len(rows), "timed": len(timed),
+               "at_least_90pct": sum(r["kernel_vs_copy"] >= 0.9 for r in timed)}
+    print(summary, flush=True)
+    write_result(a.name, {"summary": summary, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
