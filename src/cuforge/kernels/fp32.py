@@ -4,11 +4,13 @@ matrix-vector products. Both match the traced graph: mm / bmm / addmm, then the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
 from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.layouts import VIEW_OPS, apply_view, contiguous, is_dense, layout
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
@@ -63,6 +65,61 @@ def match_gemm(problem: Problem) -> GemmMatch | str:
     """The problem as an fp32 GEMM with an epilogue, or why it is not one."""
     if not problem.graph:
         return "no traced graph"
+    found = _match_gemm(problem)
+    if isinstance(found, str):
+        return _viewed_gemm(problem) or found
+    return found
+
+
+def _viewed_gemm(problem: Problem) -> GemmMatch | None:
+    """A GEMM written through views alone (einsum("bijl,lk->bijk"), a one-batch bmm of reshaped
+    operands): views, one mm or one-batch bmm, views; operands that resolve to row-major or transposed
+    leaves (A's leading dims may be merged), and a result that is the product's memory as it is."""
+    graph = problem.graph
+    at = next((i for i, n in enumerate(graph) if n.op not in VIEW_OPS), None)
+    if at is None or graph[at].op not in ("mm", "bmm") or len(problem.graph_outputs) != 1:
+        return None
+    mm, rest = graph[at], graph[at + 1:]
+    if (mm.op == "bmm" and mm.shape[0] != 1) or any(n.op not in VIEW_OPS for n in rest):
+        return None
+    la, lb = layout(problem, mm.args[0]), layout(problem, mm.args[1])
+    if la is None or lb is None:
+        return None
+    (a, sha, sta), (b, shb, stb) = la, lb
+    if mm.op == "bmm":
+        sha, sta, shb, stb = sha[1:], sta[1:], shb[1:], stb[1:]
+    (m, k), n = sha, shb[1]
+    spec_a, spec_b = leaf_spec(problem, a), leaf_spec(problem, b)
+    if spec_a is None or spec_b is None or spec_a.dtype != "float32" or spec_b.dtype != "float32":
+        return None
+    rows = tuple(spec_a.shape)
+    if is_dense((m, k), sta) and rows[-1] == k and math.prod(rows) == m * k:
+        ta, merged = False, len(rows) > 2
+    elif is_dense((k, m), sta[::-1]) and rows == (k, m):
+        ta, merged = True, False
+    else:
+        return None
+    if is_dense((k, n), stb) and tuple(spec_b.shape) == (k, n):
+        tb = False
+    elif is_dense((n, k), stb[::-1]) and tuple(spec_b.shape) == (n, k):
+        tb = True
+    else:
+        return None
+    name, shape, strides = mm.out, tuple(mm.shape), contiguous(tuple(mm.shape))
+    for node in rest:  # the result through the views after the product: still the product's memory
+        src = node.args[0] if node.args and is_ref(node.args[0]) else None
+        if src not in (name, name + ".T"):
+            return None
+        after = apply_view(node, shape, strides, src.endswith(".T"))
+        if after is None:
+            return None
+        name, (shape, strides) = node.out, after
+    if problem.graph_outputs != (name,) or not is_dense(shape, strides) or (not merged and shape != (m, n)):
+        return None
+    return GemmMatch(a, ta, b, tb, False, m, k, n, Epilogue(), shape if merged else (m, n), a_merged=merged)
+
+
+def _match_gemm(problem: Problem) -> GemmMatch | str:
     graph = problem.graph
     merged = _merged_rows(problem, graph[0]) if len(graph) > 1 else None
     if merged is not None:
