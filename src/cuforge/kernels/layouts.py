@@ -53,14 +53,22 @@ def is_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return all(s == c for s, c, d in zip(strides, contiguous(shape), shape) if d != 1)
 
 
+def swapped(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The layout with its last two dims swapped (what a ".T" reference reads)."""
+    if len(shape) < 2:
+        return None
+    return shape[:-2] + (shape[-1], shape[-2]), strides[:-2] + (strides[-1], strides[-2])
+
+
 def apply_view(node: OpNode, shape: tuple[int, ...], strides: tuple[int, ...], swap: bool
                ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(shape, strides) after `node` (a view op) of a value laid out so; `swap`: its operand is read
     with the last two dims swapped (a ".T" reference)."""
     if swap:
-        if len(shape) < 2:
+        found = swapped(shape, strides)
+        if found is None:
             return None
-        shape, strides = shape[:-2] + (shape[-1], shape[-2]), strides[:-2] + (strides[-1], strides[-2])
+        shape, strides = found
     if node.op == "permute":
         dims = node.args[1] if len(node.args) > 1 else None
         if not isinstance(dims, (tuple, list)) or sorted(d % len(shape) for d in dims) != list(range(len(shape))):
@@ -73,29 +81,18 @@ def apply_view(node: OpNode, shape: tuple[int, ...], strides: tuple[int, ...], s
 def layout(problem: Problem, ref: str) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
     """ref as (leaf, shape, strides) when it is an input or parameter seen through views, permutes
     and ".T" (the last two dims swapped); None when some op in between computes something."""
-    swap = ref.endswith(".T")
-    base = ref[:-2] if swap else ref
+    base = ref[:-2] if ref.endswith(".T") else ref
     spec = leaf_spec(problem, base)
     if spec is not None:
-        shape = tuple(spec.shape)
-        if not swap:
-            return base, shape, contiguous(shape)
-        if len(shape) < 2:
+        leaf, found = base, (tuple(spec.shape), contiguous(tuple(spec.shape)))
+    else:
+        node: OpNode | None = next((n for n in problem.graph if n.out == base), None)
+        if node is None or node.op not in VIEW_OPS or not node.args or not is_ref(node.args[0]):
             return None
-        strides = contiguous(shape)
-        return base, shape[:-2] + (shape[-1], shape[-2]), strides[:-2] + (strides[-1], strides[-2])
-    node: OpNode | None = next((n for n in problem.graph if n.out == base), None)
-    if node is None or node.op not in VIEW_OPS or not node.args or not is_ref(node.args[0]):
-        return None
-    inner = layout(problem, node.args[0])
-    if inner is None:
-        return None
-    after = apply_view(node, inner[1], inner[2], False)
-    if after is None:
-        return None
-    shape, strides = after
-    if swap:
-        if len(shape) < 2:
+        inner = layout(problem, node.args[0])
+        if inner is None:
             return None
-        shape, strides = shape[:-2] + (shape[-1], shape[-2]), strides[:-2] + (strides[-1], strides[-2])
-    return inner[0], shape, strides
+        leaf, found = inner[0], apply_view(node, inner[1], inner[2], False)
+    if found is not None and ref.endswith(".T"):
+        found = swapped(*found)
+    return None if found is None else (leaf, *found)
