@@ -72,3 +72,17 @@ def smoke_compile(fam, p, n_random):
             stage = family.render(config, part)
             mod = compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options)
             assert family.name in mod.signatures and len(mod.cubin) > 0, config
+
+
+def assert_all_ok(sup, fam, p, configs, cfg):
+    """Each config's kernel judged by the GPU worker `sup`: every one must come out ok."""
+    for c in configs:
+        ev = sup.evaluate(p, fam.render(c, p), cfg)
+        assert ev.status == "ok", (p.id, c, ev.status, ev.message)
+
+
+def skip_unless_sm90(sup, why):
+    import pytest
+
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip(why)

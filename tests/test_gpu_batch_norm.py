@@ -8,7 +8,7 @@ import pytest
 from cuforge.kernels.batch_norm import BatchNorm
 from cuforge.kernels.families import families_for
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import assert_all_ok, family_configs, problem_from_expr, skip_unless_sm90
 from test_batch_norm import bn_problem
 
 pytestmark = pytest.mark.gpu
@@ -25,25 +25,19 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
 def test_batch_norm(sup, tmp_path, layer, x_shape, tail):
     fam = BatchNorm()
     p = bn_problem(tmp_path, layer, x_shape, tail)
-    for c in family_configs(fam, p, 1):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (layer, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, family_configs(fam, p, 1), CFG)
 
 
 def test_statistics_of_inputs_far_from_zero(sup, tmp_path):
     fam = BatchNorm()  # mean 100, std 0.5: E[x^2] - E[x]^2 loses 5 of a double's 16 digits (all of a float's 7)
     p = problem_from_expr(tmp_path, "self.bn(a)", "torch.randn(16, 8, 40, 40) * 0.5 + 100.0", args="a",
                           init="        self.bn = nn.BatchNorm2d(8)")
-    ev = sup.evaluate(p, fam.render(fam.seeds(p)[0], p), CFG)
-    assert ev.status == "ok", (ev.status, ev.message)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:1], CFG)
 
 
 def test_gemm_then_batch_norm(sup, tmp_path):
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("the GEMM stage is the sm_90a 3xTF32 kernel")
+    skip_unless_sm90(sup, "the GEMM stage is the sm_90a 3xTF32 kernel")
     init = "        self.fc = nn.Linear(256, 384)\n        self.bn = nn.BatchNorm1d(384)"
     p = problem_from_expr(tmp_path, "torch.relu(self.bn(self.fc(a) * 2))", "torch.randn(512, 256)", args="a", init=init)
     fam = families_for(p)[0][0]
-    for c in fam.seeds(p)[:2]:
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:2], CFG)

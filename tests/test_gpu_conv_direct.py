@@ -8,7 +8,7 @@ import pytest
 from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.families import families_for
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import conv_problem, family_configs, problem_from_expr
+from template_helpers import assert_all_ok, conv_problem, family_configs, problem_from_expr, skip_unless_sm90
 from test_conv_direct import SHAPES
 
 pytestmark = pytest.mark.gpu
@@ -20,17 +20,12 @@ def test_direct_convolution(sup, tmp_path, layer, x_shape):
     fam = ConvDirect()
     tail = "torch.relu(y) - self.bias" if "2d(" in layer else "torch.relu(y) * 2"  # self.bias is (C, 1, 1)
     p = conv_problem(tmp_path, layer, x_shape, tail)
-    for c in family_configs(fam, p, 2):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (layer, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, family_configs(fam, p, 2), CFG)
 
 
 def test_depthwise_then_pointwise(sup, tmp_path):
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("the pointwise stage is the sm_90a implicit GEMM")
+    skip_unless_sm90(sup, "the pointwise stage is the sm_90a implicit GEMM")
     init = "        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32)\n        self.pw = nn.Conv2d(32, 64, 1)"
     p = problem_from_expr(tmp_path, "self.pw(self.dw(a))", "torch.randn(2, 32, 40, 41)", args="a", init=init)
     fam = families_for(p)[0][0]
-    for c in fam.seeds(p)[:2]:
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:2], CFG)

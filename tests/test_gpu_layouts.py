@@ -6,7 +6,7 @@ import pytest
 
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import assert_all_ok, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
@@ -19,10 +19,7 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
 ])
 def test_gemm_through_views(sup, tmp_path, expr, inputs):
     fam = GemmTf32x3Sm90()
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("wgmma needs sm_90a")
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
     p = problem_from_expr(tmp_path, expr, inputs)
     assert fam.supports(p) is None, fam.supports(p)
-    for c in fam.seeds(p)[:2]:
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (expr, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:2], CFG)

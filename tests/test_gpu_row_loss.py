@@ -6,7 +6,7 @@ import pytest
 
 from cuforge.kernels.row_loss import RowLoss
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import assert_all_ok, family_configs, problem_from_expr
 from test_row_loss import LOSSES
 
 pytestmark = pytest.mark.gpu
@@ -19,6 +19,4 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
 def test_row_loss(sup, tmp_path, expr, inputs, args):
     fam = RowLoss()
     p = problem_from_expr(tmp_path, expr, inputs, args=args)
-    for c in family_configs(fam, p, 1):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (expr, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, family_configs(fam, p, 1), CFG)
