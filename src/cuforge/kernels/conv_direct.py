@@ -7,7 +7,6 @@ traced elementwise chain runs on each value before its store."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
@@ -74,7 +73,3 @@ class ConvDirect(GraphFamily):
         return LaunchSpec(entry=self.name, grid=f"(cdiv(items, {c['BLOCK']}),)", block=f"({c['BLOCK']},)",
                           args=(f.x, f.w, "out0", "items", *f.epilogue.launch_args()),
                           outputs=((repr((f.n, f.c_out, *f.out_spatial)), "float32"),), bindings=(("items", str(items)),))
-
-    @staticmethod
-    def flops(f: ConvMatch) -> int:
-        return 2 * f.pixels * f.c_out * (f.c // f.groups) * math.prod(f.kernel)
