@@ -63,7 +63,7 @@ def _guarded_modules() -> list[tuple[str, Any]]:
         ("torch.profiler", torch.profiler), ("torch.autograd.profiler", torch.autograd.profiler),
         ("torch.backends.cuda", torch.backends.cuda), ("torch.backends.cudnn", torch.backends.cudnn),
     ]
-    for name in ("timing", "verify", "cheats", "pipeline", "baselines", "profile", "worker", "loading"):
+    for name in ("timing", "verify", "cheats", "pipeline", "judge", "baselines", "profile", "worker", "loading"):
         mod = sys.modules.get(f"cuforge.sandbox.{name}")
         if mod is not None:
             mods.append((f"cuforge.sandbox.{name}", mod))

@@ -1,5 +1,7 @@
-"""One evaluation inside the worker: load, verify over fresh trials, time interleaved with the
-baselines, re-verify what was timed, check for escaped work and impossible speed, profile.
+"""One evaluation inside the worker, the candidate in the worker's own process (the default,
+`CUFORGE_JUDGE=inprocess`): load, verify over fresh trials, time interleaved with the baselines,
+re-verify what was timed, check for escaped work and impossible speed, profile. `judge.py` is the
+same evaluation with the candidate in a separate process (`CUFORGE_JUDGE=split`).
 
 Each step returns early with an Evaluation naming the first failure. Nothing here runs in the
 driver process.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,22 +20,21 @@ from cuforge.op_trace import OpRecorder
 from cuforge.problems.problem import Tolerance
 from cuforge.sandbox import baselines as bl
 from cuforge.sandbox import cheats, timing, verify
-from cuforge.sandbox.evaluation import EvalConfig, Evaluation, Profile, TimingStats, cheat
+from cuforge.sandbox.evaluation import (
+    EvalConfig,
+    Evaluation,
+    Profile,
+    TimingStats,
+    cheat,
+)
 from cuforge.sandbox.loading import CandidateLoadError, candidate_class, problem_module
-from cuforge.sandbox.profile import build_profile, ceilings_for, peak_rates, roofline_floor_ms
-
-# Messages of CUDA errors that leave the context unusable: the worker must be replaced.
-STICKY_CUDA_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
-                      "illegal instruction", "an illegal", "launch timed out", "hardware stack error",
-                      "device-side assert", "uncorrectable ECC", "CUDA error: unknown error")
-
-
-class Stop(Exception):
-    """Ends an evaluation early with a status and message; `restart` asks for a fresh worker."""
-
-    def __init__(self, status: str, message: str, restart: bool = False, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.message, self.restart, self.extra = status, message, restart, extra
+from cuforge.sandbox.profile import (
+    build_profile,
+    ceilings_for,
+    peak_rates,
+    roofline_floor_ms,
+)
+from cuforge.sandbox.stop import Stop, is_sticky
 
 
 @dataclass
@@ -53,11 +54,6 @@ class Context:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         timing._synchronize(device)
-
-
-def is_sticky(e: BaseException) -> bool:
-    text = str(e)
-    return any(s in text for s in STICKY_CUDA_ERRORS)
 
 
 def run_candidate(fn: Any, device: torch.device, what: str) -> Any:
@@ -190,12 +186,58 @@ def build_models(ctx: Context, cls: type) -> Models:
 
 # ---------------------------------------------------------------------------------- correctness
 
-def check_correctness(ctx: Context, models: Models) -> None:
-    policy = ctx.problem["meta"]["policy"]
+@dataclass
+class Trials:
+    """What the trials so far showed: the worst errors, allclose misses shared with eager, and a
+    sample of the last outputs and references (the caching check). Shared by both judges."""
+
+    worst: dict[str, float] = field(default_factory=lambda: {"max_abs_err": 0.0, "max_rel_err": 0.0,
+                                                             "rel_norm_err": 0.0})
+    shared_misses: int = 0
     previous: list[torch.Tensor] | None = None
     previous_ref: list[torch.Tensor] | None = None
-    worst: dict[str, float] = {"max_abs_err": 0.0, "max_rel_err": 0.0, "rel_norm_err": 0.0}
-    shared_misses = 0
+
+    def compare(self, ctx: Context, models: Any, inputs: list[Any], ref_kind: str, outs: list[Any],
+                refs: list[Any], native: list[Any], trial: int, handed_back: Any = None) -> None:
+        """Judge one trial's outputs; the first failure raises Stop, named as precisely as it can be.
+        `handed_back(output)`: whether a wrong output is an input given back."""
+        judge = Judge(ctx, models, inputs, ref_kind)
+        for i, (o, r, n) in enumerate(zip(outs, refs, native)):
+            cmp = judge(i, o, r, n)
+            for k in self.worst:
+                self.worst[k] = max(self.worst[k], getattr(cmp, k))
+            if cmp.ok and cmp.scaled:
+                ctx.correctness["computation_aware_bound"] = True
+            if cmp.ok and cmp.within_reference:  # recorded: allclose misses the eager reference shares
+                self.shared_misses = max(self.shared_misses, cmp.mismatches)
+            if cmp.ok:
+                continue
+            if handed_back is not None and handed_back(o):
+                raise Stop(cheat("aliasing"), f"output {i} shares memory with an input")
+            if verify.poison_fraction(o) > 0.5:
+                raise Stop(cheat("aliasing"), f"trial {trial}, output {i}: holds never-written memory (the poison "
+                           "pattern): the output was allocated but not computed, hoping to read a freed result")
+            if self.previous is not None and self.previous_ref is not None and i < len(self.previous):
+                v = cheats.caching_violation(verify.fingerprint(o), self.previous[i],
+                                             not torch.equal(verify.fingerprint(r), self.previous_ref[i]))
+                if v:
+                    raise Stop(cheat(v[0]), f"trial {trial}: {v[1]}")
+            status = cheat("precision_downgrade") if cmp.kind == "precision_downgrade" else "wrong_output"
+            raise Stop(status, f"trial {trial} ({'gaussian' if trial % 2 else 'problem'} inputs), output {i}: {cmp.reason}",
+                       failed_trial=trial, comparison=cmp.to_dict(), reference=ref_kind)
+
+    def passed(self, ctx: Context, outs: list[Any], refs: list[Any], ref_kind: str, trial: int) -> None:
+        # A sample of each output, not the outputs: the caching check needs no second full copy.
+        self.previous = [verify.fingerprint(o) for o in outs]
+        self.previous_ref = [verify.fingerprint(r) for r in refs]
+        ctx.correctness.update(trials_passed=trial + 1, reference=ref_kind, **self.worst)
+        if self.shared_misses:
+            ctx.correctness["misses_within_reference"] = self.shared_misses
+
+
+def check_correctness(ctx: Context, models: Models) -> None:
+    policy = ctx.problem["meta"]["policy"]
+    record = Trials()
     for trial in range(ctx.config.trials):
         inputs = verify.make_inputs(ctx.module, ctx.seed + 1000 * (trial + 1), ctx.device, gaussian=trial % 2 == 1)
         seed = ctx.seed + 17 * trial
@@ -221,37 +263,12 @@ def check_correctness(ctx: Context, models: Models) -> None:
         outs_snap = [r.value for r in returned]
         if len(outs_snap) != len(refs):
             raise Stop("wrong_output", f"returned {len(outs_snap)} outputs, expected {len(refs)}")
-        judge = Judge(ctx, models, snapshots, ref_kind)
-        for i, (o, r, n) in enumerate(zip(outs_snap, refs, native)):
-            cmp = judge(i, o, r, n)
-            for k in worst:
-                worst[k] = max(worst[k], getattr(cmp, k))
-            if cmp.ok and cmp.scaled:
-                ctx.correctness["computation_aware_bound"] = True
-            if cmp.ok and cmp.within_reference:  # recorded: allclose misses the eager reference shares
-                shared_misses = max(shared_misses, cmp.mismatches)
-            if not cmp.ok:
-                if verify.poison_fraction(o) > 0.5:
-                    raise Stop(cheat("aliasing"), f"trial {trial}, output {i}: holds never-written memory (the poison "
-                               "pattern): the output was allocated but not computed, hoping to read a freed result")
-                if previous is not None and previous_ref is not None and i < len(previous):
-                    v = cheats.caching_violation(verify.fingerprint(o), previous[i],
-                                                 not torch.equal(verify.fingerprint(r), previous_ref[i]))
-                    if v:
-                        raise Stop(cheat(v[0]), f"trial {trial}: {v[1]}")
-                status = cheat("precision_downgrade") if cmp.kind == "precision_downgrade" else "wrong_output"
-                raise Stop(status, f"trial {trial} ({'gaussian' if trial % 2 else 'problem'} inputs), output {i}: {cmp.reason}",
-                           failed_trial=trial, comparison=cmp.to_dict(), reference=ref_kind)
+        record.compare(ctx, models, snapshots, ref_kind, outs_snap, refs, native, trial)
         if trial == 0 and "no_own_kernel" in ctx.correctness:
             raise Stop(cheat("library_call"), "no kernel of its own: under policy 'mixed' (KernelBench's rule) PyTorch "
                        "and library calls may compute beside the candidate's own kernels, not instead of them "
                        f"(kernels seen: {ctx.correctness.pop('no_own_kernel')})")
-        # A sample of each output, not the outputs: the caching check needs no second full copy.
-        previous = [verify.fingerprint(o) for o in outs_snap]
-        previous_ref = [verify.fingerprint(r) for r in refs]
-        ctx.correctness.update(trials_passed=trial + 1, reference=ref_kind, **worst)
-        if shared_misses:
-            ctx.correctness["misses_within_reference"] = shared_misses
+        record.passed(ctx, outs_snap, refs, ref_kind, trial)
         del outs, native, refs
         # Measured after the candidate's trial, never before it: a reference output computed on these
         # inputs and freed ahead of the candidate is what a result-reuse kernel hopes to be handed.
