@@ -245,9 +245,13 @@ def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool) -> dict[st
     if shared_cache is not None:
         read_only.append(str(shared_cache))
     devices = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
+    writable = [scratch]
     if gpu:
         devices += sorted(glob.glob("/dev/nvidia*"))
-    return {"read_only": read_only, "writable": [scratch], "devices": devices, "python": python_paths()}
+        # CUDA's initialisation writes under the process's own /proc/<pid> (error 304 without it, on
+        # an H100); the worker applies this to itself, so "/proc/self" is its own directory only.
+        writable += ["/proc/self"]
+    return {"read_only": read_only, "writable": writable, "devices": devices, "python": python_paths()}
 
 
 def scratch_env(scratch: str, shared_cache: str | None) -> dict[str, str]:

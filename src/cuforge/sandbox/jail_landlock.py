@@ -153,8 +153,9 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def restrict(read_only: list[str], writable: list[str], devices: list[str]) -> None:
-    """Confine this process (and every thread and child it makes from now on)."""
+def restrict(read_only: list[str], writable: list[str], devices: list[str], allow: tuple[str, ...] = ()) -> None:
+    """Confine this process (and every thread and child it makes from now on). `allow`: system
+    calls of the seccomp list to leave allowed."""
     libc = _libc()
     abi = landlock_abi()
     if abi < MIN_ABI:
@@ -184,19 +185,28 @@ def restrict(read_only: list[str], writable: list[str], devices: list[str]) -> N
         _check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, ctypes.c_uint32(0)), "landlock_restrict_self")
     finally:
         os.close(fd)
-    _install_seccomp(libc)
+    _install_seccomp(libc, allow)
+
+
+def install_seccomp_only(allow: tuple[str, ...] = ()) -> None:
+    """The seccomp half alone, where the kernel has no Landlock (a candidate host inside the
+    namespace jail on such a kernel)."""
+    libc = _libc()
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    _install_seccomp(libc, allow)
 
 
 def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def seccomp_program(machine: str | None = None) -> bytes:
-    """The filter: deny the listed syscalls with EPERM, socket/socketpair unless AF_UNIX."""
+def seccomp_program(machine: str | None = None, allow: tuple[str, ...] = ()) -> bytes:
+    """The filter: deny the listed syscalls (but those in `allow`) with EPERM, socket/socketpair
+    unless AF_UNIX."""
     arch, _, nrs = _ARCHES[machine or platform.machine()]
     ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
     deny = RET_ERRNO | errno.EPERM
-    denied = [n for name, n in nrs.items() if name not in ("socket", "socketpair")]
+    denied = [n for name, n in nrs.items() if name not in ("socket", "socketpair", *allow)]
     prog = [_bpf(ld_w_abs, 0, 0, 4), _bpf(jeq_k, 1, 0, arch), _bpf(ret_k, 0, 0, deny),  # foreign arch: deny all
             _bpf(ld_w_abs, 0, 0, 0)]
     if arch == _ARCHES["x86_64"][0]:  # x32 system calls (nr | 2^30) would dodge the numbers below
@@ -211,9 +221,9 @@ def seccomp_program(machine: str | None = None) -> bytes:
     return b"".join(prog)
 
 
-def _install_seccomp(libc: ctypes.CDLL) -> None:
+def _install_seccomp(libc: ctypes.CDLL, allow: tuple[str, ...] = ()) -> None:
     _, nr_seccomp, _ = _ARCHES[platform.machine()]
-    code = seccomp_program()
+    code = seccomp_program(allow=allow)
     filt = ctypes.create_string_buffer(code, len(code))
 
     class SockFprog(ctypes.Structure):
