@@ -133,8 +133,9 @@ def kernel_resources() -> list[dict[str, Any]]:
 
 
 def build_profile(median_ms: float, flops: float | None, nbytes: float | None, dtype: str | None,
-                  ceilings: Ceilings | None) -> Profile:
-    prof = Profile(kernels=kernel_resources())
+                  ceilings: Ceilings | None, kernels: list[dict[str, Any]] | None = None) -> Profile:
+    """`kernels`: the resources of the kernels that ran (this process's, when not given)."""
+    prof = Profile(kernels=kernel_resources() if kernels is None else kernels)
     secs = median_ms / 1e3
     if flops:
         prof.achieved_tflops = flops / secs / 1e12

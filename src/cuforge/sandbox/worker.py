@@ -62,10 +62,30 @@ def settle_torch() -> None:
         pass
 
 
+JUDGES = ("inprocess", "split")
+
+
+def judge_mode() -> str:
+    """Where candidates run: `inprocess` (the default: in this worker, guarded by cheats.py) or
+    `split` (each in its own confined process; see judge.py and host.py)."""
+    mode = os.environ.get("CUFORGE_JUDGE", "inprocess").strip().lower() or "inprocess"
+    if mode not in JUDGES:
+        raise ValueError(f"CUFORGE_JUDGE={mode!r}: use inprocess or split")
+    return mode
+
+
+def evaluator() -> Any:
+    if judge_mode() == "split":
+        from cuforge.sandbox.judge import evaluate_request
+    else:
+        from cuforge.sandbox.pipeline import evaluate_request
+    return evaluate_request
+
+
 def self_test(device: str, info: dict[str, Any]) -> str:
     from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.pipeline import evaluate_request
 
+    evaluate_request = evaluator()
     config = EvalConfig(device=device, trials=2, min_samples=5, max_samples=10, profile=False)
     evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)  # warm-up: lazy rebinding happens here
     ev, _ = evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)
@@ -147,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     jail_applied = True
     if os.environ.get("CUFORGE_JAILED") == "landlock":
         # First thing: Landlock and seccomp apply to this thread and what it creates from now on.
-        from cuforge.sandbox.jail_landlock import LandlockError, drop_to, restrict
+        from cuforge.sandbox.jail_landlock import LandlockError, drop_to, restrict  # noqa: F401
 
         try:
             spec = json.loads(os.environ["CUFORGE_JAIL_SPEC"])
@@ -170,6 +190,12 @@ def main(argv: list[str] | None = None) -> None:
 
         isolation = "private network namespace" if enter_private_network() else "host network (namespace refused)"
     exit_with_parent()
+    if os.environ.get("CUFORGE_JUDGE", "").strip().lower() == "split":
+        # The judge: no process of its uid (a candidate host) may ptrace it or read its memory
+        # through /proc, where Landlock does not already forbid that.
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     if "--compile-only" in argv:
         os.environ["CUFORGE_COMPILE_ONLY"] = "1"
         os.environ.setdefault("CUFORGE_ARCH", "sm_90a")
@@ -179,7 +205,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from cuforge.sandbox.cheats import set_strict_precision
     from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.pipeline import evaluate_request
+    try:
+        evaluate_request = evaluator()
+    except ValueError as e:
+        proto.write(json.dumps({"op": "hello", "error": str(e)}) + "\n")
+        return
 
     if device == "cuda":
         if not torch.cuda.is_available():
@@ -191,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     settle_torch()
     info = _device_info(device, isolation)
     info["jail_applied"] = jail_applied
+    info["judge"] = judge_mode()
     info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
     trusted = {} if device != "cuda" or "--compile-only" in argv else trusted_artifacts()
     proto.write(json.dumps({"op": "hello", "info": info, "trusted": trusted}) + "\n")
