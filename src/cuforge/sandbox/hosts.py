@@ -287,6 +287,7 @@ def _findings(raw: Any) -> dict[str, Any]:
 SPIN_CYCLES = 200_000
 MAX_SPIN_CYCLES = 200_000_000
 BATCH_TARGET_MS = 1.0
+MAX_LATE_RETRIES = 8
 BUSY_AFTER_MS = 0.75  # an H100's time slice between contexts measured ~2 ms; an idle GPU answers in us
 
 
@@ -372,6 +373,13 @@ class Bracket:
         self.spin = SPIN_CYCLES
         self.batches = 0
         self.enqueue_s = 0.0
+        self.lates = 0
+
+    def _retry(self) -> bool:
+        """Whether to drop a late bracket and try again with a longer spin: a bounded number of times
+        in a row (a call that waits for the device can never be enqueued ahead of it)."""
+        self.lates += 1
+        return self.lates <= MAX_LATE_RETRIES
 
     def fit_spin(self, enqueue_s: float) -> None:
         self.spin = int(min(MAX_SPIN_CYCLES, max(self.spin, enqueue_s * 2.0e9 * 1.5)))
@@ -413,9 +421,11 @@ class LocalBracketTimer(Bracket):
             self.outputs[end] = r
             self.batches += 1
             self.enqueue_s = enq
-            if late and self.spin < MAX_SPIN_CYCLES:  # the device ran ahead of the host: idle inside the bracket
+            if late and self.spin < MAX_SPIN_CYCLES and self._retry():  # the device ran ahead of the host: idle inside the bracket
                 self.fit_spin(enq)
                 continue
+            if not late:
+                self.lates = 0
             out.append(e0.elapsed_time(e1) / self.k)
         return out
 
@@ -483,9 +493,11 @@ class RemoteBracketTimer(Bracket):
             if checked:
                 self.check(end, self.outputs)
             self.enqueue_s = enq
-            if late and self.spin < MAX_SPIN_CYCLES:  # the host enqueued after the spin: idle inside
+            if late and self.spin < MAX_SPIN_CYCLES and self._retry():  # the host enqueued after the spin: idle inside
                 self.fit_spin(enq)
                 continue
+            if not late:
+                self.lates = 0
             out.append(e0.elapsed_time(e1))
         return out
 
