@@ -318,10 +318,6 @@ def host_main(sock: socket.socket, scratch: str, device: str) -> None:
         torch.cuda.set_device(0)
         torch.zeros(1, device="cuda").add_(1)
         torch.cuda.synchronize()
-    # Let torch make its lazy rebinding (torch.manual_seed, dynamo's hooks) before any guard snapshot.
-    from cuforge.sandbox.worker import settle_torch
-
-    settle_torch()
     torch.manual_seed(0)
     torch.randn(4, device="cuda" if device == "cuda" else "cpu").sum().item()
     torch.randn(1 << 20).relu_().sum().item()  # starts the intra-op thread pool before any census
@@ -343,7 +339,12 @@ def zygote(fd: int, device: str) -> None:
     import torch  # noqa: F401 - the import every host would otherwise repeat
 
     from cuforge.op_trace import OpRecorder  # noqa: F401
-    from cuforge.sandbox import cheats, loading, verify, wire  # noqa: F401
+    from cuforge.sandbox import cheats, loading, pipeline, verify, wire  # noqa: F401
+    from cuforge.sandbox.worker import settle_torch
+
+    # Once, before any fork: torch's lazy rebinding (dynamo's hooks, a second or so of imports), done
+    # before any host's guard snapshot. Nothing here starts CUDA or a thread pool.
+    settle_torch()
 
     ctl = socket.socket(fileno=fd)
     while True:
