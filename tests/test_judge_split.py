@@ -158,3 +158,22 @@ def test_an_unknown_judge_mode_is_refused_by_name(problems, monkeypatch):
             s.start()
     finally:
         s.close()
+
+
+def test_the_split_holds_without_the_namespace_jail_too(problems, tmp_path):
+    """Unjailed (--unsafe-no-jail), the candidate still runs in its own host, which confines itself."""
+    from cuforge.sandbox.jail import UNSAFE_ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUFORGE_JAIL", "none")
+        mp.setenv(UNSAFE_ENV, "1")
+        mp.setenv("TMPDIR", str(tmp_path))
+        s = split_supervisor()
+    try:
+        ev = s.evaluate(problems["relu_any"], Candidate("import torch\n" + HONEST), CFG)
+        assert ev.status == "ok", ev.message
+        assert s.info["judge"] == "split" and "candidate host" in ev.correctness["candidate_process"]
+        if LANDLOCK:
+            assert "Landlock" in ev.correctness["candidate_process"], ev.correctness["candidate_process"]
+    finally:
+        s.close()
