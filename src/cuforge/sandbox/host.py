@@ -23,6 +23,7 @@ import traceback
 from typing import Any
 
 from cuforge.sandbox.stop import Stop
+from cuforge.sandbox.verify import as_list
 
 PR_SET_PDEATHSIG = 1
 
@@ -213,7 +214,7 @@ class Host:
         if gpu:
             self.done.record()
         self._raise_guard()
-        self.kept = _as_list(out) if out is not None else []
+        self.kept = as_list(out) if out is not None else []
         out_parts: list[bytes] = []
         descs = [describe(o, out_parts) if isinstance(o, torch.Tensor) else {"value": None} for o in self.kept]
         return {"enqueued": True, "outputs": descs}, out_parts
@@ -242,7 +243,7 @@ class Host:
             with torch.no_grad(), torch.cuda.graph(graph):
                 for i in range(k):
                     out = self.model(*self.sets[(start + i) % len(self.sets)])
-            outs = [o for o in _as_list(out) if isinstance(o, torch.Tensor)]
+            outs = [o for o in as_list(out) if isinstance(o, torch.Tensor)]
             for o in outs:
                 if o.is_contiguous():
                     o.view(torch.uint8).fill_(verify.POISON_BYTE)
@@ -286,12 +287,6 @@ def _overlap(a: Any, b: Any) -> bool:
     sa, sb = a.untyped_storage(), b.untyped_storage()
     return sa.data_ptr() < sb.data_ptr() + sb.nbytes() and sb.data_ptr() < sa.data_ptr() + sa.nbytes() and \
         sa.nbytes() > 0 and sb.nbytes() > 0
-
-
-def _as_list(out: Any) -> list[Any]:
-    from cuforge.sandbox.verify import as_list
-
-    return as_list(out)
 
 
 def _run(fn: Any, device: Any, what: str) -> Any:

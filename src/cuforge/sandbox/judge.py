@@ -219,7 +219,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
     out_bytes = sum(t["nbytes"] for t in _output_specs(ctx))
     if ctx.device.type != "cuda":
         sets = timing_sets(ctx, 2)
-        check = _batch_check(ctx, models, sets, {k: _reference_of(ctx, models, sets[k]) for k in range(2)})
+        check = _batch_check(ctx, models, sets, {k: _reference_of(models, sets[k]) for k in range(2)})
         _send_sets(ctx, sets)
         timers: dict[str, Any] = {"candidate": hosts.RemoteWallTimer(ctx.host, len(sets), check)}
         timers.update({name: timing.WallTimer(fn, 2) for name, fn in baseline_callables(ctx, models, sets, None).items()})
@@ -232,7 +232,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
     sets = first + timing_sets(ctx, n_sets)[1:]
     ctx.correctness["timing_input_sets"] = n_sets
     # References of the sets every batch ends on, before the host can touch those inputs.
-    checked = {0: _reference_of(ctx, models, sets[0])}
+    checked = {0: _reference_of(models, sets[0])}
     _send_sets(ctx, sets)
     check = _batch_check(ctx, models, sets, checked)
     overhead = float(ctx.correctness.get("bracket_overhead_ms", 0.0))
@@ -308,9 +308,8 @@ def _resources(raw: Any) -> list[dict[str, Any]]:
     return out[:16]
 
 
-def _reference_of(ctx: Context, models: Models, inputs: list[Any]) -> tuple[list[Any], list[Any], str]:
-    refs, native, kind = verify.reference_outputs(models.reference64, models.reference, inputs)
-    return refs, native, kind
+def _reference_of(models: Models, inputs: list[Any]) -> tuple[list[Any], list[Any], str]:
+    return verify.reference_outputs(models.reference64, models.reference, inputs)
 
 
 def _batch_check(ctx: Context, models: Models, sets: list[list[Any]], checked: dict[int, Any]) -> Any:
