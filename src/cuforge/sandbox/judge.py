@@ -7,9 +7,11 @@ candidate. Each step returns early with an Evaluation naming the first failure.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,7 @@ def host_pool(device: str) -> hosts.HostPool:
 class Context(pipeline.Context):
     host: hosts.HostClient | None = None
     export: Any = None  # the memory pool inputs are drawn into: the only judge memory a host can map
+    phase: Any = None  # Phases
 
 
 def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig,
@@ -83,20 +86,26 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
                   Tolerance(**meta["tolerance"]), seed, {"seed": seed, "init_seed": init_seed}, {})
     restart = False
     status, message, diagnostics = "ok", "", []
+    phase = ctx.phase = Phases(ctx.correctness.setdefault("judge_phases_s", {}))
     try:
-        ctx.host = host_pool("none" if config.compile_only else config.device).take()
+        with phase("host"):
+            ctx.host = host_pool("none" if config.compile_only else config.device).take()
         ctx.host.deadline = time.monotonic() + max(config.timeout_s * 0.85 - (time.perf_counter() - t0), 1.0)
         ctx.correctness["candidate_process"] = ctx.host.confinement
         if device.type == "cuda" and not config.compile_only:
-            # Before the candidate is loaded, nothing of it can lengthen this.
-            ctx.correctness["bracket_overhead_ms"] = hosts.calibrate(ctx.host)
+            with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
+                ctx.correctness["bracket_overhead_ms"] = hosts.calibrate(ctx.host)
             ctx.export = torch.cuda.MemPool()
-        status, message, diags = ctx.host.load(problem, candidate, scale, init_seed)
+        with phase("load"):
+            status, message, diags = ctx.host.load(problem, candidate, scale, init_seed)
         diagnostics = [Diagnostic(**d) for d in diags if isinstance(d, dict)][:50] if diags else []
         if status == "ok":
-            models = build_models(ctx)
-            check_correctness(ctx, models)
-            time_contenders(ctx, models)
+            with phase("reference"):
+                models = build_models(ctx)
+            with phase("correctness"):
+                check_correctness(ctx, models)
+            with phase("timing"):
+                time_contenders(ctx, models)
     except Stop as s:
         status, message = s.status, s.message
         ctx.correctness.update(s.extra)
@@ -109,8 +118,10 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
             raise
         status, message, restart = "runtime_error", f"the judge's CUDA context failed: {str(e).splitlines()[0]}", True
     finally:
-        if ctx.host is not None:
-            ctx.host.kill()
+        with phase("teardown"):
+            if ctx.host is not None:
+                ctx.host.kill()
+            ctx.export = None
     if device.type == "cuda":
         # The judge's own peak, plus the peak the candidate's process reports for itself.
         ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)),
@@ -120,6 +131,21 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
                     timings=ctx.timings, profile=ctx.profile, **base)
     ev.wall_s = time.perf_counter() - t0
     return ev, restart
+
+
+class Phases:
+    """Wall seconds per step of an evaluation, kept in its record: where a judge's time goes."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - t, 4)
 
 
 def draw_inputs(ctx: Context, seed: int, gaussian: bool) -> list[Any]:
@@ -225,31 +251,38 @@ def time_contenders(ctx: Context, models: Models) -> None:
         timers.update({name: timing.WallTimer(fn, 2) for name, fn in baseline_callables(ctx, models, sets, None).items()})
         ctx.timings = timing.measure_interleaved(timers, tcfg)
         return
-    l2 = getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
-    first = timing_sets(ctx, 1)
-    per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor)) + out_bytes
-    n_sets = rotation_sets(per_set, l2)
-    sets = first + timing_sets(ctx, n_sets)[1:]
-    ctx.correctness["timing_input_sets"] = n_sets
-    # References of the sets every batch ends on, before the host can touch those inputs.
-    checked = {0: _reference_of(models, sets[0])}
-    _send_sets(ctx, sets)
+    phase = ctx.phase or Phases({})
+    with phase("timing.inputs"):
+        l2 = getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
+        first = timing_sets(ctx, 1)
+        per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor)) + out_bytes
+        n_sets = rotation_sets(per_set, l2)
+        sets = first + timing_sets(ctx, n_sets)[1:]
+        ctx.correctness["timing_input_sets"] = n_sets
+        # References of the sets every batch ends on, before the host can touch those inputs.
+        checked = {0: _reference_of(models, sets[0])}
+        _send_sets(ctx, sets)
     check = _batch_check(ctx, models, sets, checked)
     overhead = float(ctx.correctness.get("bracket_overhead_ms", 0.0))
     def remote(k: int) -> hosts.RemoteBracketTimer:
         return hosts.RemoteBracketTimer(ctx.host, n_sets, k, overhead, check)
 
-    k, per_call = hosts.calls_per_batch(remote, overhead)
-    # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
-    remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k))).samples(3)
-    graph = _candidate_graph(ctx, remote, k, n_sets)
+    with phase("timing.batch_size"):
+        k, per_call = hosts.calls_per_batch(remote, overhead)
+    with phase("timing.escape"):
+        # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
+        remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k))).samples(3)
+    with phase("timing.graph"):
+        graph = _candidate_graph(ctx, remote, k, n_sets)
     timers: dict[str, Any] = {"candidate": remote(k)}
-    flush = timing.L2Flusher(ctx.device)
-    for name, fn in baseline_callables(ctx, models, sets, flush).items():
-        k, _ = hosts.calls_per_batch(lambda k, fn=fn: hosts.LocalBracketTimer(fn, n_sets, k), 0.0)
-        timers[name] = hosts.LocalBracketTimer(fn, n_sets, k, graph=graph)
-    del flush
-    ctx.timings = timing.measure_interleaved(timers, tcfg)
+    with phase("timing.baselines"):
+        flush = timing.L2Flusher(ctx.device)
+        for name, fn in baseline_callables(ctx, models, sets, flush).items():
+            k, _ = hosts.calls_per_batch(lambda k, fn=fn: hosts.LocalBracketTimer(fn, n_sets, k), 0.0)
+            timers[name] = hosts.LocalBracketTimer(fn, n_sets, k, graph=graph)
+        del flush
+    with phase("timing.measure"):
+        ctx.timings = timing.measure_interleaved(timers, tcfg)
     ctx.correctness["calls_per_batch"] = {name: t.k for name, t in timers.items()}
     _check_roofline(ctx)
     if cfg.profile:
