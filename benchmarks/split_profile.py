@@ -73,6 +73,9 @@ def main() -> None:
         "speedup_vs_torch": [round(ev.speedup_vs("torch") or 0, 3) for ev in evals],
         "host_spares": pool.spares, "cprofile": out.getvalue()[:60000],
     }
+    from cuforge.sandbox import wire
+
+    result["judge_still_mapped"] = sum(len(m.opened) for m in wire._STILL_MAPPED)
     for ev in evals[:3]:
         print(ev.status, ev.message[:200], ev.correctness.get("judge_phases_s"))
     pool.close()

@@ -57,7 +57,8 @@ class HostPool:
         self.device = device
         # A host takes seconds to start (CUDA, the profiler's threads): on a GPU several are kept
         # starting in parallel, so that an evaluation (a fraction of a second) rarely waits for one.
-        self.spares = spares if spares is not None else (3 if device == "cuda" else 1)
+        default = int(os.environ.get("CUFORGE_HOST_SPARES", "0") or 0) or (3 if device == "cuda" else 1)
+        self.spares = spares if spares is not None else max(1, min(default, 16))
         self.graveyard: list[tuple[int, Path]] = []
         self.root = Path(root or tempfile.gettempdir()) / "hosts"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -163,6 +164,8 @@ class HostClient:
              what: str = "") -> tuple[dict[str, Any], list[bytes]]:
         what = what or str(header.get("op"))
         max_bytes = self.reply_budget if max_bytes is None else max_bytes
+        if self.device.type == "cuda":
+            leave_room()
         try:
             self.chan.send(header, list(parts))
             reply, rparts = self.chan.recv(timeout_s=max(self.deadline - time.monotonic(), 0.0), max_bytes=max_bytes)
@@ -243,11 +246,7 @@ class HostClient:
             pass
         self.chan.close()
         self._events = None
-        if self.mappings.opened:  # nothing of the host's may stay mapped: drop what points there first
-            import gc
-
-            gc.collect()
-            torch.cuda.synchronize()
+        if self.mappings.opened:  # the host's memory is freed once the judge no longer maps it
             self.mappings.close()
         if self.graveyard is not None:  # its scratch goes once the process is gone (HostPool._bury)
             self.graveyard.append((self.pid, self.scratch))
@@ -256,6 +255,15 @@ class HostClient:
             while time.monotonic() < deadline and Path(f"/proc/{self.pid}").exists() and not _zombie(self.pid):
                 time.sleep(0.005)
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def leave_room(share: float = 0.25) -> None:
+    """Return the judge's cached, unused device memory to the driver when little is free: the host
+    allocates in its own context and cannot use the judge's cache (KernelBench's 6 GiB tensors: the
+    judge's float64 reference leaves tens of GiB cached that the host's output then does not find)."""
+    free, total = torch.cuda.mem_get_info()
+    if free < total * share:
+        torch.cuda.empty_cache()
 
 
 def _zombie(pid: int) -> bool:

@@ -36,7 +36,7 @@ class Comparison:
 
 def make_inputs(problem_module: Any, seed: int, device: torch.device, gaussian: bool) -> list[Any]:
     """The problem's own inputs for `seed`; with `gaussian`, floating inputs redrawn as N(0, 1)."""
-    torch.manual_seed(seed)
+    seed_all(seed)
     with torch.device(device), on_device(device):  # drawn on the device: fast, and the same distribution
         inputs = list(problem_module.get_inputs())
     out = []
@@ -174,7 +174,15 @@ def reference_outputs(
 
 def reseed(rng_seed: int | None) -> None:
     if rng_seed is not None:
-        torch.manual_seed(rng_seed)
+        seed_all(rng_seed)
+
+
+def seed_all(seed: int) -> None:
+    """torch.manual_seed for the generators a problem can draw from (the CPU's and every GPU's), without
+    its calls into other backends' lazy seeding, which format a stack trace each time (~1 ms)."""
+    torch.random.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
 
 
 # The computation-aware bound (see compare): an element may be off by ELEMENT_ULPS units of rounding

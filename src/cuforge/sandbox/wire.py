@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import gc
 import json
 import select
 import socket
 import struct
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -168,11 +170,13 @@ class _Raw:
 
 
 class Mappings:
-    """The other process's allocations this process has opened, by IPC handle: each opened once,
-    all closed together when the peer's work is over (the tensors over them dropped first)."""
+    """The other process's allocations this process has opened, by IPC handle, each opened once. Every
+    tensor over one holds a token of it (its __cuda_array_interface__ object, which torch keeps), so
+    `close` knows without a full garbage collection which are no longer used."""
 
     def __init__(self) -> None:
         self.opened: dict[bytes, tuple[int, int]] = {}  # handle -> (base address here, bytes)
+        self.holders: dict[bytes, weakref.WeakSet[_Raw]] = {}
 
     def tensor(self, desc: dict[str, Any], dtype: torch.dtype, shape: list[int], numel: int, size: int) -> torch.Tensor:
         handle, nbytes, first, stride = _unb64(desc.get("ipc")), desc.get("bytes"), desc.get("first"), desc.get("stride")
@@ -185,16 +189,38 @@ class Mappings:
             base = driver().ipc_open(handle)
             _, mapped = driver().address_range(base)
             self.opened[handle] = (base, mapped)
+            self.holders[handle] = weakref.WeakSet()
         base, mapped = self.opened[handle]
         if first + extent > mapped:
             raise WireError(f"a tensor reaching {first + extent} bytes into an allocation of {mapped}")
-        raw = torch.as_tensor(_Raw(base + first, extent), device="cuda")
+        token = _Raw(base + first, extent)
+        self.holders[handle].add(token)
+        raw = torch.as_tensor(token, device="cuda")
         return raw.view(dtype).as_strided(tuple(shape), tuple(stride))
 
+    def in_use(self) -> int:
+        return sum(1 for held in self.holders.values() if len(held))
+
     def close(self) -> None:
-        for base, _ in self.opened.values():
-            driver().ipc_close(base)
-        self.opened.clear()
+        """Once the peer's work is over: unmap every allocation no tensor here still uses, after the
+        device has finished with them. One still used (a reference cycle) costs a garbage collection;
+        one still used after it stays mapped until a later close finds it free."""
+        if self.in_use():
+            gc.collect()
+        torch.cuda.synchronize()
+        if self not in _STILL_MAPPED:
+            _STILL_MAPPED.append(self)
+        for mappings in _STILL_MAPPED:
+            mappings._unmap_unused()
+        _STILL_MAPPED[:] = [m for m in _STILL_MAPPED if m.opened]
+
+    def _unmap_unused(self) -> None:
+        for handle in [h for h, held in self.holders.items() if not len(held)]:
+            driver().ipc_close(self.opened.pop(handle)[0])
+            del self.holders[handle]
+
+
+_STILL_MAPPED: list[Mappings] = []
 
 
 class _Handle(ctypes.Structure):
