@@ -334,7 +334,7 @@ _WARM_KERNEL = 'extern "C" __global__ void cuforge_host_warm(float* x) { x[threa
 
 
 def _warm_runtime() -> None:
-    """The fast runtime's first module load and launch (a tenth of a second in a fresh process), paid
+    """The fast runtime's first compilation, module load and launch (~0.4 s in a fresh process), paid
     while this host is a spare rather than inside its candidate's evaluation."""
     import torch
 
@@ -344,17 +344,6 @@ def _warm_runtime() -> None:
     runtime.compile_cuda(_WARM_KERNEL).kernel("cuforge_host_warm")((1,), (32,), x)
     torch.cuda.synchronize()
     runtime.reset_launch_records()
-
-
-def _warm_nvrtc() -> None:
-    """NVRTC's first compilation in a process (its libraries and headers, ~0.35 s) done once in the
-    zygote, for every host it forks. A compiler only: no CUDA context, no thread, no cache written."""
-    from cuda.core import Program
-
-    from cuforge import runtime
-
-    opts, _ = runtime._nvrtc_options((), "sm_80")
-    Program(_WARM_KERNEL, code_type="c++", options=opts).compile("cubin")
 
 
 def zygote(fd: int, device: str) -> None:
@@ -372,11 +361,8 @@ def zygote(fd: int, device: str) -> None:
     # Once, before any fork: torch's lazy rebinding (dynamo's hooks, a second or so of imports), done
     # before any host's guard snapshot. Nothing here starts CUDA or a thread pool.
     settle_torch()
-    if device == "cuda":
-        try:
-            _warm_nvrtc()
-        except Exception:  # noqa: BLE001 - no NVRTC here: each host pays its own first compile
-            traceback.print_exc()
+    # No NVRTC warm-up here: cuda.core's compile initialises the driver and starts a thread, after
+    # which a forked host's CUDA fails to initialise (seen on an H100). Each host warms its own.
 
     ctl = socket.socket(fileno=fd)
     while True:
