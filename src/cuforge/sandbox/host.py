@@ -334,8 +334,8 @@ _WARM_KERNEL = 'extern "C" __global__ void cuforge_host_warm(float* x) { x[threa
 
 
 def _warm_runtime() -> None:
-    """The fast runtime's first compilation, module load and launch (~0.4 s in a fresh process), paid
-    while this host is a spare rather than inside its candidate's evaluation."""
+    """The fast runtime's first compilation, module load and launch (~0.4 s in a fresh process) and a
+    first graph capture, paid while this host is a spare rather than inside its candidate's evaluation."""
     import torch
 
     from cuforge import runtime
@@ -344,6 +344,18 @@ def _warm_runtime() -> None:
     runtime.compile_cuda(_WARM_KERNEL).kernel("cuforge_host_warm")((1,), (32,), x)
     torch.cuda.synchronize()
     runtime.reset_launch_records()
+    # And the first CUDA graph capture (the batch graph of op_graph), which costs tens of ms once.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x.add_(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    del graph
 
 
 def zygote(fd: int, device: str) -> None:

@@ -293,7 +293,7 @@ def _findings(raw: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- timing
 
 SPIN_CYCLES = 200_000
-MAX_SPIN_CYCLES = 200_000_000
+MAX_SPIN_CYCLES = 400_000_000
 BATCH_TARGET_MS = 1.0
 MAX_LATE_RETRIES = 8
 BUSY_AFTER_MS = 0.75  # an H100's time slice between contexts measured ~2 ms; an idle GPU answers in us
@@ -371,26 +371,92 @@ def calls_per_batch(timer_for: Any, overhead_ms: float, target_ms: float = 0.0) 
 ESCAPE_BATCH_MS = 6.0
 
 
-class Bracket:
-    """The judge's own events around a batch: a device spin (so the batch is enqueued before the
-    start event passes), the start event, the batch, the end event. For the candidate the batch is
-    the host's, ordered between the two by interprocess events: the judge's clock measures it, and
-    a fixed cross-context cost measured before the candidate was loaded is taken off."""
+_GATE_SOURCE = r"""
+extern "C" __global__ void cuforge_gate(const volatile int* word, int want, long long max_cycles) {
+    long long start = clock64();
+    while (*word < want && clock64() - start < max_cycles) { __nanosleep(2000); }
+}
+"""
+GATE_CYCLES = 100_000_000  # ~55 ms on an H100: the gate gives way after this even if never opened
+
+
+class Gate:
+    """Holds the judge's stream until the judge opens it: one thread polling a word of the judge's own
+    pinned memory, with a time limit. A start event queued behind it passes only once the contender's
+    batch is enqueued (the host has replied), so no spin has to be guessed long enough; a host whose
+    enqueueing blocks on the device (a candidate that synchronises inside forward) finds the gate
+    giving way after the limit, and that bracket is late."""
 
     def __init__(self) -> None:
-        self.spin = SPIN_CYCLES
+        from cuforge.runtime import compile_cuda
+
+        self.kernel = compile_cuda(_GATE_SOURCE).kernel("cuforge_gate")
+        self.word = torch.zeros(1, dtype=torch.int32, pin_memory=True)  # pinned: the device reads it in place
+        self.count = 0
+
+    def hold(self, max_cycles: int) -> None:
+        self.count += 1
+        self.kernel((1,), (1,), self.word.data_ptr(), self.count, int(max_cycles))
+
+    def open(self) -> None:
+        self.word[0] = self.count
+
+
+_GATE: list[Gate | None] = []
+
+
+def gate() -> Gate | None:
+    """The judge's gate, made once; None where the fast runtime cannot build it (a device spin then)."""
+    if not _GATE:
+        try:
+            _GATE.append(Gate())
+        except Exception:  # noqa: BLE001 - no NVRTC: spin instead
+            _GATE.append(None)
+    return _GATE[0]
+
+
+class Bracket:
+    """The judge's own events around a batch: the gate (so the batch is enqueued before the start
+    event passes), the start event, the batch, the end event. For the candidate the batch is the
+    host's, ordered between the two by interprocess events: the judge's clock measures it, and a
+    fixed cross-context cost measured before the candidate was loaded is taken off."""
+
+    def __init__(self) -> None:
+        self.gate = gate()
+        self.spin = GATE_CYCLES if self.gate is not None else SPIN_CYCLES
         self.batches = 0
         self.enqueue_s = 0.0
         self.lates = 0
 
+    def hold(self) -> None:
+        if self.gate is not None:
+            self.gate.hold(self.spin)
+        else:
+            torch.cuda._sleep(self.spin)
+
+    def release(self) -> None:
+        if self.gate is not None:
+            self.gate.open()
+
     def _retry(self) -> bool:
-        """Whether to drop a late bracket and try again with a longer spin: a bounded number of times
+        """Whether to drop a late bracket and try again with a longer hold: a bounded number of times
         in a row (a call that waits for the device can never be enqueued ahead of it)."""
         self.lates += 1
         return self.lates <= MAX_LATE_RETRIES
 
+    def settle(self, late: bool) -> None:
+        """After a kept bracket: a late one kept (its calls wait for the device, so no hold can get
+        ahead of them) makes later holds short, since holding longer only idles the GPU."""
+        if not late:
+            self.lates = 0
+        elif self.gate is not None:
+            self.spin = SPIN_CYCLES
+
     def fit_spin(self, enqueue_s: float) -> None:
-        self.spin = int(min(MAX_SPIN_CYCLES, max(self.spin, enqueue_s * 2.0e9 * 1.5)))
+        if self.gate is not None:
+            self.spin = min(MAX_SPIN_CYCLES, self.spin * 2)
+        else:
+            self.spin = int(min(MAX_SPIN_CYCLES, max(self.spin, enqueue_s * 2.0e9 * 1.5)))
 
 
 class LocalBracketTimer(Bracket):
@@ -413,18 +479,21 @@ class LocalBracketTimer(Bracket):
         while len(out) < count:
             end, start = 0, first_set(self.k, self.n_sets)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(self.spin)
+            self.hold()
             e0.record()
             t = time.perf_counter()
-            if self.graph is not None:
-                self.graph.replay()
-                r = None
-            else:
-                for i in range(self.k):
-                    r = self.fn((start + i) % self.n_sets)
-            enq = time.perf_counter() - t
-            e1.record()
-            late = e0.query()
+            try:
+                if self.graph is not None:
+                    self.graph.replay()
+                    r = None
+                else:
+                    for i in range(self.k):
+                        r = self.fn((start + i) % self.n_sets)
+                enq = time.perf_counter() - t
+                e1.record()
+                late = e0.query()
+            finally:
+                self.release()
             e1.synchronize()
             self.outputs[end] = r
             self.batches += 1
@@ -432,8 +501,7 @@ class LocalBracketTimer(Bracket):
             if late and self.spin < MAX_SPIN_CYCLES and self._retry():  # the device ran ahead of the host: idle inside the bracket
                 self.fit_spin(enq)
                 continue
-            if not late:
-                self.lates = 0
+            self.settle(late)
             out.append(e0.elapsed_time(e1) / self.k)
         return out
 
@@ -485,13 +553,16 @@ class RemoteBracketTimer(Bracket):
                     if t.is_contiguous():
                         t.view(torch.uint8).fill_(0xFF)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(self.spin)
+            self.hold()
             e0.record()
             self.go.record()
             t = time.perf_counter()
-            reply, parts = self.host.call({"op": "batch", "k": self.k, "start": start}, what="a timed batch")
-            enq = time.perf_counter() - t
-            late = e0.query()
+            try:
+                reply, parts = self.host.call({"op": "batch", "k": self.k, "start": start}, what="a timed batch")
+                enq = time.perf_counter() - t
+                late = e0.query()
+            finally:
+                self.release()
             torch.cuda.current_stream().wait_event(self.done)
             e1.record()
             e1.synchronize()
@@ -504,8 +575,7 @@ class RemoteBracketTimer(Bracket):
             if late and self.spin < MAX_SPIN_CYCLES and self._retry():  # the host enqueued after the spin: idle inside
                 self.fit_spin(enq)
                 continue
-            if not late:
-                self.lates = 0
+            self.settle(late)
             out.append(e0.elapsed_time(e1))
         return out
 
@@ -515,12 +585,16 @@ def calibrate(host: HostClient, reps: int = 7) -> float:
     not loaded its candidate yet, so nothing of the candidate's can lengthen it."""
     go, done = host.bracket_events()
     costs = []
+    bracket = Bracket()
     for _ in range(reps):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SPIN_CYCLES)
+        bracket.hold()
         e0.record()
         go.record()
-        host.call({"op": "batch", "k": 0}, what="calibrating the timer")
+        try:
+            host.call({"op": "batch", "k": 0}, what="calibrating the timer")
+        finally:
+            bracket.release()
         torch.cuda.current_stream().wait_event(done)
         e1.record()
         e1.synchronize()

@@ -213,6 +213,7 @@ def check_correctness(ctx: Context, models: Models) -> None:
         del outs, native, refs, returned
         if trial == 0 and ctx.device.type == "cuda":
             ctx.correctness["eager_footprint_bytes"] = _eager_footprint(ctx, models.reference, snapshots)
+        del inputs, remembered, snapshots  # before the next trial's are drawn: one set alive at a time
     ctx.correctness["trials"] = ctx.config.trials
 
 
@@ -222,8 +223,11 @@ def _same_memory(out: Any, inputs: list[Any]) -> bool:
                for x in inputs)
 
 
-def timing_sets(ctx: Context, count: int) -> list[list[Any]]:
-    return [draw_inputs(ctx, ctx.seed + 7 + 31 * k, gaussian=False) for k in range(count)]
+def timing_sets(ctx: Context, count: int, first: int = 0) -> list[list[Any]]:
+    return [draw_inputs(ctx, ctx.seed + 7 + 31 * k, gaussian=False) for k in range(first, count)]
+
+
+TIMING_REFERENCE64_BYTES = 2 * 2**30
 
 
 def rotation_sets(per_set: int, l2_bytes: int, cap_bytes: int = 4 * 2**30) -> int:
@@ -254,13 +258,15 @@ def time_contenders(ctx: Context, models: Models) -> None:
     phase = ctx.phase or Phases({})
     with phase("timing.inputs"):
         l2 = getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
-        first = timing_sets(ctx, 1)
-        per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor)) + out_bytes
+        sets = timing_sets(ctx, 1)
+        per_set = sum(x.nbytes for x in sets[0] if isinstance(x, torch.Tensor)) + out_bytes
         n_sets = rotation_sets(per_set, l2)
-        sets = first + timing_sets(ctx, n_sets)[1:]
+        sets += timing_sets(ctx, n_sets, first=1)
         ctx.correctness["timing_input_sets"] = n_sets
-        # References of the sets every batch ends on, before the host can touch those inputs.
-        checked = {0: _reference_of(models, sets[0])}
+        # References of the sets every batch ends on, before the host can touch those inputs; for
+        # outputs of gigabytes, the native model's (a float64 copy would be kept through all of timing).
+        checked = {0: _reference_of(models if 2 * out_bytes <= TIMING_REFERENCE64_BYTES else Models(models.reference, None),
+                                    sets[0])}
         _send_sets(ctx, sets)
     check = _batch_check(ctx, models, sets, checked)
     overhead = float(ctx.correctness.get("bracket_overhead_ms", 0.0))
