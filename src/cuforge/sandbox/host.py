@@ -102,7 +102,7 @@ class Host:
                 handler = getattr(self, f"op_{op}", None)
                 if handler is None:
                     raise ValueError(f"unknown request {op!r}")
-                reply, out_parts = handler(req, parts)
+                reply, out_parts = _profiled(handler, req, parts) if _PROFILE else handler(req, parts)
             except Stop as s:
                 reply, out_parts = {"stop": [s.status, s.message, s.restart, s.extra]}, []
             except Exception as e:  # noqa: BLE001 - a host fault is reported, never hidden
@@ -282,6 +282,30 @@ class Host:
         found = self.guard.violations() if self.guard is not None else []
         if found:
             raise Stop(f"cheat:{found[0][0]}", found[0][1], restart=True)
+
+
+_PROFILE = os.environ.get("CUFORGE_HOST_PROFILE") == "1"
+
+
+def _profiled(handler: Any, req: dict[str, Any], parts: list[bytes]) -> Any:
+    """A developer's view of where a host's time goes (CUFORGE_HOST_PROFILE=1): any request over
+    5 ms prints its profile to stderr. Never part of an evaluation."""
+    import cProfile
+    import io
+    import pstats
+    import time
+
+    prof, t = cProfile.Profile(), time.perf_counter()
+    prof.enable()
+    try:
+        return handler(req, parts)
+    finally:
+        prof.disable()
+        ms = (time.perf_counter() - t) * 1e3
+        if ms > 5:
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(14)
+            print(f"[host {os.getpid()}] {req.get('op')} {ms:.1f} ms\n{out.getvalue()[-3000:]}", file=sys.stderr, flush=True)
 
 
 def _overlap(a: Any, b: Any) -> bool:

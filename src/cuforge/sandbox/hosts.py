@@ -158,17 +158,21 @@ class HostClient:
         self.mappings = Mappings()
         self._events: tuple[Any, Any] | None = None
         self.kernel_resources: list[dict[str, Any]] = []
+        self.waited: dict[str, float] = {}  # seconds spent waiting for each kind of reply
         self.reply_budget = 2**20  # bytes a reply may carry: the judge raises it to fit the outputs  # what the host says its kernels use (prompt material)
 
     def call(self, header: dict[str, Any], parts: list[bytes] = (), max_bytes: int | None = None,
              what: str = "") -> tuple[dict[str, Any], list[bytes]]:
         what = what or str(header.get("op"))
         max_bytes = self.reply_budget if max_bytes is None else max_bytes
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and header.get("op") != "batch":  # a batch reuses what its first call took
             leave_room()
+        t = time.perf_counter()
         try:
             self.chan.send(header, list(parts))
             reply, rparts = self.chan.recv(timeout_s=max(self.deadline - time.monotonic(), 0.0), max_bytes=max_bytes)
+            op = str(header.get("op"))
+            self.waited[op] = self.waited.get(op, 0.0) + time.perf_counter() - t
         except PeerTimeout:
             self.kill()
             raise Stop("timeout", f"the candidate's process did not answer ({what}) before the evaluation's time limit") from None
@@ -308,9 +312,9 @@ def first_set(k: int, n_sets: int) -> int:
     return (1 - k) % n_sets
 
 
-def checked_batch(batch: int) -> bool:
+def checked_batch(batch: int, first: int = 3) -> bool:
     """Outputs are checked after the first batches and every fourth after them."""
-    return batch < 3 or batch % 4 == 0
+    return batch < first or batch % 4 == 0
 
 
 def capture_batch(fn: Any, k: int, start: int, n_sets: int) -> Any:
@@ -514,9 +518,10 @@ class RemoteBracketTimer(Bracket):
 
     method = "bracket+rotating, judge's events"
 
-    def __init__(self, host: HostClient, n_sets: int, k: int, overhead_ms: float, check: Any) -> None:
+    def __init__(self, host: HostClient, n_sets: int, k: int, overhead_ms: float, check: Any, first_checked: int = 3) -> None:
         super().__init__()
         self.host, self.n_sets, self.k, self.overhead_ms, self.check = host, n_sets, k, overhead_ms, check
+        self.first_checked = first_checked
         self.go, self.done = host.bracket_events()
         self.busy: list[float] = []
         self.outputs: list[torch.Tensor] = []
@@ -547,7 +552,7 @@ class RemoteBracketTimer(Bracket):
         out: list[float] = []
         while len(out) < count:
             end, start = 0, first_set(self.k, self.n_sets)
-            checked = checked_batch(self.batches)
+            checked = checked_batch(self.batches, self.first_checked)
             if checked:  # the outputs a captured batch rewrites: poisoned, so a replay that skips them shows
                 for t in self.outputs:
                     if t.is_contiguous():

@@ -122,6 +122,8 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
             if ctx.host is not None:
                 ctx.host.kill()
             ctx.export = None
+        if ctx.host is not None:  # how much of it was the judge waiting on the candidate's process
+            ctx.correctness["judge_phases_s"].update({f"waiting.{op}": round(s, 4) for op, s in ctx.host.waited.items()})
     if device.type == "cuda":
         # The judge's own peak, plus the peak the candidate's process reports for itself.
         ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)),
@@ -270,14 +272,15 @@ def time_contenders(ctx: Context, models: Models) -> None:
         _send_sets(ctx, sets)
     check = _batch_check(ctx, models, sets, checked)
     overhead = float(ctx.correctness.get("bracket_overhead_ms", 0.0))
-    def remote(k: int) -> hosts.RemoteBracketTimer:
-        return hosts.RemoteBracketTimer(ctx.host, n_sets, k, overhead, check)
+    def remote(k: int, first_checked: int = 3) -> hosts.RemoteBracketTimer:
+        return hosts.RemoteBracketTimer(ctx.host, n_sets, k, overhead, check, first_checked)
 
     with phase("timing.batch_size"):
-        k, per_call = hosts.calls_per_batch(remote, overhead)
+        # Sizing and escape batches: each timer's first batch checked (the timed one's first three).
+        k, per_call = hosts.calls_per_batch(lambda k: remote(k, 1), overhead)
     with phase("timing.escape"):
         # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
-        remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k))).samples(3)
+        remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
     with phase("timing.graph"):
         graph = _candidate_graph(ctx, remote, k, n_sets)
     timers: dict[str, Any] = {"candidate": remote(k)}
