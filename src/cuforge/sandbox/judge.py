@@ -58,6 +58,7 @@ class Context(pipeline.Context):
     host: hosts.HostClient | None = None
     export: Any = None  # the memory pool inputs are drawn into: the only judge memory a host can map
     phase: Any = None  # Phases
+    input_bytes: int = 0  # the largest input set drawn
 
 
 def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig,
@@ -95,7 +96,7 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
         if device.type == "cuda" and not config.compile_only:
             with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
                 ctx.correctness["bracket_overhead_ms"] = hosts.calibrate(ctx.host)
-            ctx.export = torch.cuda.MemPool()
+            ctx.export = _export_pool()
         with phase("load"):
             status, message, diags = ctx.host.load(problem, candidate, scale, init_seed)
         diagnostics = [Diagnostic(**d) for d in diags if isinstance(d, dict)][:50] if diags else []
@@ -121,7 +122,7 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
         with phase("teardown"):
             if ctx.host is not None:
                 ctx.host.kill()
-            ctx.export = None
+            _keep_export_pool(ctx)
         if ctx.host is not None:  # how much of it was the judge waiting on the candidate's process
             ctx.correctness["judge_phases_s"].update({f"waiting.{op}": round(s, 4) for op, s in ctx.host.waited.items()})
     if device.type == "cuda":
@@ -155,7 +156,26 @@ def draw_inputs(ctx: Context, seed: int, gaussian: bool) -> list[Any]:
     if ctx.export is None:
         return verify.make_inputs(ctx.module, seed, ctx.device, gaussian=gaussian)
     with torch.cuda.use_mem_pool(ctx.export):
-        return verify.make_inputs(ctx.module, seed, ctx.device, gaussian=gaussian)
+        inputs = verify.make_inputs(ctx.module, seed, ctx.device, gaussian=gaussian)
+    ctx.input_bytes = max(ctx.input_bytes, sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor)))
+    return inputs
+
+
+# The export pool is kept from one evaluation to the next (a new one costs ~18 ms on an H100) while
+# the inputs it held were small; after big ones it goes, so that its cached memory returns to the device.
+# It only ever holds inputs, which every host is shown anyway.
+EXPORT_POOL_KEEP_BYTES = 256 * 2**20
+_EXPORT: list[Any] = []
+
+
+def _export_pool() -> Any:
+    return _EXPORT.pop() if _EXPORT else torch.cuda.MemPool()
+
+
+def _keep_export_pool(ctx: Context) -> None:
+    if ctx.export is not None and ctx.input_bytes <= EXPORT_POOL_KEEP_BYTES:
+        _EXPORT.append(ctx.export)
+    ctx.export = None
 
 
 @dataclass
