@@ -107,20 +107,40 @@ class HostPool:
         self.ready.append(_Ordered(Channel(mine), scratch, time.monotonic()))
 
     def take(self) -> HostClient:
-        """The oldest spare, once it is ready; another is ordered at once."""
+        """The oldest spare, once it is ready. Its replacement is ordered by `replenish`, when the
+        judge is not timing: a starting host's GPU work (its context, warm-ups) would share the GPU."""
         self._bury()
         if not self.ready:
             self._order()
         ordered = self.ready.pop(0)
-        self._order()
         try:
             hello, _ = ordered.chan.recv(timeout_s=START_TIMEOUT_S, max_bytes=0)
         except WireError as e:
             raise HostStartError(f"a candidate host did not start: {e}") from None
         if hello.get("error"):
             raise HostStartError(str(hello["error"]))
-        return HostClient(ordered.chan, int(hello["pid"]), int(hello["pgid"]), str(hello.get("confinement", "")),
-                          ordered.scratch, self.device, self.how_ended, self.graveyard)
+        client = HostClient(ordered.chan, int(hello["pid"]), int(hello["pgid"]), str(hello.get("confinement", "")),
+                            ordered.scratch, self.device, self.how_ended, self.graveyard)
+        client.neighbours_starting = self.starting
+        return client
+
+    def replenish(self) -> None:
+        """Order spares up to the pool's size."""
+        while len(self.ready) < self.spares:
+            self._order()
+
+    def starting(self) -> bool:
+        """Whether a spare is still starting (it says hello once its start, GPU work included, is done)."""
+        pending = [o.chan.sock for o in self.ready]
+        return bool(pending) and len(select.select(pending, [], [], 0)[0]) < len(pending)
+
+    def wait_started(self, timeout_s: float = 30.0) -> float:
+        """Wait until no spare is starting; returns the seconds waited."""
+        t = time.monotonic()
+        while self.starting() and time.monotonic() - t < timeout_s:
+            select.select([o.chan.sock for o in self.ready], [], [], 0.01)
+            time.sleep(0.002)
+        return time.monotonic() - t
 
     def _bury(self) -> None:
         """Scratch directories of hosts that are gone (the zygote reaps them)."""
@@ -159,6 +179,9 @@ class HostClient:
         self._events: tuple[Any, Any] | None = None
         self.kernel_resources: list[dict[str, Any]] = []
         self.waited: dict[str, float] = {}  # seconds spent waiting for each kind of reply
+        # Whether another host is starting on this GPU (its work then shares the GPU's time slices).
+        self.neighbours_starting: Any = lambda: False
+        self.busy_discarded = 0
         self.reply_budget = 2**20  # bytes a reply may carry: the judge raises it to fit the outputs  # what the host says its kernels use (prompt material)
 
     def call(self, header: dict[str, Any], parts: list[bytes] = (), max_bytes: int | None = None,
@@ -539,6 +562,9 @@ class RemoteBracketTimer(Bracket):
         p1.synchronize()
         waited = e1.elapsed_time(p0) - cpu_ms
         if waited > BUSY_AFTER_MS:
+            if self.host.neighbours_starting():  # another host's start may hold the GPU: no evidence
+                self.host.busy_discarded += 1
+                return
             self.busy.append(waited)
             if len(self.busy) >= 2:
                 raise Stop("cheat:escaped_work", f"after its timed batches ended, the candidate's process kept the GPU "

@@ -88,12 +88,15 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     restart = False
     status, message, diagnostics = "ok", "", []
     phase = ctx.phase = Phases(ctx.correctness.setdefault("judge_phases_s", {}))
+    pool = host_pool("none" if config.compile_only else config.device)
     try:
         with phase("host"):
-            ctx.host = host_pool("none" if config.compile_only else config.device).take()
+            ctx.host = pool.take()
         ctx.host.deadline = time.monotonic() + max(config.timeout_s * 0.85 - (time.perf_counter() - t0), 1.0)
         ctx.correctness["candidate_process"] = ctx.host.confinement
         if device.type == "cuda" and not config.compile_only:
+            with phase("quiet"):  # no other host's start may share the GPU with the calibration
+                pool.wait_started()
             with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
                 ctx.correctness["bracket_overhead_ms"] = hosts.calibrate(ctx.host)
             ctx.export = _export_pool()
@@ -123,6 +126,9 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
             if ctx.host is not None:
                 ctx.host.kill()
             _keep_export_pool(ctx)
+            pool.replenish()
+        if ctx.host is not None and ctx.host.busy_discarded:
+            ctx.correctness["busy_readings_discarded"] = ctx.host.busy_discarded
         if ctx.host is not None:  # how much of it was the judge waiting on the candidate's process
             ctx.correctness["judge_phases_s"].update({f"waiting.{op}": round(s, 4) for op, s in ctx.host.waited.items()})
     if device.type == "cuda":
@@ -300,7 +306,10 @@ def time_contenders(ctx: Context, models: Models) -> None:
         k, per_call = hosts.calls_per_batch(lambda k: remote(k, 1), overhead)
     with phase("timing.escape"):
         # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
+        # No other host is starting here (none is ordered between the calibration and this point), so
+        # every busy reading counts; the next spare is ordered after them, and starts during the rest.
         remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
+        host_pool(cfg.device).replenish()
     with phase("timing.graph"):
         graph = _candidate_graph(ctx, remote, k, n_sets)
     timers: dict[str, Any] = {"candidate": remote(k)}
