@@ -3,6 +3,7 @@ verdict, comparison and timing in the worker. The forgeries that work inside a s
 patched comparison, a forged result line, inputs rebuilt from the seed) must change nothing here;
 the candidate's process must not reach the worker; its death or silence costs one evaluation."""
 
+import os
 import textwrap
 
 import pytest
@@ -177,3 +178,23 @@ def test_the_split_holds_without_the_namespace_jail_too(problems, tmp_path):
             assert "Landlock" in ev.correctness["candidate_process"], ev.correctness["candidate_process"]
     finally:
         s.close()
+
+
+def test_a_spare_is_replaced_only_when_the_judge_replenishes():
+    """Taking a host orders no replacement by itself: the judge orders spares (and starts their GPU
+    part) only where it is not calibrating or checking for escaped work."""
+    from cuforge.sandbox import hosts
+
+    pool = hosts.HostPool("cpu", spares=2)
+    try:
+        first = pool.take()
+        assert len(pool.ready) == 1
+        pool.replenish()
+        assert len(pool.ready) == 2
+        assert not pool.starting() and pool.wait_started(timeout_s=5) < 1  # a CPU host has no GPU part
+        second = pool.take()
+        assert second.pid != first.pid and {first.pid, second.pid}.isdisjoint({os.getpid()})
+        first.kill()
+        second.kill()
+    finally:
+        pool.close()

@@ -327,8 +327,9 @@ def _run(fn: Any, device: Any, what: str) -> Any:
 
 # ------------------------------------------------------------------------------------------ processes
 
-def host_main(sock: socket.socket, scratch: str, device: str) -> None:
-    """A freshly forked host: confine, start CUDA, say ready, serve."""
+def host_main(sock: socket.socket, scratch: str, device: str, arch: str = "") -> None:
+    """A freshly forked host: confine, warm what needs no GPU, wait for the judge's word (on a GPU),
+    start CUDA, say ready, serve."""
     from cuforge.sandbox.wire import Channel
 
     _die_with_parent()
@@ -340,14 +341,26 @@ def host_main(sock: socket.socket, scratch: str, device: str) -> None:
         return
     import torch
 
+    torch.randn(1 << 20).relu_().sum().item()  # starts the intra-op thread pool before any census
     if device == "cuda":
+        if arch:  # NVRTC's first compilation (~0.35 s of CPU): before the GPU part of the start
+            from cuforge import runtime
+
+            runtime.compile_to_cubin(_WARM_KERNEL, arch)
+        # Nothing on the GPU until the judge says so: a starting host's context and warm-ups share the
+        # GPU's time slices, so the judge starts them where it is not calibrating or checking for escapes.
+        try:
+            req, _ = chan.recv()
+        except Exception:  # noqa: BLE001 - the judge went away
+            return
+        if req.get("op") != "start":
+            return
         torch.cuda.init()
         torch.cuda.set_device(0)
         torch.zeros(1, device="cuda").add_(1)
         torch.cuda.synchronize()
     torch.manual_seed(0)
     torch.randn(4, device="cuda" if device == "cuda" else "cpu").sum().item()
-    torch.randn(1 << 20).relu_().sum().item()  # starts the intra-op thread pool before any census
     if device == "cuda":  # and the profiler's threads, which the first traced call would otherwise start
         from cuforge.sandbox.cheats import trace_kernels
 
@@ -429,7 +442,7 @@ def zygote(fd: int, device: str) -> None:
             ctl.close()
             code = 0
             try:
-                host_main(socket.socket(fileno=fds[0]), order["scratch"], device)
+                host_main(socket.socket(fileno=fds[0]), order["scratch"], device, str(order.get("arch") or ""))
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
                 code = 1

@@ -47,6 +47,7 @@ class _Ordered:
     chan: Channel
     scratch: Path
     at: float
+    started: bool = False  # told to start its GPU part
 
 
 class HostPool:
@@ -71,8 +72,12 @@ class HostPool:
         self.ready: list[_Ordered] = []
         self.exits: dict[int, str] = {}
         self._pending = b""
-        for _ in range(self.spares):
-            self._order()
+        self.arch = ""
+        if device == "cuda":
+            from cuforge.runtime import current_arch
+
+            self.arch = current_arch()
+        self.replenish()
 
     def how_ended(self, pid: int, wait_s: float = 1.0) -> str:
         """How a host ended, as its parent (the zygote) saw it: 'killed by SIGSEGV', 'exit code 7'."""
@@ -98,7 +103,7 @@ class HostPool:
         self.count += 1
         scratch = self.root / f"host-{os.getpid()}-{self.count}"
         try:
-            socket.send_fds(self.ctl, [json.dumps({"scratch": str(scratch)}).encode()], [theirs.fileno()])
+            socket.send_fds(self.ctl, [json.dumps({"scratch": str(scratch), "arch": self.arch}).encode()], [theirs.fileno()])
         except OSError as e:
             mine.close()
             raise HostStartError(f"the candidate hosts' zygote is gone ({e.strerror or e})") from None
@@ -113,6 +118,7 @@ class HostPool:
         if not self.ready:
             self._order()
         ordered = self.ready.pop(0)
+        self._start(ordered)
         try:
             hello, _ = ordered.chan.recv(timeout_s=START_TIMEOUT_S, max_bytes=0)
         except WireError as e:
@@ -125,21 +131,32 @@ class HostPool:
         return client
 
     def replenish(self) -> None:
-        """Order spares up to the pool's size."""
+        """Order spares up to the pool's size (their start's CPU part runs at once) and start the GPU
+        part of the next one to be taken: called where the judge is not calibrating or checking for
+        escaped work, since a starting host's GPU work shares the GPU's time slices."""
         while len(self.ready) < self.spares:
             self._order()
+        if self.ready:
+            self._start(self.ready[0])
+
+    def _start(self, ordered: _Ordered) -> None:
+        if self.device == "cuda" and not ordered.started:
+            ordered.started = True
+            try:
+                ordered.chan.send({"op": "start"})
+            except WireError:
+                pass  # it is gone: take() reports it
 
     def starting(self) -> bool:
-        """Whether a spare is still starting (it says hello once its start, GPU work included, is done)."""
-        pending = [o.chan.sock for o in self.ready]
+        """Whether a spare is in the GPU part of its start (it says hello once that is done)."""
+        pending = [o.chan.sock for o in self.ready if o.started]
         return bool(pending) and len(select.select(pending, [], [], 0)[0]) < len(pending)
 
     def wait_started(self, timeout_s: float = 30.0) -> float:
-        """Wait until no spare is starting; returns the seconds waited."""
+        """Wait until no spare is in the GPU part of its start; returns the seconds waited."""
         t = time.monotonic()
         while self.starting() and time.monotonic() - t < timeout_s:
-            select.select([o.chan.sock for o in self.ready], [], [], 0.01)
-            time.sleep(0.002)
+            select.select([o.chan.sock for o in self.ready if o.started], [], [], 0.01)
         return time.monotonic() - t
 
     def _bury(self) -> None:
