@@ -306,10 +306,9 @@ def time_contenders(ctx: Context, models: Models) -> None:
         k, per_call = hosts.calls_per_batch(lambda k: remote(k, 1), overhead)
     with phase("timing.escape"):
         # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
-        # No other host is starting here (none is ordered between the calibration and this point), so
-        # every busy reading counts; the next spare is ordered after them, and starts during the rest.
+        # No other host is starting here (spares start after an evaluation's timing, and the judge waited
+        # for them before calibrating), so every busy reading counts.
         remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
-        host_pool(cfg.device).replenish()
     with phase("timing.graph"):
         graph = _candidate_graph(ctx, remote, k, n_sets)
     timers: dict[str, Any] = {"candidate": remote(k)}
