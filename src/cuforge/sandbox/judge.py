@@ -230,7 +230,7 @@ def check_correctness(ctx: Context, models: Models) -> None:
         if len(outs) != len(refs):
             raise Stop("wrong_output", f"returned {len(outs)} outputs, expected {len(refs)}")
         record.compare(ctx, models, snapshots, ref_kind, outs, refs, native, trial,
-                       handed_back=lambda o: _same_memory(o, inputs))
+                       handed_back=lambda o, inputs=inputs: _same_memory(o, inputs))
         if not all(r.unchanged() for r in returned):
             raise Stop(cheat("aliasing"), "the candidate's output changed after it returned (it does not own its memory)")
         if trial == 0 and "no_own_kernel" in findings:
