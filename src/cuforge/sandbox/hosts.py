@@ -52,13 +52,13 @@ class _Ordered:
 
 
 class HostPool:
-    """A zygote (torch imported, CUDA untouched) and one spare host forked from it, ready before it
-    is needed: a candidate gets a fresh process without paying Python's and torch's start."""
+    """A zygote (torch imported, CUDA untouched) and spare hosts forked from it, ready before they
+    are needed: a candidate gets a fresh process without paying Python's and torch's start."""
 
     def __init__(self, device: str, root: Path | None = None, spares: int | None = None) -> None:
         self.device = device
-        # A host takes seconds to start (CUDA, the profiler's threads): on a GPU several are kept
-        # starting in parallel, so that an evaluation (a fraction of a second) rarely waits for one.
+        # A host takes about a second to start (imports, NVRTC, CUDA, the profiler's threads): several
+        # are kept, their CPU part done ahead (see replenish); CUFORGE_HOST_SPARES overrides the count.
         default = int(os.environ.get("CUFORGE_HOST_SPARES", "0") or 0) or (3 if device == "cuda" else 1)
         self.spares = spares if spares is not None else max(1, min(default, 16))
         self.graveyard: list[tuple[int, Path]] = []
@@ -196,12 +196,12 @@ class HostClient:
         self.alive = True
         self.mappings = Mappings()
         self._events: tuple[Any, Any] | None = None
-        self.kernel_resources: list[dict[str, Any]] = []
+        self.kernel_resources: list[dict[str, Any]] = []  # what the host says its kernels use (prompt material)
         self.waited: dict[str, float] = {}  # seconds spent waiting for each kind of reply
         # Whether another host is starting on this GPU (its work then shares the GPU's time slices).
         self.neighbours_starting: Any = lambda: False
         self.busy_discarded = 0
-        self.reply_budget = 2**20  # bytes a reply may carry: the judge raises it to fit the outputs  # what the host says its kernels use (prompt material)
+        self.reply_budget = 2**20  # bytes a reply may carry: the judge raises it to fit the outputs
 
     def call(self, header: dict[str, Any], parts: list[bytes] = (), max_bytes: int | None = None,
              what: str = "") -> tuple[dict[str, Any], list[bytes]]:

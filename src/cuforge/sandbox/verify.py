@@ -181,7 +181,7 @@ def seed_all(seed: int) -> None:
     """torch.manual_seed for the generators a problem can draw from (the CPU's and every GPU's), without
     its calls into other backends' lazy seeding, which format a stack trace each time (~1 ms)."""
     torch.random.default_generator.manual_seed(seed)
-    if torch.cuda.is_initialized():
+    if torch.cuda.is_available():  # immediate once CUDA is initialised; queued for its start before
         torch.cuda.manual_seed_all(seed)
 
 
