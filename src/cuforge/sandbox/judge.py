@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from cuforge.problems.problem import Tolerance
-from cuforge.sandbox import cheats, hosts, pipeline, timing, verify
+from cuforge.sandbox import brackets, cheats, hosts, pipeline, timing, verify
 from cuforge.sandbox.evaluation import (
     Diagnostic,
     EvalConfig,
@@ -98,7 +98,7 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
             with phase("quiet"):  # no other host's start may share the GPU with the calibration
                 pool.wait_started()
             with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
-                ctx.correctness["bracket_overhead_ms"] = hosts.calibrate(ctx.host)
+                ctx.correctness["bracket_overhead_ms"] = brackets.calibrate(ctx.host)
             ctx.export = _export_pool()
         with phase("load"):
             status, message, diags = ctx.host.load(problem, candidate, scale, init_seed)
@@ -269,7 +269,7 @@ def rotation_sets(per_set: int, l2_bytes: int, cap_bytes: int = 4 * 2**30) -> in
 
 def time_contenders(ctx: Context, models: Models) -> None:
     """The candidate in its host and the baselines here, interleaved, each timed by the judge's own
-    clock: events around a batch of calls on rotating input sets (see hosts.Bracket)."""
+    clock: events around a batch of calls on rotating input sets (see brackets.Bracket)."""
     assert ctx.host is not None
     cfg = ctx.config
     tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
@@ -279,7 +279,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
         sets = timing_sets(ctx, 2)
         check = _batch_check(ctx, models, sets, {k: _reference_of(models, sets[k]) for k in range(2)})
         _send_sets(ctx, sets)
-        timers: dict[str, Any] = {"candidate": hosts.RemoteWallTimer(ctx.host, len(sets), check)}
+        timers: dict[str, Any] = {"candidate": brackets.RemoteWallTimer(ctx.host, len(sets), check)}
         timers.update({name: timing.WallTimer(fn, 2) for name, fn in baseline_callables(ctx, models, sets, None).items()})
         ctx.timings = timing.measure_interleaved(timers, tcfg)
         return
@@ -298,25 +298,25 @@ def time_contenders(ctx: Context, models: Models) -> None:
         _send_sets(ctx, sets)
     check = _batch_check(ctx, models, sets, checked)
     overhead = float(ctx.correctness.get("bracket_overhead_ms", 0.0))
-    def remote(k: int, first_checked: int = 3) -> hosts.RemoteBracketTimer:
-        return hosts.RemoteBracketTimer(ctx.host, n_sets, k, overhead, check, first_checked)
+    def remote(k: int, first_checked: int = 3) -> brackets.RemoteBracketTimer:
+        return brackets.RemoteBracketTimer(ctx.host, n_sets, k, overhead, check, first_checked)
 
     with phase("timing.batch_size"):
         # Sizing and escape batches: each timer's first batch checked (the timed one's first three).
-        k, per_call = hosts.calls_per_batch(lambda k: remote(k, 1), overhead)
+        k, per_call = brackets.calls_per_batch(lambda k: remote(k, 1), overhead)
     with phase("timing.escape"):
         # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
         # No other host is starting here (spares start after an evaluation's timing, and the judge waited
         # for them before calibrating), so every busy reading counts.
-        remote(max(k, min(math.ceil(hosts.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
+        remote(max(k, min(math.ceil(brackets.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
     with phase("timing.graph"):
         graph = _candidate_graph(ctx, remote, k, n_sets)
     timers: dict[str, Any] = {"candidate": remote(k)}
     with phase("timing.baselines"):
         flush = timing.L2Flusher(ctx.device)
         for name, fn in baseline_callables(ctx, models, sets, flush).items():
-            k, _ = hosts.calls_per_batch(lambda k, fn=fn: hosts.LocalBracketTimer(fn, n_sets, k), 0.0)
-            timers[name] = hosts.LocalBracketTimer(fn, n_sets, k, graph=graph)
+            k, _ = brackets.calls_per_batch(lambda k, fn=fn: brackets.LocalBracketTimer(fn, n_sets, k), 0.0)
+            timers[name] = brackets.LocalBracketTimer(fn, n_sets, k, graph=graph)
         del flush
     with phase("timing.measure"):
         ctx.timings = timing.measure_interleaved(timers, tcfg)
@@ -335,7 +335,7 @@ def _candidate_graph(ctx: Context, remote: Any, k: int, n_sets: int) -> bool:
     and an output the graph itself fills (zeros_like) then comes back wrong. Such a candidate is timed
     call by call, as KernelBench times it, and not accused."""
     assert ctx.host is not None
-    start = hosts.first_set(k, n_sets)
+    start = brackets.first_set(k, n_sets)
     reply, _ = ctx.host.call({"op": "graph", "k": k, "start": start}, what="capturing a batch")
     if reply.get("graph") is not True:
         ctx.correctness["candidate_batch"] = f"call by call ({str(reply.get('why', ''))[:200]})"
