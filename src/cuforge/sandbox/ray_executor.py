@@ -23,6 +23,7 @@ from cuforge.sandbox.executor import ExecutorError, SlotPool, tag_device
 from cuforge.sandbox.supervisor import START_TIMEOUT_S, Supervisor
 
 RESULT_MARGIN_S = 120.0  # beyond the evaluation's own limit, which the actor's supervisor enforces
+RESTART_WAIT_S = 180.0  # how long an evaluation waits for an actor Ray is restarting
 
 
 class EvalActor:
@@ -100,8 +101,12 @@ class RayExecutor:
         ray = self.ray
         t0 = time.monotonic()
         base = {"problem_id": problem.id, "candidate_id": candidate.id}
-        last = ""
-        for _attempt in range(2):
+        last, deaths = "", 0
+        # An actor Ray is still restarting is unavailable, not dead: waited for (on a loaded machine
+        # its restart outlasted two attempts and an honest candidate came out 'crash').
+        unavailable = getattr(ray.exceptions, "ActorUnavailableError", ())
+        waiting_until = t0 + RESTART_WAIT_S
+        while deaths < 2:
             ref = actor.evaluate.remote(problem, candidate.to_dict(), config.to_dict())
             try:
                 return Evaluation.from_dict(ray.get(ref, timeout=config.timeout_s + RESULT_MARGIN_S))
@@ -110,8 +115,16 @@ class RayExecutor:
                 return Evaluation(status="timeout", message=f"Ray actor gave no result within "
                                   f"{config.timeout_s + RESULT_MARGIN_S:g} s; actor restarted",
                                   wall_s=time.monotonic() - t0, worker_restarted=True, **base)
+            except unavailable as e:
+                last = str(e).splitlines()[0] if str(e) else type(e).__name__
+                if time.monotonic() > waiting_until:
+                    return Evaluation(status="crash", message=f"Ray actor still unavailable after "
+                                      f"{RESTART_WAIT_S:g} s: {last}", wall_s=time.monotonic() - t0,
+                                      worker_restarted=True, **base)
+                time.sleep(0.5)
             except ray.exceptions.RayActorError as e:
                 self.restarts += 1
+                deaths += 1
                 last = str(e).splitlines()[0] if str(e) else type(e).__name__
         return Evaluation(status="crash", message=f"Ray actor died twice during this evaluation: {last}",
                           wall_s=time.monotonic() - t0, worker_restarted=True, **base)
