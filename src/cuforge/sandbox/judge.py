@@ -126,7 +126,10 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
             if ctx.host is not None:
                 ctx.host.kill()
             _keep_export_pool(ctx)
-            pool.replenish()
+            try:
+                pool.replenish()
+            except hosts.HostStartError:  # the zygote is gone: this result stands; a new worker brings a new one
+                restart = True
         if ctx.host is not None and ctx.host.busy_discarded:
             ctx.correctness["busy_readings_discarded"] = ctx.host.busy_discarded
         if ctx.host is not None:  # how much of it was the judge waiting on the candidate's process
