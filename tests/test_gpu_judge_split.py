@@ -82,3 +82,29 @@ def test_kernelbench_side_stream_adversary_is_named(sup):
     kernel = Path(KB / "adversarial" / "adv_non_default_stream_kernel.py").read_text()
     ev = _evaluate(sup, KB / "level1" / "1_Square_matrix_multiplication_.py", kernel)
     assert ev.status == "cheat:side_stream", ev.message
+
+
+def test_spares_start_their_gpu_part_in_batches_and_only_when_none_is_left():
+    """The pool starts a batch of spares' CUDA contexts together, and only once none is left started
+    (the judge replenishes after its timing): an evaluation then rarely waits for a start."""
+    import torch
+
+    from cuforge.sandbox import hosts
+
+    torch.zeros(1, device="cuda")
+    pool = hosts.HostPool("cuda", spares=3)
+    try:
+        assert [o.started for o in pool.ready] == [True] * 3
+        taken = [pool.take()]
+        pool.replenish()  # two still started: the new spare waits with its GPU part
+        assert [o.started for o in pool.ready] == [True, True, False]
+        taken += [pool.take(), pool.take()]
+        pool.replenish()
+        assert [o.started for o in pool.ready] == [True, True, True]
+        assert pool.wait_started(timeout_s=60) < 60 and not pool.starting()
+        assert all(c.start_s.get("cuda_context", 0) > 0 for c in taken), [c.start_s for c in taken]
+        assert len({c.pid for c in taken}) == 3
+        for c in taken:
+            c.kill()
+    finally:
+        pool.close()
