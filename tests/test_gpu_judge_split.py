@@ -101,7 +101,7 @@ def test_spares_start_their_gpu_part_in_batches_and_only_when_none_is_left():
         taken += [pool.take(), pool.take()]
         pool.replenish()
         assert [o.started for o in pool.ready] == [True, True, True]
-        assert pool.wait_started(timeout_s=60) < 60 and not pool.starting()
+        assert pool.wait_quiet(timeout_s=60) < 60 and not pool.starting()
         assert all(c.start_s.get("cuda_context", 0) > 0 for c in taken), [c.start_s for c in taken]
         assert len({c.pid for c in taken}) == 3
         for c in taken:

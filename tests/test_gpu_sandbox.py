@@ -1,6 +1,7 @@
 """The sandbox on a real GPU: the fast runtime, honest kernels, every GPU-side cheat, sticky CUDA
 errors and hung kernels, fp16-accumulation rejection, compile caching and baselines."""
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from cuforge.sandbox.supervisor import Supervisor
 pytestmark = pytest.mark.gpu
 CANDS = Path(__file__).parent / "gpu_candidates"
 CFG = EvalConfig(max_timing_s=3.0, timeout_s=240)
+# The suite runs under either judge (CUFORGE_JUDGE); the few assertions that differ say so.
+SPLIT = os.environ.get("CUFORGE_JUDGE", "").strip().lower() == "split"
+JUDGED = "bracket+rotating, judge's events"  # the split judge's clock around a host's batches
 
 
 
@@ -62,7 +66,7 @@ def test_honest_runtime_kernel_with_events_and_profile(sup, problems):
     ev = sup.evaluate(problems["relu_big"], cand("relu_runtime.py"), CFG)
     assert ev.status == "ok", ev.message
     t = ev.timings["candidate"]
-    assert t.method == "events+l2flush" and t.n >= 30 and t.p20_ms <= t.median_ms <= t.p80_ms
+    assert t.method == (JUDGED if SPLIT else "events+l2flush") and t.n >= 30 and t.p20_ms <= t.median_ms <= t.p80_ms
     assert "torch" in ev.timings and ev.speedup_vs("torch") > 0
     k = ev.profile.kernels[0]
     assert k["name"] == "relu4" and k["registers"] > 0 and k["launches"] > 0
@@ -73,8 +77,12 @@ def test_honest_runtime_kernel_with_events_and_profile(sup, problems):
 def test_short_kernels_are_timed_by_graph_replay(sup, problems):
     ev = sup.evaluate(problems["relu_small"], cand("relu_runtime.py"), CFG)
     assert ev.status == "ok", ev.message
-    assert ev.timings["candidate"].method == "graph+rotating", ev.correctness.get("graph_fallback")
-    assert ev.timings["torch"].method == "graph+rotating"
+    if SPLIT:  # the host replays its batch from one graph, inside the judge's brackets
+        assert ev.timings["candidate"].method == JUDGED and ev.correctness["candidate_batch"] == "one CUDA graph"
+        assert ev.timings["torch"].method == "bracket+rotating"
+    else:
+        assert ev.timings["candidate"].method == "graph+rotating", ev.correctness.get("graph_fallback")
+        assert ev.timings["torch"].method == "graph+rotating"
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (1000, 700, 333), (1, 64, 40), (64, 1, 17)])
@@ -112,14 +120,16 @@ def test_speed_past_the_roofline_is_impossible(sup, problems):
 
 
 def test_sticky_error_and_hung_kernel_restart_the_worker(problems):
+    """In-process, each costs the worker; under the split judge, each costs its candidate's process
+    and the worker lives on."""
     with Supervisor(gpu=0) as s:
         ev = s.evaluate(problems["relu_custom"], cand("illegal_address.py"), CFG)
-        assert ev.status == "runtime_error" and "illegal" in ev.message.lower(), ev.message
-        assert not s.alive()
+        assert ev.status in (("runtime_error", "crash") if SPLIT else ("runtime_error",)), ev.message
+        assert "illegal" in ev.message.lower() and s.alive() == SPLIT, ev.message
         ev = s.evaluate(problems["relu_custom"], cand("infinite_loop.py"), EvalConfig(timeout_s=25))
-        assert ev.status == "timeout" and not s.alive()
+        assert ev.status == "timeout" and s.alive() == SPLIT, ev.message
         ev = s.evaluate(problems["relu_custom"], cand("relu_runtime.py"), CFG)
-        assert ev.status == "ok" and ev.worker_restarted and s.spawns == 3
+        assert ev.status == "ok" and ev.worker_restarted != SPLIT and s.spawns == (1 if SPLIT else 3), ev.message
 
 
 def test_compile_error_diagnostics_and_cache(sup, problems, tmp_path):

@@ -191,7 +191,7 @@ def test_a_spare_is_replaced_only_when_the_judge_replenishes():
         assert len(pool.ready) == 1
         pool.replenish()
         assert len(pool.ready) == 2
-        assert not pool.starting() and pool.wait_started(timeout_s=5) < 1  # a CPU host has no GPU part
+        assert not pool.starting() and pool.wait_quiet(timeout_s=5) < 1  # a CPU host has no GPU part
         second = pool.take()
         assert second.pid != first.pid and {first.pid, second.pid}.isdisjoint({os.getpid()})
         first.kill()

@@ -257,13 +257,14 @@ class RemoteBracketTimer(Bracket):
         p1.synchronize()
         waited = e1.elapsed_time(p0) - cpu_ms
         if waited > BUSY_AFTER_MS:
-            if self.host.neighbours_starting():  # another host's start may hold the GPU: no evidence
+            if self.host.neighbours_busy():  # another host starting or exiting may hold the GPU: no evidence
                 self.host.busy_discarded += 1
                 return
             self.busy.append(waited)
             if len(self.busy) >= 2:
                 raise Stop("cheat:escaped_work", f"after its timed batches ended, the candidate's process kept the GPU "
-                           f"busy for {max(self.busy):.3g} ms more: work ran on past the judge's timer")
+                           f"busy for {max(self.busy):.3g} ms more: work ran on past the judge's timer "
+                           f"(batches of {self.k} calls)")
 
     def samples(self, count: int) -> list[float]:
         return [max(ms - self.overhead_ms, 0.0) / self.k for ms in self.brackets(count)]

@@ -40,6 +40,7 @@ START_TIMEOUT_S = 120.0
 # (benchmarks/host_start.py): one host's GPU start ~0.45 s, eight at once ~1.3 s - CUDA context
 # creation partly serialises, the rest overlaps - so a batch costs an evaluation a third of one start.
 START_BATCH = 8
+EXIT_WAIT_S = 10.0
 CONTEXT_BYTES = 2**30  # device memory a started spare may hold (a context, its warm-ups), kept free for it
 
 
@@ -65,7 +66,7 @@ class HostPool:
         # are kept, their CPU part done ahead (see replenish); CUFORGE_HOST_SPARES overrides the count.
         default = int(os.environ.get("CUFORGE_HOST_SPARES", "0") or 0) or (START_BATCH if device == "cuda" else 1)
         self.spares = spares if spares is not None else max(1, min(default, 16))
-        self.graveyard: list[tuple[int, Path]] = []
+        self.graveyard: list[tuple[int, Path, float]] = []
         self.root = Path(root or tempfile.gettempdir()) / "hosts"
         self.root.mkdir(parents=True, exist_ok=True)
         self.count = 0
@@ -132,7 +133,7 @@ class HostPool:
             raise HostStartError(str(hello["error"]))
         client = HostClient(ordered.chan, int(hello["pid"]), int(hello["pgid"]), str(hello.get("confinement", "")),
                             ordered.scratch, self.device, self.how_ended, self.graveyard)
-        client.neighbours_starting = self.starting
+        client.neighbours_busy = self.neighbours_busy
         raw = hello.get("start_s")  # the host's own account of its start: for benchmarks, never trusted
         client.start_s = {str(k)[:40]: float(v) for k, v in list(raw.items())[:20]
                           if isinstance(v, (int, float))} if isinstance(raw, dict) else {}
@@ -170,19 +171,38 @@ class HostPool:
         pending = [o.chan.sock for o in self.ready if o.started]
         return bool(pending) and len(select.select(pending, [], [], 0)[0]) < len(pending)
 
-    def wait_started(self, timeout_s: float = 30.0) -> float:
-        """Wait until no spare is in the GPU part of its start; returns the seconds waited."""
+    def wait_quiet(self, timeout_s: float = 30.0) -> float:
+        """Wait until no other host of this pool uses the GPU: no spare in the GPU part of its start, and
+        no killed host still exiting (a dying process's context is torn down by the driver, which
+        takes the GPU's time slices as a live one does). Returns the seconds waited."""
         t = time.monotonic()
-        while self.starting() and time.monotonic() - t < timeout_s:
-            select.select([o.chan.sock for o in self.ready if o.started], [], [], 0.01)
+        while time.monotonic() - t < timeout_s:
+            self._bury()
+            starting = self.starting()
+            if not starting and not self._exiting():
+                break
+            if starting:
+                select.select([o.chan.sock for o in self.ready if o.started], [], [], 0.005)
+            else:
+                time.sleep(0.002)
         return time.monotonic() - t
+
+    def _exiting(self) -> bool:
+        """A host killed in the last EXIT_WAIT_S still exiting (one that takes longer is stuck in the
+        driver, and waiting for it would stall every evaluation)."""
+        return any(time.monotonic() - at < EXIT_WAIT_S and Path(f"/proc/{pid}").exists() and not _zombie(pid)
+                   for pid, _, at in self.graveyard)
+
+    def neighbours_busy(self) -> bool:
+        """Whether another host of this pool may be using the GPU now (starting or exiting)."""
+        return self.starting() or self._exiting()
 
     def _bury(self) -> None:
         """Scratch directories of hosts that are gone (the zygote reaps them)."""
         alive = []
-        for pid, scratch in self.graveyard:
+        for pid, scratch, at in self.graveyard:
             if Path(f"/proc/{pid}").exists() and not _zombie(pid):
-                alive.append((pid, scratch))
+                alive.append((pid, scratch, at))
             else:
                 shutil.rmtree(scratch, ignore_errors=True)
         self.graveyard[:] = alive
@@ -203,7 +223,7 @@ class HostClient:
     fail its own candidate; its death or silence is that candidate's crash or timeout."""
 
     def __init__(self, chan: Channel, pid: int, pgid: int, confinement: str, scratch: Path, device: str,
-                 how_ended: Any = None, graveyard: list[tuple[int, Path]] | None = None) -> None:
+                 how_ended: Any = None, graveyard: list[tuple[int, Path, float]] | None = None) -> None:
         self.chan, self.pid, self.pgid, self.confinement, self.scratch = chan, pid, pgid, confinement, scratch
         self.how_ended = how_ended
         self.graveyard = graveyard
@@ -214,8 +234,8 @@ class HostClient:
         self._events: tuple[Any, Any] | None = None
         self.kernel_resources: list[dict[str, Any]] = []  # what the host says its kernels use (prompt material)
         self.waited: dict[str, float] = {}  # seconds spent waiting for each kind of reply
-        # Whether another host is starting on this GPU (its work then shares the GPU's time slices).
-        self.neighbours_starting: Any = lambda: False
+        # Whether another host is starting or exiting on this GPU (it then shares the GPU's time slices).
+        self.neighbours_busy: Any = lambda: False
         self.busy_discarded = 0
         self.start_s: dict[str, float] = {}
         self.reply_budget = 2**20  # bytes a reply may carry: the judge raises it to fit the outputs
@@ -312,7 +332,7 @@ class HostClient:
         if self.mappings.opened:  # the host's memory is freed once the judge no longer maps it
             self.mappings.close()
         if self.graveyard is not None:  # its scratch goes once the process is gone (HostPool._bury)
-            self.graveyard.append((self.pid, self.scratch))
+            self.graveyard.append((self.pid, self.scratch, time.monotonic()))
         else:
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline and Path(f"/proc/{self.pid}").exists() and not _zombie(self.pid):

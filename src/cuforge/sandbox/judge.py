@@ -95,8 +95,8 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
         ctx.host.deadline = time.monotonic() + max(config.timeout_s * 0.85 - (time.perf_counter() - t0), 1.0)
         ctx.correctness["candidate_process"] = ctx.host.confinement
         if device.type == "cuda" and not config.compile_only:
-            with phase("quiet"):  # no other host's start may share the GPU with the calibration
-                pool.wait_started()
+            with phase("quiet"):  # no other host's start or exit may share the GPU with the calibration
+                pool.wait_quiet()
             with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
                 ctx.correctness["bracket_overhead_ms"] = brackets.calibrate(ctx.host)
             ctx.export = _export_pool()
