@@ -24,9 +24,17 @@ def test_doctor_json_reports_every_check():
     assert "sk-do-not-print" not in r.stdout
     report = json.loads(r.stdout)
     names = {c["name"] for c in report["checks"]}
-    assert names == {"python", "torch", "cuda", "nvcc", "nvrtc", "ncu", "llm_keys", "jail"}
+    assert names == {"python", "torch", "cuda", "nvcc", "nvrtc", "ncu", "llm_keys", "judge", "jail"}
     for c in report["checks"]:
         assert c["ok"] or c["fix"], c  # every missing piece comes with its fix
+    judge = next(c for c in report["checks"] if c["name"] == "judge")
+    assert "file candidates: split" in judge["detail"] and "own kernels: inprocess" in judge["detail"], judge
+
+
+def test_doctor_names_a_wrong_judge_setting():
+    r = run_cli("doctor", "--json", env={"CUFORGE_JUDGE": "sideways"})
+    judge = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "judge")
+    assert not judge["ok"] and "CUFORGE_JUDGE='sideways'" in judge["detail"] and "inprocess or split" in judge["fix"]
 
 
 def test_doctor_reports_the_jail_from_a_real_jailed_worker():

@@ -198,3 +198,35 @@ def test_a_spare_is_replaced_only_when_the_judge_replenishes():
         second.kill()
     finally:
         pool.close()
+
+
+def test_the_judge_follows_who_wrote_the_candidates(monkeypatch):
+    """Code cuforge did not write goes to the split judge; the template search's own kernels to the
+    in-process one; CUFORGE_JUDGE, where set, decides (and a wrong value is a clear error)."""
+    from cuforge.sandbox.worker import judge_for
+
+    monkeypatch.delenv("CUFORGE_JUDGE", raising=False)
+    assert judge_for(untrusted=True) == "split" and judge_for(untrusted=False) == "inprocess"
+    monkeypatch.setenv("CUFORGE_JUDGE", "inprocess")
+    assert judge_for(untrusted=True) == "inprocess"
+    monkeypatch.setenv("CUFORGE_JUDGE", "split")
+    assert judge_for(untrusted=False) == "split"
+    monkeypatch.setenv("CUFORGE_JUDGE", "in-process")
+    with pytest.raises(ValueError, match="CUFORGE_JUDGE='in-process'"):
+        judge_for(untrusted=True)
+
+
+@pytest.mark.parametrize("provider, judge", [("replay", "split"), ("template", "inprocess")])
+def test_a_runs_workers_judge_follows_its_proposers(monkeypatch, provider, judge):
+    """A run's real workers (CPU test mode) start with the judge its proposers call for."""
+    from cuforge.agent.config import ProposerSpec, RunConfig
+    from cuforge.agent.run import build_executor
+
+    monkeypatch.delenv("CUFORGE_JUDGE", raising=False)
+    cfg = RunConfig(proposers=[ProposerSpec(provider, replay_file="unused.jsonl" if provider == "replay" else None)],
+                    device="cpu", gpus="1")
+    executor = build_executor(cfg)
+    try:
+        assert executor.supervisors[0].start()["judge"] == judge
+    finally:
+        executor.close()

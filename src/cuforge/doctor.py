@@ -200,11 +200,24 @@ def check_isolation() -> Check:
     return Check("jail", not broken, detail, "; ".join(c["detail"] for c in broken))
 
 
+def check_judge() -> Check:
+    """Which judge each kind of candidate gets (worker.judge_for), and whether CUFORGE_JUDGE is valid."""
+    from cuforge.sandbox.worker import judge_for
+
+    try:
+        llm, own = judge_for(untrusted=True), judge_for(untrusted=False)
+    except ValueError as e:
+        return Check("judge", False, str(e), "unset CUFORGE_JUDGE, or set it to inprocess or split")
+    where = {"split": "its own process, judged from outside it", "inprocess": "the worker, beside the judge"}
+    return Check("judge", True, f"LLM-written, replayed and file candidates: {llm} ({where[llm]}); "
+                                f"the template search's own kernels: {own} ({where[own]})")
+
+
 def run_doctor() -> DoctorReport:
     report = DoctorReport()
     report.checks.append(check_python())
     torch_check, cuda_check, gpus = check_torch()
     report.checks += [torch_check, cuda_check, check_nvcc(), check_nvrtc(), check_ncu(),
-                      check_api_keys(), check_isolation()]
+                      check_api_keys(), check_judge(), check_isolation()]
     report.gpus = gpus
     return report

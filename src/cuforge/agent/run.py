@@ -33,6 +33,7 @@ from cuforge.problems.suites import load_suite
 from cuforge.results.store import HEARTBEAT_S, Store
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.executor import Executor, ExecutorError, make_executor
+from cuforge.sandbox.worker import judge_for
 
 EXIT_INTERRUPTED = 130
 
@@ -97,8 +98,11 @@ def select_problems(cfg: RunConfig) -> list[Problem]:
 
 def build_executor(cfg: RunConfig) -> Executor:
     try:
+        # Code an LLM (or a replayed run) wrote goes to the split judge; the template search's own kernels
+        # to the in-process one, where evaluations per GPU-minute are what the search is limited by.
+        untrusted = any(p.provider != "template" for p in cfg.proposers)
         return make_executor(cfg.executor, cfg.gpus, cfg.device == "cpu", cfg.compile_only, cfg.ray_address,
-                             cfg.ray_resource)
+                             cfg.ray_resource, judge_for(untrusted))
     except ExecutorError as e:
         raise ConfigError(str(e)) from None
 

@@ -195,7 +195,7 @@ def baseline_cmd(
             wanted = tuple(b for b in _parse_baselines(baselines, p) if b != "torch")
             config = EvalConfig(baselines=wanted, profile=False)
             try:
-                sup = supervisor_for(config, gpu)
+                sup = supervisor_for(config, gpu, untrusted=False)  # only the problem's own reference runs
                 ev = measure_baselines(sup, p, config)
             except WorkerStartError as e:
                 fail(str(e))

@@ -9,16 +9,21 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.worker import judge_for
 
-_SUPERVISORS: dict[tuple[int | None, bool], Supervisor] = {}
+_SUPERVISORS: dict[tuple[int | None, bool, str], Supervisor] = {}
 
 
-def supervisor_for(config: EvalConfig, gpu: int | None = 0) -> Supervisor:
+def supervisor_for(config: EvalConfig, gpu: int | None = 0, untrusted: bool = True) -> Supervisor:
+    """This GPU's worker. Candidates from outside cuforge (a file, a caller's code) go to the split
+    judge, the problem's own reference (`cuforge baseline`) to the in-process one, unless
+    CUFORGE_JUDGE says otherwise (worker.judge_for)."""
     cpu = config.device == "cpu"
-    key = (None if cpu else gpu, cpu)
+    judge = judge_for(untrusted)
+    key = (None if cpu else gpu, cpu, judge)
     sup = _SUPERVISORS.get(key)
     if sup is None:
-        sup = _SUPERVISORS[key] = Supervisor(gpu=gpu, cpu_mode=cpu)
+        sup = _SUPERVISORS[key] = Supervisor(gpu=gpu, cpu_mode=cpu, judge=judge)
     return sup
 
 

@@ -94,12 +94,12 @@ class LocalExecutor:
     """One supervised worker per GPU of this host (or N CPU workers in compile-only / CPU test mode)."""
 
     def __init__(self, gpus: list[str], cpu_mode: bool = False, compile_only: bool = False,
-                 isolate_network: bool = True) -> None:
+                 isolate_network: bool = True, judge: str | None = None) -> None:
         if not gpus:
             raise ExecutorError("the local executor needs at least one GPU or worker")
         self.gpus = gpus
         self.supervisors = [Supervisor(gpu=g, cpu_mode=cpu_mode, compile_only=compile_only,
-                                       isolate_network=isolate_network) for g in gpus]
+                                       isolate_network=isolate_network, judge=judge) for g in gpus]
         self.pool = SlotPool(self.supervisors)
         self.slots = len(self.supervisors)
 
@@ -120,19 +120,20 @@ def tag_device(ev: Evaluation, gpu: Any, executor: str, host: str | None = None)
 
 
 def make_executor(executor: str, gpus: str, cpu_mode: bool, compile_only: bool, ray_address: str | None = None,
-                  ray_resource: str = "GPU") -> Executor:
-    """The executor a run asked for. CPU modes take `gpus` as a worker count or list (default 1)."""
+                  ray_resource: str = "GPU", judge: str | None = None) -> Executor:
+    """The executor a run asked for. CPU modes take `gpus` as a worker count or list (default 1);
+    `judge` is its workers' (worker.judge_for)."""
     if executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
     if executor == "ray":
         from cuforge.sandbox.ray_executor import RayExecutor
 
         return RayExecutor(address=ray_address, resource=ray_resource, cpu_mode=cpu_mode, compile_only=compile_only,
-                           workers=worker_count(gpus))
+                           workers=worker_count(gpus), judge=judge)
     if cpu_mode or compile_only:
         count = worker_count(gpus) or 1
-        return LocalExecutor([str(i) for i in range(count)], cpu_mode=cpu_mode, compile_only=compile_only)
-    return LocalExecutor(select_gpus(gpus, visible_gpus()))
+        return LocalExecutor([str(i) for i in range(count)], cpu_mode=cpu_mode, compile_only=compile_only, judge=judge)
+    return LocalExecutor(select_gpus(gpus, visible_gpus()), judge=judge)
 
 
 def worker_count(spec: str) -> int | None:

@@ -29,7 +29,7 @@ RESTART_WAIT_S = 180.0  # how long an evaluation waits for an actor Ray is resta
 class EvalActor:
     """Lives in a Ray worker process; Ray sets CUDA_VISIBLE_DEVICES to the one GPU it was given."""
 
-    def __init__(self, cpu_mode: bool, compile_only: bool) -> None:
+    def __init__(self, cpu_mode: bool, compile_only: bool, judge: str | None = None) -> None:
         gpu = None
         if not (cpu_mode or compile_only):
             visible = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
@@ -37,7 +37,7 @@ class EvalActor:
                 raise RuntimeError(f"evaluation actor expected exactly one GPU, Ray gave {visible or 'none'}")
             gpu = visible[0]
         self.gpu = gpu
-        self.sup = Supervisor(gpu=gpu, cpu_mode=cpu_mode, compile_only=compile_only)
+        self.sup = Supervisor(gpu=gpu, cpu_mode=cpu_mode, compile_only=compile_only, judge=judge)
 
     def start(self) -> dict[str, Any]:
         info = dict(self.sup.start())
@@ -62,7 +62,7 @@ def _import_ray() -> Any:
 
 class RayExecutor:
     def __init__(self, address: str | None = None, resource: str = "GPU", cpu_mode: bool = False,
-                 compile_only: bool = False, workers: int | None = None) -> None:
+                 compile_only: bool = False, workers: int | None = None, judge: str | None = None) -> None:
         ray = self.ray = _import_ray()
         if not ray.is_initialized():
             # A remote cluster gets this very cuforge shipped to it, so driver and actors never differ.
@@ -84,7 +84,7 @@ class RayExecutor:
         else:
             options["resources"] = {resource: 1}
         actor_cls = ray.remote(EvalActor).options(**options)
-        self.actors = [actor_cls.remote(cpu_mode, compile_only) for _ in range(count)]
+        self.actors = [actor_cls.remote(cpu_mode, compile_only, judge) for _ in range(count)]
         try:
             self.infos = ray.get([a.start.remote() for a in self.actors], timeout=START_TIMEOUT_S + 60)
         except Exception as e:  # noqa: BLE001

@@ -99,7 +99,7 @@ class Supervisor:
 
     def __init__(self, gpu: int | str | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
                  limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False,
-                 unsafe_no_jail: bool | None = None, jail: JailPlan | None = None) -> None:
+                 unsafe_no_jail: bool | None = None, jail: JailPlan | None = None, judge: str | None = None) -> None:
         self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
         self.compile_only = compile_only
         self.unsafe_no_jail = unconfined_allowed() if unsafe_no_jail is None else unsafe_no_jail
@@ -108,7 +108,9 @@ class Supervisor:
         # allocation instead of pushing the machine into the OOM killer.
         self.limits = limits or Limits(address_space_bytes=int(default_worker_memory_gib() * 2**30) + ADDRESS_SPACE_HEADROOM
                                        if self.cpu_mode else None)
-        self.extra_env = extra_env or {}
+        self.extra_env = dict(extra_env or {})
+        if judge is not None:  # the worker's judge (worker.judge_for); None: CUFORGE_JUDGE or in-process
+            self.extra_env["CUFORGE_JUDGE"] = judge
         self.proc: subprocess.Popen[str] | None = None
         self.info: dict[str, Any] = {}
         self.workdir: Path | None = None
