@@ -230,3 +230,14 @@ def test_a_runs_workers_judge_follows_its_proposers(monkeypatch, provider, judge
         assert executor.supervisors[0].start()["judge"] == judge
     finally:
         executor.close()
+
+
+def test_spares_started_together_leave_room_for_an_evaluation_as_large_as_the_last():
+    from cuforge.sandbox.hosts import CONTEXT_BYTES, spares_affordable
+
+    gib = 2**30
+    assert spares_affordable(8, 80 * gib, 1 * gib) == 8  # hgemm 1024^3: the whole batch
+    assert spares_affordable(8, 80 * gib, 60 * gib) == 1  # KernelBench's 6 GiB tensors: one at a time
+    assert spares_affordable(8, 80 * gib, 55 * gib) == 3
+    assert spares_affordable(8, 16 * gib, 14 * gib) == 1  # never none: the next evaluation needs a host
+    assert spares_affordable(3, 80 * gib, 0) == 3 and CONTEXT_BYTES >= 800 * 2**20

@@ -36,9 +36,9 @@ from cuforge.sandbox.wire import (
 )
 
 START_TIMEOUT_S = 120.0
-# Spares whose GPU part starts together once none is left started. Measured on an H100
-# (benchmarks/host_start.py): one host's GPU start ~0.45 s, eight at once ~1.3 s - CUDA context
-# creation partly serialises, the rest overlaps - so a batch costs an evaluation a third of one start.
+# Spares kept on a GPU, whose GPU parts start together once none is left started. Measured on an
+# H100 (benchmarks/host_start.py): one host's GPU start 0.25 s, eight at once 1.1-1.4 s - CUDA context
+# creation serialises in the driver (~0.12 s each), the rest overlaps - so ~0.15 s an evaluation.
 START_BATCH = 8
 EXIT_WAIT_S = 10.0
 CONTEXT_BYTES = 2**30  # device memory a started spare may hold (a context, its warm-ups), kept free for it
@@ -139,24 +139,19 @@ class HostPool:
                           if isinstance(v, (int, float))} if isinstance(raw, dict) else {}
         return client
 
-    def replenish(self) -> None:
+    def replenish(self, evaluation_peak_bytes: int = 0) -> None:
         """Order spares up to the pool's size (their start's CPU part runs at once) and, once none is
         left started, start the GPU part of a batch of them together: called once the judge's timing
         is over, since a starting host's GPU work shares the GPU's time slices (measured on an H100: a
         host started during the timed batches tripled their wall time; the judge waits for a batch
-        still starting before it calibrates)."""
+        still starting before it calibrates). `evaluation_peak_bytes`, the device memory the last
+        evaluation needed (judge and host), sizes the batch: the next one likely needs as much."""
         while len(self.ready) < self.spares:
             self._order()
         if self.device == "cuda" and not any(o.started for o in self.ready):
-            for ordered in self.ready[:self._affordable(len(self.ready))]:
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory  # no driver call
+            for ordered in self.ready[:spares_affordable(len(self.ready), total, evaluation_peak_bytes)]:
                 self._start(ordered)
-
-    @staticmethod
-    def _affordable(wanted: int) -> int:
-        """How many spares may take a context now: each holds device memory, which a problem of
-        KernelBench's full sizes needs (at least one, so an evaluation never waits a whole start)."""
-        free, total = torch.cuda.mem_get_info()
-        return max(1, min(wanted, int((free - total // 4) // CONTEXT_BYTES)))
 
     def _start(self, ordered: _Ordered) -> None:
         if self.device == "cuda" and not ordered.started:
@@ -338,6 +333,14 @@ class HostClient:
             while time.monotonic() < deadline and Path(f"/proc/{self.pid}").exists() and not _zombie(self.pid):
                 time.sleep(0.005)
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def spares_affordable(wanted: int, total_bytes: int, evaluation_peak_bytes: int) -> int:
+    """How many spares may hold a CUDA context (~0.8 GiB each, CONTEXT_BYTES kept) beside an evaluation
+    as large as the last, with a tenth of the device spare for the judge's own context and
+    fragmentation; at least one, so an evaluation never waits a whole start."""
+    room = total_bytes - total_bytes // 10 - evaluation_peak_bytes * 5 // 4
+    return max(1, min(wanted, room // CONTEXT_BYTES))
 
 
 def leave_room(share: float = 0.25) -> None:

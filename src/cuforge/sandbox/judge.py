@@ -127,7 +127,8 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
                 ctx.host.kill()
             _keep_export_pool(ctx)
             try:
-                pool.replenish()
+                peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
+                pool.replenish(peak + max(int(ctx.correctness.get("host_peak_bytes", 0)), 0))  # the host's word: sizing only
             except hosts.HostStartError:  # the zygote is gone: this result stands; a new worker brings a new one
                 restart = True
         if ctx.host is not None and ctx.host.busy_discarded:
