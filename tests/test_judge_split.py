@@ -241,3 +241,20 @@ def test_spares_started_together_leave_room_for_an_evaluation_as_large_as_the_la
     assert spares_affordable(8, 80 * gib, 55 * gib) == 3
     assert spares_affordable(8, 16 * gib, 14 * gib) == 1  # never none: the next evaluation needs a host
     assert spares_affordable(3, 80 * gib, 0) == 3 and CONTEXT_BYTES >= 800 * 2**20
+
+
+def test_a_gpu_host_keeps_few_cpu_threads_and_a_cpu_host_all():
+    """Many spares per GPU on a many-core machine must not exhaust the user's process limit; in the
+    CPU test mode the candidate's work is CPU work and keeps torch's default."""
+    from cuforge.sandbox.host import GPU_HOST_THREADS, host_threads
+    from cuforge.sandbox.hosts import HostPool
+
+    assert host_threads(128) == GPU_HOST_THREADS == 4 and host_threads(2) == 2 and host_threads(0) == 1
+    pool = HostPool("cpu", spares=1)
+    try:
+        host = pool.take()
+        threads = len(os.listdir(f"/proc/{host.pid}/task"))
+        assert threads <= 2 * max(os.cpu_count() or 1, 1) + 4, threads
+        host.kill()
+    finally:
+        pool.close()

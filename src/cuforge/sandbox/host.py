@@ -343,6 +343,8 @@ def host_main(sock: socket.socket, scratch: str, device: str, arch: str = "") ->
         return
     import torch
 
+    if device == "cuda":  # its candidate's work is the GPU's; see host_threads
+        torch.set_num_threads(host_threads(torch.get_num_threads()))
     torch.randn(1 << 20).relu_().sum().item()  # starts the intra-op thread pool before any census
     if device == "cuda":
         if arch:  # NVRTC's first compilation (~0.35 s of CPU): before the GPU part of the start
@@ -379,6 +381,17 @@ def host_main(sock: socket.socket, scratch: str, device: str, arch: str = "") ->
     chan.send({"op": "ready", "pid": os.getpid(), "pgid": os.getpgid(0), "confinement": confinement,
                "start_s": steps.seconds})
     Host(chan, device).serve()
+
+
+GPU_HOST_THREADS = 4
+
+
+def host_threads(default: int) -> int:
+    """Intra-op threads of a GPU candidate's host. torch starts one per core (and as many OpenMP
+    threads: 32 threads for 16 here), and a worker keeps up to 9 hosts per GPU: on a 128-core,
+    8-GPU machine that is ~18,000 threads of one user, past the workers' RLIMIT_NPROC (4096 per
+    user) for anyone but root. A GPU candidate's own CPU work is its launches."""
+    return max(1, min(default, GPU_HOST_THREADS))
 
 
 _WARM_KERNEL = 'extern "C" __global__ void cuforge_host_warm(float* x) { x[threadIdx.x] += 1.0f; }\n'
