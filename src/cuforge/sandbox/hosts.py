@@ -185,7 +185,7 @@ class HostPool:
     def _exiting(self) -> bool:
         """A host killed in the last EXIT_WAIT_S still exiting (one that takes longer is stuck in the
         driver, and waiting for it would stall every evaluation)."""
-        return any(time.monotonic() - at < EXIT_WAIT_S and Path(f"/proc/{pid}").exists() and not _zombie(pid)
+        return any(time.monotonic() - at < EXIT_WAIT_S and _running(pid)
                    for pid, _, at in self.graveyard)
 
     def neighbours_busy(self) -> bool:
@@ -196,7 +196,7 @@ class HostPool:
         """Scratch directories of hosts that are gone (the zygote reaps them)."""
         alive = []
         for pid, scratch, at in self.graveyard:
-            if Path(f"/proc/{pid}").exists() and not _zombie(pid):
+            if _running(pid):
                 alive.append((pid, scratch, at))
             else:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -330,7 +330,7 @@ class HostClient:
             self.graveyard.append((self.pid, self.scratch, time.monotonic()))
         else:
             deadline = time.monotonic() + 5.0
-            while time.monotonic() < deadline and Path(f"/proc/{self.pid}").exists() and not _zombie(self.pid):
+            while time.monotonic() < deadline and _running(self.pid):
                 time.sleep(0.005)
             shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -352,12 +352,14 @@ def leave_room(share: float = 0.25) -> None:
         torch.cuda.empty_cache()
 
 
-def _zombie(pid: int) -> bool:
+def _running(pid: int) -> bool:
+    """Whether the process still exists and has not finished exiting (a zombie has: its files, and so
+    its CUDA context, are released)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
-        return True
+        return False
 
 
 def _findings(raw: Any) -> dict[str, Any]:

@@ -310,8 +310,8 @@ def time_contenders(ctx: Context, models: Models) -> None:
         k, per_call = brackets.calls_per_batch(lambda k: remote(k, 1), overhead)
     with phase("timing.escape"):
         # A few long batches first: work left running past 'done' outlasts a time slice there and shows.
-        # No other host is starting here (spares start after an evaluation's timing, and the judge waited
-        # for them before calibrating), so every busy reading counts.
+        # No other host is starting or exiting here (spares start after an evaluation's timing, and the
+        # judge waited for them and for killed hosts before calibrating), so every busy reading counts.
         remote(max(k, min(math.ceil(brackets.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
     with phase("timing.graph"):
         graph = _candidate_graph(ctx, remote, k, n_sets)
