@@ -31,6 +31,7 @@ def test_an_honest_kernel_is_timed_by_the_judges_events(sup, problems):
     assert t.method == JUDGED and t.n >= 30 and t.p20_ms <= t.median_ms <= t.p80_ms
     assert ev.timings["torch"].method == "bracket+rotating"
     assert 0 < ev.correctness["bracket_overhead_ms"] < 2
+    assert 0 < ev.correctness["bracket_overhead_ms_before_measure"] < 2
     assert ev.profile.kernels and ev.profile.kernels[0]["name"] == "relu4"
     assert "Landlock" in ev.correctness["candidate_process"], ev.correctness["candidate_process"]
 
