@@ -4,7 +4,8 @@ batch norm over a (1, N*C, ...) view), group norm with its per-channel affine, a
 trailing dims with its elementwise affine; a norm op may be followed by an elementwise chain, fused
 into the write pass (a group norm, then hardtanh or x * sigmoid(x) * w). Rows (the stats
 run over contiguous memory): one block per row, a stats pass and a write pass. A middle dim: one
-thread per output column, both passes down the column (the second from cache)."""
+thread per output column, both passes down the column (the second from cache), or for columns of
+at most 64 the column held in registers (one read)."""
 
 from __future__ import annotations
 
@@ -132,32 +133,42 @@ def match_normalize(problem: Problem) -> NormalizeMatch | str:
     return found
 
 
+HOLD_MAX = 64  # a middle dim this short is held in registers (one value per row, per thread)
+
+
 class Normalize(GraphFamily):
     """Rows: BLOCK threads per row, VEC-wide loads, double-precision sums, a block reduction, then the
     row is read again and written. A middle dim: BLOCK threads across the inner dim per block."""
 
     def __init__(self) -> None:
-        super().__init__("normalize", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
+        super().__init__("normalize", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024), "HOLD": (False, True)})
+
+    DEFAULTS = {"HOLD": False}  # configs from before the knob
 
     def match(self, problem: Problem) -> NormalizeMatch | str:
         return match_normalize(problem)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return self.matched(problem).inner == 1 or c["VEC"] == 1
+        m = self.matched(problem)
+        if c.get("HOLD"):  # a middle dim's column in registers: short columns only
+            return m.inner > 1 and m.reduced <= HOLD_MAX and c["VEC"] == 1 and c["BLOCK"] <= 512
+        return m.inner == 1 or c["VEC"] == 1
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m = self.matched(problem)
         if m.inner > 1:
-            return [dict(VEC=1, BLOCK=256), dict(VEC=1, BLOCK=128), dict(VEC=1, BLOCK=512)]
+            held = [dict(VEC=1, BLOCK=256, HOLD=True), dict(VEC=1, BLOCK=128, HOLD=True)] if m.reduced <= HOLD_MAX else []
+            return held + [dict(VEC=1, BLOCK=256, HOLD=False), dict(VEC=1, BLOCK=128, HOLD=False), dict(VEC=1, BLOCK=512, HOLD=False)]
         block = 1024 if m.reduced >= 65536 else 512 if m.reduced >= 4096 else 128
-        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=256 if block != 256 else 512), dict(VEC=1, BLOCK=block)]
+        return [dict(VEC=4, BLOCK=block, HOLD=False), dict(VEC=4, BLOCK=256 if block != 256 else 512, HOLD=False),
+                dict(VEC=1, BLOCK=block, HOLD=False)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
         return {"KIND": m.kind, "ROWS": m.inner == 1, "ALIGNED": m.reduced % 4 == 0, "EPS": repr(float(m.eps)) + "f",
                 "AFFINE_W": m.weight is not None, "AFFINE_B": m.bias is not None, "GROUPS": m.groups,
                 "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span, "EPI": m.epilogue,
-                "LAST_DIM": problem.inputs[0].shape[-1]}
+                "LAST_DIM": problem.inputs[0].shape[-1], "R": m.reduced}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)

@@ -74,7 +74,8 @@ class ReduceDim(GraphFamily):
         m = self.matched(problem)
         # Few output columns: spread the reduced dim over more threads.
         ty = 16 if m.outer * m.inner < 64 * 1024 else 8
-        return [dict(TX=32, TY=ty, UNROLL=4), dict(TX=128, TY=2, UNROLL=8), dict(TX=64, TY=4, UNROLL=4)]
+        return [dict(TX=32, TY=ty, UNROLL=4), dict(TX=128, TY=2, UNROLL=8), dict(TX=64, TY=4, UNROLL=4),
+                dict(TX=128, TY=4, UNROLL=8), dict(TX=256, TY=2, UNROLL=8)]  # wider rows of columns, more loads in flight
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
