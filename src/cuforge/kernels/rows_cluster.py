@@ -102,16 +102,15 @@ class RowsCluster(Family):
 
         big = max(CLUSTERS)
         if not fits(f.cols, big, vec):  # read twice, over as many blocks as a cluster has
-            out = [dict(CLUSTER=big, BLOCK=512, VEC=vec, UNROLL=4, RESIDENT=False),
-                   dict(CLUSTER=8, BLOCK=1024, VEC=vec, UNROLL=4, RESIDENT=False),
-                   dict(CLUSTER=big, BLOCK=512, VEC=1, UNROLL=8, RESIDENT=False)]
+            out = [dict(CLUSTER=big, BLOCK=512, VEC=1, UNROLL=8, RESIDENT=False),
+                   dict(CLUSTER=big, BLOCK=512, VEC=vec, UNROLL=4, RESIDENT=False),
+                   dict(CLUSTER=8, BLOCK=1024, VEC=vec, UNROLL=4, RESIDENT=False)]
             return [c for c in out if self.valid(c, problem)]
         two = smallest(SLICE_LIMIT // 2 - 2048)  # two blocks per SM: one loads while the other writes
         one = smallest(SLICE_LIMIT)
         out = [dict(CLUSTER=two, BLOCK=1024 if two == one else 512, VEC=vec, UNROLL=4, RESIDENT=True),
                dict(CLUSTER=one, BLOCK=1024, VEC=vec, UNROLL=4, RESIDENT=True),
                dict(CLUSTER=min(2 * two, big), BLOCK=512, VEC=vec, UNROLL=4, RESIDENT=True),
-               dict(CLUSTER=two, BLOCK=1024, VEC=vec, UNROLL=2, RESIDENT=True),
                dict(CLUSTER=two, BLOCK=512, VEC=1, UNROLL=8, RESIDENT=True)]
         seen: list[dict[str, Any]] = []
         for c in out:
