@@ -3,6 +3,7 @@ launches included, at a small and a large size), its adversarial kernels are rej
 names, and PyTorch itself as the candidate evaluates ok at KernelBench's full sizes without running
 out of memory. Skips where ../shared/kernelbench is absent."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from conftest import ROOT
 KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", ROOT / ".kb") if p.is_dir()),
           ROOT.parent / "shared" / "kernelbench")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not KB.is_dir(), reason="../shared/kernelbench is absent")]
+SPLIT = os.environ.get("CUFORGE_JUDGE", "").strip().lower() == "split"
 
 EXAMPLES = [("few_shot_model_new_ex_add.py", "few_shot_model_ex_add.py"),
             ("few_shot_model_new_ex_fuse_gelu.py", "few_shot_model_ex_fuse_gelu.py"),
@@ -52,7 +54,11 @@ def test_a_legacy_default_stream_launch_is_timed_not_accused_at_a_large_size(sup
         pytest.skip("the example's input shape changed upstream")
     ev = _evaluate(sup, big, (KB / "examples" / "few_shot_model_new_ex_add.py").read_text())
     assert ev.status == "ok", ev.message
-    assert ev.timings["candidate"].method == "events+l2flush"
+    if SPLIT:  # the judge's events around batches its host enqueues call by call (a replayed graph would miss the launch)
+        assert ev.timings["candidate"].method == "bracket+rotating, judge's events"
+        assert ev.correctness["candidate_batch"].startswith("call by call"), ev.correctness["candidate_batch"]
+    else:
+        assert ev.timings["candidate"].method == "events+l2flush"
 
 
 @pytest.mark.parametrize("kernel, status", ADVERSARIAL)
