@@ -58,11 +58,14 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
 
 
 class ReduceDim(GraphFamily):
-    """TX threads across the inner dim, TY down the reduced one (each keeping its own partial: sums in
+    """TX threads across the inner dim, TY down the reduced one, each keeping CHAINS partials (sums in
     double, max/min/arg with NaN and first-index-on-ties as torch), then a shared-memory combine."""
 
     def __init__(self) -> None:
-        super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8)})
+        super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8),
+                                        "CHAINS": (1, 2, 4)})
+
+    DEFAULTS = {"CHAINS": 1}  # configs from before the knob
 
     def match(self, problem: Problem) -> DimReduction | str:
         return match_dim_reduction(problem)
@@ -74,8 +77,8 @@ class ReduceDim(GraphFamily):
         m = self.matched(problem)
         # Few output columns: spread the reduced dim over more threads.
         ty = 16 if m.outer * m.inner < 64 * 1024 else 8
-        return [dict(TX=32, TY=ty, UNROLL=4), dict(TX=128, TY=2, UNROLL=8), dict(TX=64, TY=4, UNROLL=4),
-                dict(TX=128, TY=4, UNROLL=8), dict(TX=256, TY=2, UNROLL=8)]  # wider rows of columns, more loads in flight
+        return [dict(TX=64, TY=4, UNROLL=4, CHAINS=1), dict(TX=64, TY=4, UNROLL=2, CHAINS=2), dict(TX=32, TY=ty, UNROLL=4, CHAINS=1),
+                dict(TX=32, TY=ty, UNROLL=1, CHAINS=4), dict(TX=128, TY=4, UNROLL=8, CHAINS=1), dict(TX=128, TY=2, UNROLL=8, CHAINS=1)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
