@@ -68,7 +68,8 @@ def fits(cols: int, cluster: int, vec: int) -> bool:
 class RowsCluster(Family):
     """CLUSTER blocks of BLOCK threads per row; VEC-wide loads (16 bytes) where a slice is aligned,
     UNROLL of them in flight per thread; the slice kept in shared memory (RESIDENT) or read twice;
-    statistics in double (norms) or an online fp32 (max, sum) (softmax), combined in rank order."""
+    statistics in double (norms) or an fp32 (max, sum of exp) per block (softmax: the sum from shared
+    memory once the block's max is known, or online where the row is read twice), combined in rank order."""
 
     def __init__(self) -> None:
         super().__init__("rows_cluster", {"CLUSTER": CLUSTERS, "BLOCK": (256, 512, 1024), "VEC": (1, 4, 8),
