@@ -81,6 +81,12 @@ def assert_all_ok(sup, fam, p, configs, cfg):
         assert ev.status == "ok", (p.id, c, ev.status, ev.message)
 
 
+def check_family(sup, fam, p, cfg, n_random=2):
+    """The family covers `p`, and its seeds plus `n_random` random valid configs all come out ok."""
+    assert fam.supports(p) is None, fam.supports(p)
+    assert_all_ok(sup, fam, p, family_configs(fam, p, n_random), cfg)
+
+
 def skip_unless_sm90(sup, why):
     import pytest
 

@@ -9,18 +9,11 @@ import pytest
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.rows_cluster import RowsCluster
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr, skip_unless_sm90
+from template_helpers import check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 AFFINE = "\n        nn.init.normal_({0}.weight)\n        nn.init.normal_({0}.bias)"
-
-
-def check(sup, fam, p, n_random=2):
-    assert fam.supports(p) is None, fam.supports(p)
-    for c in family_configs(fam, p, n_random):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
 
 
 @pytest.mark.parametrize("expr, inputs, init", [
@@ -38,7 +31,7 @@ def check(sup, fam, p, n_random=2):
 ])
 def test_rows_held_on_chip_across_a_cluster(sup, tmp_path, expr, inputs, init):
     skip_unless_sm90(sup, "thread-block clusters need sm_90")
-    check(sup, RowsCluster(), problem_from_expr(tmp_path, expr, inputs, args="a", init=init))
+    check_family(sup, RowsCluster(), problem_from_expr(tmp_path, expr, inputs, args="a", init=init), CFG)
 
 
 def test_a_short_middle_dim_held_in_registers(sup, tmp_path):
@@ -46,4 +39,4 @@ def test_a_short_middle_dim_held_in_registers(sup, tmp_path):
                          ("a / torch.sqrt(torch.mean(a ** 2, dim=1, keepdim=True) + 1e-5)", "torch.randn(2, 64, 40, 41)")):
         p = problem_from_expr(tmp_path, expr, inputs, args="a")
         assert Normalize().seeds(p)[0]["HOLD"]
-        check(sup, Normalize(), p, n_random=1)
+        check_family(sup, Normalize(), p, CFG, n_random=1)
