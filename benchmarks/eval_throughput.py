@@ -70,6 +70,9 @@ def main() -> None:
         "median_eval_s": statistics.median(walls), "judge": judge,
         # Where an evaluation's time goes (the split judge records its steps): median seconds per step.
         "median_phase_s": {k: statistics.median(p.get(k, 0.0) for p in phases) for k in steps},
+        # and the mean: a step that is long once in a while (a wait for a spare) shows here, not there
+        "mean_phase_s": {k: round(statistics.fmean(p.get(k, 0.0) for p in phases), 4) for k in steps},
+        "mean_eval_s": statistics.fmean(walls),
         "precompile": a.precompile, "target_per_minute": 120,
         "worker": info,
     })
