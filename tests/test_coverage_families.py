@@ -219,6 +219,39 @@ def test_pooling_matches_and_compiles(tmp_path, layer, shape, kind, nd):
     smoke_compile(Pool(), p, 1)
 
 
+def test_pooling_rows_are_read_once_for_the_output_rows_that_share_them():
+    """Which of a thread's output rows each input row of their windows feeds: a 4-tap stride-1 window
+    over 4 output rows reads 7 rows, not 16; a stride-2, dilation-3 window leaves rows no one uses."""
+    from cuforge.kernels.pool import row_users
+
+    assert row_users(4, 1, 4, 1) == [[0], [0, 1], [0, 1, 2], [0, 1, 2, 3], [1, 2, 3], [2, 3], [3]]
+    assert row_users(2, 2, 3, 3) == [[0], [], [1], [0], [], [1], [0], [], [1]]
+    assert row_users(1, 11, 11, 1) == [[0]] * 11
+    # Every (output row, tap) pair appears exactly once.
+    for rh, st, k, d in [(4, 1, 4, 1), (2, 2, 3, 3), (4, 2, 3, 1), (2, 1, 8, 3)]:
+        pairs = sorted((j, r - j * st) for r, users in enumerate(row_users(rh, st, k, d)) for j in users)
+        assert pairs == sorted((j, t * d) for j in range(rh) for t in range(k))
+
+
+def test_pooling_seeds_fit_kernelbench_shapes(tmp_path):
+    """Seeds leave few columns idle and keep rows that neighbouring windows share (at small sizes of
+    KernelBench's 2-d max pooling: a 4x4 stride-1 window)."""
+    from cuforge.kernels.pool import Pool
+
+    p = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 64, 512)", args="a",
+                          init="        self.pool = nn.MaxPool2d(kernel_size=4, stride=1, padding=1)")
+    seeds = Pool().seeds(p)
+    # 511 columns: 128 threads x 4 consecutive ones (float4 loads), one idle; 4 output rows a thread.
+    assert seeds[0] == dict(BX=128, TY=1, RW=4, RH=4, VEC=4)
+    assert dict(BX=128, TY=2, RW=4, RH=4, VEC=1) in seeds  # and the same with columns 128 apart
+    assert all(Pool().valid(c, p) for c in seeds) and len({tuple(sorted(c.items())) for c in seeds}) == len(seeds)
+    # float4 loads need rows of a multiple of 4 and every thread's first column equally aligned.
+    odd = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 64, 510)", args="a",
+                            init="        self.pool = nn.MaxPool2d(kernel_size=4, stride=1, padding=1)")
+    assert all(c["VEC"] == 1 for c in Pool().seeds(odd)) and not Pool().valid(dict(seeds[0]), odd)
+    assert not Pool().valid(dict(BX=128, TY=1, RW=2, RH=1, VEC=4), p)  # 2 columns of stride 1: 8-byte steps
+
+
 @pytest.mark.parametrize("layer, why", [
     ("nn.MaxPool2d(kernel_size=3, ceil_mode=True)", "ceil_mode"),
     ("nn.AvgPool2d(kernel_size=3, divisor_override=2)", "divisor_override"),

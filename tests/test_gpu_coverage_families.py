@@ -104,6 +104,11 @@ def test_whole_tensor_reductions(sup, tmp_path, expr, inputs, args):
     ("nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "(4, 6, 3000)"),
     ("nn.AvgPool2d(kernel_size=11)", "(2, 3, 100, 90)"),
     ("nn.AvgPool3d(kernel_size=3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 20, 21, 22)"),
+    # rows of a multiple of 4: float4 loads, padding reaching into the first and last float4
+    ("nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "(2, 3, 40, 44)"),
+    ("nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "(2, 3, 20, 21, 24)"),
+    ("nn.AvgPool3d(kernel_size=3, stride=2, padding=1, count_include_pad=False)", "(2, 3, 20, 21, 24)"),
+    ("nn.AvgPool2d(kernel_size=11)", "(2, 3, 100, 88)"),
 ])
 def test_pooling(sup, tmp_path, layer, shape):
     from cuforge.kernels.pool import Pool
