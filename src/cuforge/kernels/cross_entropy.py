@@ -1,7 +1,9 @@
 """Cross-entropy over the rows of fp32 logits with int64 class targets (traced as log_softmax over the
-last dim, then nll_loss), mean or sum over the rows, ignore_index honoured, no class weights: one block
-per row computes the row's log-sum-exp in one online pass, one double atomic per row, and the last
-block to finish divides by the rows counted."""
+last dim, then nll_loss), mean or sum over the rows, ignore_index honoured, no class weights: a warp
+per row computes the row's log-sum-exp in one pass (each chunk of loads reduced to its max and sum of
+exponentials, merged online), a block's rows meet in one pair of double atomics, and the last block
+to finish divides by the rows counted. (One block per row and a pair of atomics per row, which this
+replaces, ran KernelBench's 32768 x 4096 file at 0.56 of the copy bandwidth.)"""
 
 from __future__ import annotations
 
@@ -45,22 +47,31 @@ def match_cross_entropy(problem: Problem) -> CrossEntropyMatch | str:
 
 class CrossEntropy(GraphFamily):
     def __init__(self) -> None:
-        super().__init__("cross_entropy", {"VEC": (1, 4), "BLOCK": (128, 256, 512, 1024)})
+        super().__init__("cross_entropy", {"VEC": (1, 4), "WARPS": (4, 8), "RPW": (1, 4, 16), "UNROLL": (2, 4, 8)})
 
     def match(self, problem: Problem) -> CrossEntropyMatch | str:
         return match_cross_entropy(problem)
 
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        return config["VEC"] == 1 or self.matched(problem).classes % 4 == 0
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        classes = self.matched(problem).classes
-        block = 512 if classes >= 4096 else 256 if classes >= 1024 else 128
-        return [dict(VEC=4, BLOCK=block), dict(VEC=4, BLOCK=1024 if block != 1024 else 256), dict(VEC=1, BLOCK=block)]
+        m = self.matched(problem)
+        vec = 4 if m.classes % 4 == 0 else 1
+        # Enough loads in flight for a long row; rows enough a block that few blocks meet in the atomics.
+        unroll = 8 if m.classes >= 32 * 8 * vec * 2 else 4 if m.classes >= 32 * 4 * vec else 2
+        rpw = 16 if m.rows >= 132 * 8 * 16 else 4 if m.rows >= 132 * 8 * 4 else 1
+        out = [dict(VEC=vec, WARPS=8, RPW=rpw, UNROLL=unroll), dict(VEC=vec, WARPS=4, RPW=rpw, UNROLL=unroll),
+               dict(VEC=vec, WARPS=8, RPW=max(1, rpw // 4), UNROLL=unroll), dict(VEC=vec, WARPS=8, RPW=rpw, UNROLL=max(2, unroll // 2)),
+               dict(VEC=1, WARPS=8, RPW=rpw, UNROLL=unroll)]
+        return [c for i, c in enumerate(out) if c not in out[:i]]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        return {"MEAN": m.mean, "IGNORE": m.ignore_index, "ALIGNED": m.classes % 4 == 0}
+        return {"MEAN": m.mean, "IGNORE": m.ignore_index}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)",
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(rows, {c['WARPS'] * c['RPW']}),)", block=f"({32 * c['WARPS']},)",
                           args=("in0", "in1", "out0", "rows", "classes", "scratch0", "scratch1"),
                           outputs=(("()", "float32"),), scratch=(("(2,)", "float64", "zeros"), ("(1,)", "int32", "zeros")),
                           bindings=(("rows", "in0.shape[0]"), ("classes", "in0.shape[1]")))
