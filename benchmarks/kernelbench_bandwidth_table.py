@@ -49,7 +49,11 @@ def main() -> None:
                "slower_than_eager": sum(r["kernel_ms"] > r["eager_ms"] for r in timed)}
     print(markdown(rows))
     print(summary)
-    gpus = sorted({json.loads((RESULTS / f"{run}.json").read_text()).get("gpu", "") for run in a.runs})
+    gpus: set[str] = set()
+    for run in a.runs:  # a merged table (a run too) names its GPUs in a list
+        gpu = json.loads((RESULTS / f"{run}.json").read_text()).get("gpu", "")
+        gpus.update(gpu if isinstance(gpu, list) else [gpu])
+    gpus = sorted(gpus)
     (RESULTS / f"{a.name}.json").write_text(json.dumps({"benchmark": "kernelbench_bandwidth_table", "gpu": gpus,
                                                        "summary": summary, "rows": rows}, indent=2))
 
