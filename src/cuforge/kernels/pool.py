@@ -117,7 +117,8 @@ class Pool(GraphFamily):
     thread's RW columns are consecutive and its windows' span of a row is read as aligned float4s
     (rows of a multiple of 4 and RW x stride a multiple of 4); VEC 1: its columns are BX apart."""
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"VEC": 1}
+    # A config stored before these knobs ({"BLOCK": 256}) renders as one output a thread, 256 threads wide.
+    DEFAULTS: ClassVar[dict[str, Any]] = {"BX": 256, "TY": 1, "RW": 1, "RH": 1, "VEC": 1}
 
     def __init__(self) -> None:
         super().__init__("pool", {"BX": (8, 16, 32, 64, 128, 256), "TY": (1, 2, 4, 8, 16), "RW": (1, 2, 4, 8),
