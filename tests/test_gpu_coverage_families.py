@@ -53,6 +53,18 @@ def test_argmax_breaks_ties_towards_the_first_index(sup, tmp_path):
     check(sup, ReduceDim(), p)
 
 
+@pytest.mark.parametrize("op", ["argmin", "argmax", "max"])
+def test_dim_reduction_chains_keep_the_first_index_past_the_main_loop(sup, tmp_path, op):
+    # 509 rows: with TY x UNROLL x CHAINS = 4 x 4 x 4 the main loop stops short and the remainder deals the
+    # last rows to the chains in the same order; a few values only, so every chain sees ties.
+    expr = f"torch.{op}(a, dim=1)" + ("[0]" if op == "max" else "")
+    p = problem_from_expr(tmp_path, expr, "torch.randint(0, 4, (6, 509, 130)).float()", args="a")
+    fam = ReduceDim()
+    for c in (dict(TX=32, TY=4, UNROLL=4, CHAINS=4), dict(TX=64, TY=2, UNROLL=8, CHAINS=2), dict(TX=32, TY=8, UNROLL=1, CHAINS=1)):
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (c, ev.status, ev.message)
+
+
 @pytest.mark.parametrize("expr, inputs, args", [
     ("torch.cumsum(a, dim=1)", "torch.rand(64, 32768)", "a"),
     ("torch.cumsum(a, dim=-1)", "torch.randn(3, 7, 1001)", "a"),
