@@ -8,6 +8,7 @@ once) over the kernel's median time. The device-to-device copy bandwidth (dst.co
 events, median of 30) is measured in the same run, before and after the evaluations.
 
     python benchmarks/kernelbench_bandwidth.py --name kb_bandwidth_level1
+    python benchmarks/kernelbench_bandwidth.py --files 49_,51_ --configs benchmarks/sweeps/kb_s22_probe.json --name probe
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -15,17 +16,19 @@ Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from _common import write_result
 from kernelbench import prevalidate
 from kernelbench_search import files_of
 
-MEMORY_BOUND = ("rows_cluster", "pointwise", "elementwise", "softmax_rows", "normalize", "norm_rows", "norm_all", "reduce_all", "reduce_dim",
+MEMORY_BOUND = ("rows_team", "rows_cluster", "pointwise", "elementwise", "softmax_rows", "normalize", "norm_rows", "norm_all", "reduce_all", "reduce_dim",
                 "reduce_rows", "scan_rows", "pool", "cross_entropy", "batch_norm", "row_loss", "gemv_f32")
 
 
@@ -54,13 +57,27 @@ def problem_bytes(problem: Any) -> int:
     return sum(math.prod(t.shape) * dtype_size(t.dtype) for t in (*problem.inputs, *problem.outputs))
 
 
+def load_configs(path: str) -> dict[str, list[dict[str, Any]]]:
+    """--configs: {family: [config, ...]}; a file of any other shape exits naming the cause."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--configs {path}: {e}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(c, dict) for c in v) for v in data.values()):
+        raise SystemExit(f"--configs {path}: expected an object mapping family names to lists of configs")
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", default="", help="comma list of level1 file-name prefixes (default: every memory-bound one)")
     ap.add_argument("--max-timing", type=float, default=0.5)
     ap.add_argument("--seeds", type=int, default=1, help="evaluate the family's first N seeds and keep the fastest")
+    ap.add_argument("--configs", help="a JSON file mapping family names to extra configs, timed after the seeds "
+                    "where valid (the fastest of all is kept; each is listed under 'seeds')")
     ap.add_argument("--name", default="kb_bandwidth_level1")
     a = ap.parse_args()
+    extra = load_configs(a.configs) if a.configs else {}
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files
@@ -82,7 +99,9 @@ def main() -> None:
                 continue
             fam = fams[0]
             tried = []
-            for config in fam.seeds(problem)[: max(1, a.seeds)]:
+            configs = fam.seeds(problem)[: max(1, a.seeds)]
+            configs += [c for c in extra.get(fam.name, []) if c not in configs and fam.valid(fam.complete(c), problem)]
+            for config in configs:
                 ev = sup.evaluate(problem, fam.render(config, problem), cfg)
                 t = ev.timings.get("candidate")
                 tried.append((ev.ok and t is not None, -(t.median_ms if t else 0.0), config, ev))
