@@ -422,8 +422,11 @@ class CudaKernel:
         if size > 8:
             self._attribute(a.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
 
-    def __call__(self, grid: Any, block: Any, *args: Any, shared_mem: int = 0, cluster: Any = None) -> None:
-        from cuda.core import LaunchConfig, launch
+    def __call__(self, grid: Any, block: Any, *args: Any, shared_mem: int = 0, cluster: Any = None,
+                 cooperative: bool = False) -> None:
+        """Launch on torch's current stream. cooperative: every block resident at once (the driver refuses
+        a grid that cannot be), for kernels whose blocks wait on each other."""
+        from cuda.core import launch
 
         if self.params is not None:
             if len(args) != len(self.params):
@@ -436,10 +439,11 @@ class CudaKernel:
         grid_t = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
         block_t = tuple(block) if isinstance(block, (tuple, list)) else (int(block),)
         if any(isinstance(a, TensorMap) for a in args):
+            if cooperative:
+                raise LaunchError(f"{self.name}: a cooperative launch with tensor-map arguments is not supported")
             self._launch_with_structs(grid_t, block_t, int(shared_mem), args)
         else:
-            config = LaunchConfig(grid=grid_t, block=block_t, shmem_size=int(shared_mem),
-                                  **({"cluster": tuple(cluster)} if cluster else {}))
+            config = launch_config(grid_t, block_t, int(shared_mem), cluster, cooperative)
             launch(_torch_stream(), config, self._kernel, *args)
         rec = self.record
         rec.launches += 1
@@ -451,6 +455,20 @@ class CudaKernel:
         if self._function is None:
             self._function = function_handle(self._kernel.handle, self.name)
         launch_through_driver(self._function, self.name, grid, block, shared_mem, args)
+
+
+def launch_config(grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int, cluster: Any, cooperative: bool) -> Any:
+    from cuda.core import LaunchConfig
+
+    kw: dict[str, Any] = {"grid": grid, "block": block, "shmem_size": shared_mem}
+    if cluster:
+        kw["cluster"] = tuple(cluster)
+    if not cooperative:
+        return LaunchConfig(**kw)
+    try:  # the keyword's name changed between cuda.core releases
+        return LaunchConfig(**kw, is_cooperative=True)
+    except TypeError:
+        return LaunchConfig(**kw, cooperative_launch=True)
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,8 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
         raise NotExportable("templated kernels (name expressions) are not exported")
     if launch.pre:
         raise NotExportable("kernels launched after a preparing kernel (3xTF32 operand splits) are not exported yet")
+    if launch.cooperative:
+        raise NotExportable("cooperative kernels (blocks that wait on each other) are not exported yet")
     if launch.scratch:
         raise NotExportable("kernels with scratch workspaces (split-K) are not exported yet")
     if any(len(o) > 2 for o in launch.outputs):

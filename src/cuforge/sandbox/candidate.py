@@ -26,7 +26,8 @@ class LaunchSpec:
     accumulate into it (a row sum by atomics); zeroing is part of the timed call either way.
     `pre` kernels (entry, grid, block, args: a tuple expression) of the same source run first, in
     order, on the same stream and inside the timed call: a pass that lays out an operand for the main
-    kernel in a scratch buffer."""
+    kernel in a scratch buffer. `cooperative`: the main kernel's blocks wait on each other, so it is
+    launched cooperatively (all resident at once, or the launch fails)."""
 
     entry: str
     grid: str
@@ -39,6 +40,7 @@ class LaunchSpec:
     name_expressions: tuple[str, ...] = ()
     scratch: tuple[tuple[str, str, str], ...] = ()
     pre: tuple[tuple[str, str, str, str], ...] = ()
+    cooperative: bool = False
 
     def __post_init__(self) -> None:
         for out in self.outputs:
@@ -60,6 +62,7 @@ class LaunchSpec:
             name_expressions=tuple(d.get("name_expressions", ())),
             scratch=tuple((s[0], s[1], s[2] if len(s) > 2 else "zeros") for s in d.get("scratch", ())),
             pre=tuple(tuple(p) for p in d.get("pre", ())),  # type: ignore[misc]
+            cooperative=bool(d.get("cooperative", False)),
         )
 
 
@@ -90,7 +93,7 @@ class Candidate:
         h.update(self.format.encode())
         if self.launch is not None:
             spec = asdict(self.launch)
-            for later in ("scratch", "pre"):  # ids of candidates from before these fields existed stay the same
+            for later in ("scratch", "pre", "cooperative"):  # ids of candidates from before these fields existed stay the same
                 if not spec[later]:
                     del spec[later]
             h.update(repr(spec).encode())
@@ -115,7 +118,8 @@ def launch_plan(launch: LaunchSpec) -> str:
     lines.append("_out_specs = [" + ", ".join(f"({o[0]}, {o[1]!r}, {(o[2] if len(o) > 2 else 'empty')!r})"
                                               for o in launch.outputs) + "]")
     lines.append("_scratch_specs = [" + ", ".join(f"({shape}, {dtype!r}, {init!r})" for shape, dtype, init in launch.scratch) + "]")
-    lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}"]
+    lines += [f"_grid = {launch.grid}", f"_block = {launch.block}", f"_shared = {launch.shared_mem}",
+              f"_cooperative = {bool(launch.cooperative)!r}"]
     lines.append("_pre_grids = [" + "".join(f"{grid}, " for _, grid, _, _ in launch.pre) + "]")
     lines.append("_pre_blocks = [" + "".join(f"{block}, " for _, _, block, _ in launch.pre) + "]")
     return "\n".join(lines) + "\n"
@@ -162,7 +166,8 @@ class _Stage:
             ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
         for (pre, pre_args), pre_grid, pre_block in zip(self.pre, ns["_pre_grids"], ns["_pre_blocks"]):
             pre(pre_grid, pre_block, *eval(pre_args, g, ns))
-        self.kernel(ns["_grid"], ns["_block"], *eval(self.args, g, ns), shared_mem=int(ns["_shared"]))
+        self.kernel(ns["_grid"], ns["_block"], *eval(self.args, g, ns), shared_mem=int(ns["_shared"]),
+                    cooperative=ns["_cooperative"])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
