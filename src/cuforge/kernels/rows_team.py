@@ -1,0 +1,96 @@
+"""Row norms (instance, group, layer, RMS, L1, L2) over rows longer than a thread-block cluster's shared
+memory holds (16 blocks x 227 KiB on Hopper): a group norm over 8 MiB groups, an RMS norm over 4 MiB
+rows. `rows_cluster` reads such rows twice; here a team of blocks, one an SM, keeps a row in the
+shared memory of many SMs and reads it once. The blocks meet through global memory, so the launch is
+cooperative (all resident at once, or the driver refuses it). The problems are the ones `rows_cluster`
+matches in its norm mode; softmax rows that long are left to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuforge.kernels.base import Family, sm_count
+from cuforge.kernels.chains import Epilogue
+from cuforge.kernels.rows_cluster import CLUSTERS, SLICE_LIMIT, RowsMatch, fits, match_rows
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import LaunchSpec
+
+MIN_SMS = 114  # the smallest Hopper part (H100 PCIe): configs are valid when a team's slices fit there too
+
+
+def match_team_rows(problem: Problem) -> RowsMatch | str:
+    found = match_rows(problem)
+    if isinstance(found, str):
+        return found
+    if found.mode != "norm":
+        return "softmax rows: rows_cluster's"
+    if fits(found.cols, max(CLUSTERS), 4):
+        return f"rows of {found.cols} fit a cluster's shared memory (rows_cluster's)"
+    if found.norm.kind == "layer" and (found.norm.weight is not None or found.norm.bias is not None):
+        # A team walks rows one after another, so weight and bias as long as a row come from DRAM again
+        # for every row (an L2 evict-last hint did not keep them); rows_cluster's rows run side by side
+        # and share them in L2. KernelBench's layer norm: 0.46 ms here, 0.35 ms there (kb_s22_team2).
+        return "a layer norm's weight and bias as long as a row: rows_cluster's rows share them in L2"
+    return found
+
+
+def slice_bytes(cols: int, team: int) -> int:
+    return -(-(-(-cols // team)) // 4) * 4 * 4
+
+
+def team_size(cols: int, sms: int, teams: int) -> int:
+    """Blocks per team: the SMs shared out among `teams` teams (at least as many as hold a row)."""
+    need = -(-cols * 4 // SLICE_LIMIT)
+    return max(sms // teams, need)
+
+
+class RowsTeam(Family):
+    """TEAMS teams of (SMs / TEAMS) blocks, BLOCK threads each, UNROLL float4 loads a thread in flight."""
+
+    def __init__(self) -> None:
+        super().__init__("rows_team", {"TEAMS": (1, 2, 3, 4, 6), "BLOCK": (256, 512, 1024), "UNROLL": (2, 4, 8)})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_team_rows(problem)
+        return found if isinstance(found, str) else None
+
+    def runs_on(self, compute_capability: str) -> bool:
+        return tuple(int(x) for x in compute_capability.split(".")) >= (9, 0)  # 227 KiB of shared memory a block
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        f = match_team_rows(problem)
+        if isinstance(f, str):
+            return False
+        team = team_size(f.cols, MIN_SMS, c["TEAMS"])
+        return team * c["TEAMS"] <= MIN_SMS and slice_bytes(f.cols, team) <= SLICE_LIMIT
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        # The most teams first: rows side by side keep the memory busy while one team waits at its barrier.
+        teams = [t for t in self.knobs["TEAMS"][::-1] if self.valid(dict(TEAMS=t, BLOCK=1024, UNROLL=4), problem)] or [1]
+        # Small blocks: each team barrier waits on every block's reduction, and a 256-thread block's is the
+        # shortest (KernelBench's group norm: 6.46 ms at 256 threads, 6.51 at 512, 7.05 at 1024; kb_s22_team2).
+        return ([dict(TEAMS=teams[0], BLOCK=256, UNROLL=8), dict(TEAMS=teams[0], BLOCK=512, UNROLL=8),
+                 dict(TEAMS=teams[0], BLOCK=1024, UNROLL=4)] + [dict(TEAMS=t, BLOCK=256, UNROLL=8) for t in teams[1:3]])
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = match_team_rows(problem)
+        assert not isinstance(f, str) and f.norm is not None
+        m = f.norm
+        return {"KIND": m.kind, "EPS": repr(float(m.eps)) + "f", "PRO": Epilogue(),
+                "AFFINE_W": m.weight is not None, "AFFINE_B": m.bias is not None, "GROUPS": m.groups,
+                "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span, "EPI": m.epilogue,
+                "LAST_DIM": problem.inputs[0].shape[-1]}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = match_team_rows(problem)
+        assert not isinstance(f, str) and f.norm is not None
+        m = f.norm
+        affine = tuple(r for r in (m.weight, m.bias) if r is not None)
+        need = -(-f.cols * 4 // SLICE_LIMIT)
+        return LaunchSpec(entry=self.name, grid="(team * teams,)", block=f"({c['BLOCK']},)",
+                          shared_mem="cdiv(cdiv(cols, team), 4) * 16", cooperative=True,
+                          args=("in0", "out0", "rows", "cols", *affine, *m.epilogue.launch_args(), "team", "scratch0", "scratch1"),
+                          outputs=(("in0.shape", "float32"),),
+                          scratch=(("(4 * team * teams,)", "float64", "empty"), ("(teams,)", "int32", "zeros")),
+                          bindings=(("rows", str(m.outer)), ("cols", str(m.reduced)), sm_count("in0"),
+                                    ("team", f"max(SMS // {c['TEAMS']}, {need})"), ("teams", "max(1, min(SMS // team, rows))")))

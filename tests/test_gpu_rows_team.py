@@ -1,0 +1,27 @@
+"""The team-of-blocks family on a real GPU (sm_90) against the float64 reference: group (with its affine
+parameters), layer, instance, RMS and L1 norms over rows longer than a cluster's shared memory, a fused
+epilogue, rows whose length no float4 divides (element by element), fewer rows than teams, and more rows
+than teams (the slots refilled while written); each family seed plus random configs."""
+
+import pytest
+
+from cuforge.kernels.rows_team import RowsTeam
+from cuforge.sandbox.evaluation import EvalConfig
+from template_helpers import check_family, problem_from_expr, skip_unless_sm90
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+AFFINE = "\n        nn.init.normal_({0}.weight)\n        nn.init.normal_({0}.bias)"
+
+
+@pytest.mark.parametrize("expr, inputs, init", [
+    ("self.gn(a)", "torch.randn(5, 8, 512, 512) * 2 + 1", "        self.gn = nn.GroupNorm(2, 8)" + AFFINE.format("self.gn")),
+    ("F.layer_norm(a, (4, 512, 513)) * 2.0 + 1.0", "torch.randn(3, 4, 512, 513)", "        pass"),
+    ("F.layer_norm(a, (3, 511, 683))", "torch.randn(2, 3, 511, 683) - 3", "        pass"),
+    ("F.instance_norm(a)", "torch.randn(2, 2, 1024, 1025) * 3 - 1", "        pass"),
+    ("a / torch.sqrt(torch.mean(a ** 2, dim=1, keepdim=True) + 1e-5)", "torch.randn(5, 1000003) + 1", "        pass"),
+    ("a / torch.mean(torch.abs(a), dim=1, keepdim=True)", "torch.randn(1, 4000000)", "        pass"),
+])
+def test_rows_held_on_chip_across_a_team(sup, tmp_path, expr, inputs, init):
+    skip_unless_sm90(sup, "the team's slices need Hopper's 227 KiB of shared memory a block")
+    check_family(sup, RowsTeam(), problem_from_expr(tmp_path, expr, inputs, args="a", init=init), CFG)
