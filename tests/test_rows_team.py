@@ -78,3 +78,12 @@ def test_cooperative_launch_round_trips_and_old_ids_stay():
     h.update(repr(spec).encode())
     assert plain.id == h.hexdigest()[:16]
     assert "_cooperative = True" in launch_plan(coop.launch) and "_cooperative = False" in launch_plan(plain.launch)
+
+
+def test_export_refuses_a_cooperative_kernel_by_name(tmp_path):
+    from cuforge.export.plan import NotExportable, lower
+
+    p = problem_from_expr(tmp_path, "F.instance_norm(a)", "torch.randn(2, 2, 1024, 1025)", args="a")
+    fam = RowsTeam()
+    with pytest.raises(NotExportable, match="cooperative"):
+        lower(p, fam.render(fam.seeds(p)[0], p), 132)
