@@ -35,7 +35,9 @@ def match_team_rows(problem: Problem) -> RowsMatch | str:
 
 
 def slice_bytes(cols: int, team: int) -> int:
-    return -(-(-(-cols // team)) // 4) * 4 * 4
+    """A block's share of a row in shared memory: whole float4s, as the kernel rounds it."""
+    per_block = -(-cols // team)
+    return -(-per_block // 4) * 16
 
 
 def team_size(cols: int, sms: int, teams: int) -> int:
