@@ -7,6 +7,7 @@ import pytest
 from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import HOLD_MAX, Normalize
 from cuforge.kernels.rows_cluster import SLICE_LIMIT, RowsCluster, match_rows, slice_elements
+from cuforge.kernels.rows_team import match_team_rows
 from template_helpers import problem_from_expr, smoke_compile
 
 GN = "        self.gn = nn.GroupNorm(2, 8)"
@@ -33,7 +34,8 @@ def test_long_rows_are_taken_and_compile(tmp_path, expr, inputs, init, mode, col
     held = slice_elements(cols, 16, 4) * 4 <= SLICE_LIMIT
     # Preferred over the one-block families it shares problems with; norm rows too long for a cluster
     # go to a team of blocks first (rows_team), and rows_cluster comes next.
-    assert fams[0].name == ("rows_team" if mode == "norm" and not held else "rows_cluster")
+    assert fams[0].name == ("rows_team" if not isinstance(match_team_rows(p), str) else "rows_cluster")
+    assert not held or isinstance(match_team_rows(p), str)  # rows a cluster holds are never a team's
     fam = RowsCluster()
     for c in fam.seeds(p):
         assert c["RESIDENT"] == held  # on chip wherever the row fits a cluster

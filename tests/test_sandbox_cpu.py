@@ -180,10 +180,11 @@ def test_format_b_wrapper_is_valid_python_and_its_kernel_compiles():
     assert normalize_source("a  /* x */ b // y\n c") == "a b c"
     with pytest.raises(ValueError):
         Candidate(kernel, "kernel")
-    # A spec without scratch buffers or preparing kernels keeps the id it had before they existed.
+    # A spec without scratch buffers, preparing kernels or a cooperative launch keeps the id it had
+    # before those fields existed (the spec's fields then, in their order).
     old_recipe = hashlib.sha256(normalize_source(kernel).encode())
     old_recipe.update(b"kernel")
-    old_recipe.update(repr({k: v for k, v in asdict(spec).items() if k not in ("scratch", "pre")}).encode())
+    old_recipe.update(repr({k: v for k, v in asdict(spec).items() if k not in ("scratch", "pre", "cooperative")}).encode())
     assert cand.id == old_recipe.hexdigest()[:16]
 
 
