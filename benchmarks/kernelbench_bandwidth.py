@@ -16,15 +16,14 @@ Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import tempfile
-from pathlib import Path
 from typing import Any
 
 from _common import write_result
+from family_configs import load_sweep
 from kernelbench import prevalidate
 from kernelbench_search import files_of
 
@@ -59,10 +58,7 @@ def problem_bytes(problem: Any) -> int:
 
 def load_configs(path: str) -> dict[str, list[dict[str, Any]]]:
     """--configs: {family: [config, ...]}; a file of any other shape exits naming the cause."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"--configs {path}: {e}") from None
+    data = load_sweep(path)  # family_configs.py's reader: an unreadable or non-JSON file exits naming why
     if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(c, dict) for c in v) for v in data.values()):
         raise SystemExit(f"--configs {path}: expected an object mapping family names to lists of configs")
     return data

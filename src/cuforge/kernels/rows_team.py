@@ -40,10 +40,15 @@ def slice_bytes(cols: int, team: int) -> int:
     return -(-per_block // 4) * 16
 
 
+def min_team(cols: int) -> int:
+    """The fewest blocks whose shared memory holds a row."""
+    return -(-cols * 4 // SLICE_LIMIT)
+
+
 def team_size(cols: int, sms: int, teams: int) -> int:
-    """Blocks per team: the SMs shared out among `teams` teams (at least as many as hold a row)."""
-    need = -(-cols * 4 // SLICE_LIMIT)
-    return max(sms // teams, need)
+    """Blocks per team: the SMs shared out among `teams` teams (at least as many as hold a row); the
+    launch computes the same from the device's SMs."""
+    return max(sms // teams, min_team(cols))
 
 
 class RowsTeam(Family):
@@ -87,11 +92,10 @@ class RowsTeam(Family):
         assert not isinstance(f, str) and f.norm is not None
         m = f.norm
         affine = tuple(r for r in (m.weight, m.bias) if r is not None)
-        need = -(-f.cols * 4 // SLICE_LIMIT)
         return LaunchSpec(entry=self.name, grid="(team * teams,)", block=f"({c['BLOCK']},)",
                           shared_mem="cdiv(cdiv(cols, team), 4) * 16", cooperative=True,
                           args=("in0", "out0", "rows", "cols", *affine, *m.epilogue.launch_args(), "team", "scratch0", "scratch1"),
                           outputs=(("in0.shape", "float32"),),
                           scratch=(("(4 * team * teams,)", "float64", "empty"), ("(teams,)", "int32", "zeros")),
                           bindings=(("rows", str(m.outer)), ("cols", str(m.reduced)), sm_count("in0"),
-                                    ("team", f"max(SMS // {c['TEAMS']}, {need})"), ("teams", "max(1, min(SMS // team, rows))")))
+                                    ("team", f"max(SMS // {c['TEAMS']}, {min_team(f.cols)})"), ("teams", "max(1, min(SMS // team, rows))")))
