@@ -8,6 +8,7 @@ from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import HOLD_MAX, Normalize
 from cuforge.kernels.rows_cluster import SLICE_LIMIT, RowsCluster, match_rows, slice_elements
 from cuforge.kernels.rows_team import match_team_rows
+from cuforge.runtime import compile_cuda
 from template_helpers import problem_from_expr, smoke_compile
 
 GN = "        self.gn = nn.GroupNorm(2, 8)"
@@ -44,7 +45,16 @@ def test_long_rows_are_taken_and_compile(tmp_path, expr, inputs, init, mode, col
     vec = fam.seeds(p)[0]["VEC"]
     assert fam.valid(dict(CLUSTER=2, BLOCK=512, VEC=vec, UNROLL=4, RESIDENT=True), p) == (slice_elements(cols, 2, vec) * 4 <= SLICE_LIMIT)
     assert fam.valid(dict(CLUSTER=2, BLOCK=512, VEC=vec, UNROLL=4, RESIDENT=False), p)
+    # ONLINE (the sum of exp folded in while loading) is a resident softmax's alone, and leads its seeds
+    seeds = [fam.complete(c) for c in fam.seeds(p)]
+    assert seeds[0]["ONLINE"] == (mode == "softmax" and held)
+    assert all(not c["ONLINE"] or (mode == "softmax" and c["RESIDENT"]) for c in seeds)
+    assert not fam.valid(dict(seeds[0], RESIDENT=False, ONLINE=True), p)
     smoke_compile(fam, p, 3)
+    if mode == "softmax" and held:  # the ONLINE kernel itself, also where the row is not a whole number of vectors
+        cand = fam.render(dict(seeds[0], VEC=1), p)
+        assert "fold<UNROLL * VEC>" in cand.source and "tsum += expf(buf[i]" not in cand.source
+        compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
 
 
 @pytest.mark.parametrize("expr, inputs, why", [
