@@ -250,6 +250,19 @@ def test_pooling_seeds_fit_kernelbench_shapes(tmp_path):
                             init="        self.pool = nn.MaxPool2d(kernel_size=4, stride=1, padding=1)")
     assert all(c["VEC"] == 1 for c in Pool().seeds(odd)) and not Pool().valid(dict(seeds[0]), odd)
     assert not Pool().valid(dict(BX=128, TY=1, RW=2, RH=1, VEC=4), p)  # 2 columns of stride 1: 8-byte steps
+    # Windows side by side along the row (KernelBench's 11 x 11 stride-11 average pool): one column a
+    # thread first, float4s after; overlapping windows (the 3-d pools' 3 wide, stride 2) keep float4s first.
+    apart = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 64, 2048)", args="a",
+                              init="        self.pool = nn.AvgPool2d(kernel_size=11)")
+    seeds = Pool().seeds(apart)
+    assert [c["VEC"] for c in seeds[:2]] == [1, 1] and any(c["VEC"] == 4 for c in seeds)
+    near = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 64, 2048)", args="a",
+                             init="        self.pool = nn.AvgPool2d(kernel_size=3, stride=2, padding=1)")
+    assert Pool().seeds(near)[0]["VEC"] == 4
+    # 3-d windows: a float4 of outputs a thread, 16 threads a row, first (KernelBench's two 3-d files)
+    cube = problem_from_expr(tmp_path, "self.pool(a)", "torch.randn(2, 3, 16, 16, 64)", args="a",
+                             init="        self.pool = nn.MaxPool3d(kernel_size=3, stride=2, padding=1)")
+    assert Pool().seeds(cube)[0] == dict(BX=16, TY=8, RW=4, RH=1, VEC=4)
 
 
 @pytest.mark.parametrize("layer, why", [

@@ -154,11 +154,18 @@ class Pool(GraphFamily):
                     dict(BX=bx, TY=ty, RW=rw, RH=1, VEC=4) if rh > 1 else dict(BX=bx, TY=min(16, ty * 2), RW=rw, RH=1, VEC=4),
                     dict(BX=min(256, bx * 2), TY=max(1, ty // 2), RW=rw, RH=rh, VEC=4)]
             if 4 in vec_rw:  # a float4 of outputs a thread, 64 columns a row of threads: fastest on both 3-d files
-                out.insert(1, dict(BX=16, TY=8, RW=4, RH=1, VEC=4))  # (1.56 vs 1.89 ms, 3.39 vs 3.63: kb_s22_probe1)
+                # (1.56 vs 1.89 ms, 3.39 vs 3.63: kb_s22_probe1; against the first seed 1.56 vs 2.92 and 3.40 vs
+                # 5.54: kb_s22_pool), slower on the 1-d and 2-d ones (2.41 vs 2.15, 1.92 vs 1.45): first for 3-d pools.
+                out.insert(0 if m.kernel[0] > 1 else 1, dict(BX=16, TY=8, RW=4, RH=1, VEC=4))
         bx, rw = self._row_of_threads(m.out[2], (32, 64, 128, 256), (1, 2, 4))
         ty = max(1, min(8, 256 // bx))
-        out += [dict(BX=bx, TY=ty, RW=rw, RH=rh, VEC=1), dict(BX=bx, TY=ty, RW=1, RH=rh, VEC=1),
-                dict(BX=bx, TY=ty, RW=rw, RH=1 if rh > 1 else 2 if oh > 1 else 1, VEC=1)]
+        scalar = [dict(BX=bx, TY=ty, RW=rw, RH=rh, VEC=1), dict(BX=bx, TY=ty, RW=1, RH=rh, VEC=1),
+                  dict(BX=bx, TY=ty, RW=rw, RH=1 if rh > 1 else 2 if oh > 1 else 1, VEC=1)]
+        # Windows side by side along the row (stride >= window): no value is shared by a thread's
+        # outputs, and float4s spread a warp's loads thin. KernelBench's 11 x 11 stride-11 average pool:
+        # 6.0-6.2 ms one column a thread against 10.4-11.7 ms with float4s (kb_s22_pool).
+        apart = m.stride[2] >= (m.kernel[2] - 1) * m.dilation[2] + 1
+        out = scalar + out if apart else out + scalar
         seen: list[dict[str, Any]] = []
         for c in out:
             if c not in seen and self.valid(c, problem):
