@@ -118,6 +118,22 @@ def test_norm_and_gemm_variants_match(tmp_path):
     assert Gemv().supports(p) is None and Gemv.match(p).out_shape == (8,)
 
 
+def test_gemv_rows_a_warp(tmp_path):
+    """ROWS: a warp's rows share its loads of x. One row a warp keeps the launch it always had (old
+    candidates' ids), two rows a warp lead the seeds, and every rows count compiles."""
+    from cuforge.runtime import compile_cuda
+
+    p = problem(tmp_path, "torch.mv(a, v) * 2.0", "torch.randn(9, 30), torch.randn(30)", args="a, v")
+    g = Gemv()
+    assert g.launch(g.complete(dict(BLOCK=256, VEC=4, UNROLL=4)), p).grid == "(cdiv(M * 32, 256),)"
+    assert g.launch(g.complete(dict(BLOCK=256, VEC=4, UNROLL=4, ROWS=4)), p).grid == "(cdiv(cdiv(M, 4) * 32, 256),)"
+    assert g.seeds(p)[0]["ROWS"] == 2 and all(g.valid(c, p) for c in g.seeds(p))
+    assert not g.valid(dict(BLOCK=256, VEC=4, UNROLL=8, ROWS=4), p)  # 32 float4s in flight a lane
+    for rows in (1, 2, 4):
+        cand = g.render(dict(BLOCK=128, VEC=4, UNROLL=2, ROWS=rows), p)
+        assert g.name in compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options).signatures
+
+
 def test_zeroed_outputs_are_validated():
     with pytest.raises(ValueError, match="zeros"):
         LaunchSpec(entry="k", grid="(1,)", block="(32,)", args=(), outputs=(("(4,)", "float32", "ones"),))

@@ -280,7 +280,9 @@ class Gemv(Family):
     streaming 16-byte loads of A (evict-first, several in flight) and x from cache."""
 
     def __init__(self) -> None:
-        super().__init__("gemv_f32", {"BLOCK": (128, 256, 512), "VEC": (1, 4), "UNROLL": (1, 2, 4)})
+        super().__init__("gemv_f32", {"BLOCK": (128, 256, 512), "VEC": (1, 4), "UNROLL": (1, 2, 4, 8), "ROWS": (1, 2, 4)})
+
+    DEFAULTS = {"ROWS": 1}
 
     @staticmethod
     def match(problem: Problem) -> GemmMatch | str:
@@ -310,10 +312,15 @@ class Gemv(Family):
         return found if isinstance(found, str) else None
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return c["UNROLL"] == 1 or c["VEC"] == 4
+        c = self.complete(c)
+        return (c["UNROLL"] == 1 or c["VEC"] == 4) and c["ROWS"] * c["UNROLL"] <= 16  # float4s in flight a lane
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        return [dict(BLOCK=256, VEC=4, UNROLL=4), dict(BLOCK=128, VEC=4, UNROLL=2), dict(BLOCK=512, VEC=4, UNROLL=1)]
+        # Two rows a warp, each load of x serving both: KernelBench's 2048 x 1048576 product 2.84-2.87 ms
+        # against 2.91 at best for one row a warp, whose loads of x from L2 match A's from DRAM byte for byte
+        # (kb_s23_gemv_probe, kb_s23_gemv_probe2; eager's cuBLAS 2.88).
+        return [dict(BLOCK=256, VEC=4, UNROLL=8, ROWS=2), dict(BLOCK=256, VEC=4, UNROLL=4, ROWS=2),
+                dict(BLOCK=256, VEC=4, UNROLL=4), dict(BLOCK=128, VEC=4, UNROLL=2), dict(BLOCK=512, VEC=4, UNROLL=1)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         found = self.match(problem)
@@ -324,6 +331,8 @@ class Gemv(Family):
         f = self.match(problem)
         assert not isinstance(f, str)
         shape = "(M, 1)" if len(f.out_shape) == 2 else "(M,)"
-        return LaunchSpec(entry=self.name, grid=f"(cdiv(M * 32, {c['BLOCK']}),)", block=f"({c['BLOCK']},)",
+        warps = "M" if c["ROWS"] == 1 else f"cdiv(M, {c['ROWS']})"  # one row a warp: the spec it always had
+        grid = f"(cdiv({warps} * 32, {c['BLOCK']}),)"
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=(f.a, f.b, "out0", "M", "K", *f.epilogue.launch_args()), outputs=((shape, "float32"),),
                           bindings=(("M", f"{f.a}.shape[0]"), ("K", f"{f.a}.shape[1]")))
