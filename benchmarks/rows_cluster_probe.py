@@ -9,7 +9,9 @@ copy (CUDA events; median, p20, p80), each checked against torch first unless it
 - --patterns: one streaming kernel y = x * a + b with the same instructions for every (a, b), only the bits
   written differ (softmax-like values near 2.5e-6, log-softmax-like near -13): whether the time follows the data.
 
-    python benchmarks/rows_cluster_probe.py --edits --patterns --name rows_cluster_probe
+    python benchmarks/rows_cluster_probe.py --before 016662b --edits --patterns --name rows_cluster_probe
+
+(--before is a git revision, or a template file where the working tree travels without its history.)
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def main() -> None:
             for name, edits in {**HINTS, **DIAGNOSTICS}.items():
                 src = base.source
                 for old, new in edits.items():
-                    assert old in src, (fname, name, old)
+                    if old not in src:
+                        raise SystemExit(f"--edits: {name} expects the template of 016662b (--before), not {a.before}")
                     src = src.replace(old, new)
                 calls[f"{op}.edit.{name}"] = launcher(replace(base, source=src), rows, cols, x, y)
                 if name in DIAGNOSTICS:
