@@ -9,6 +9,7 @@ events, median of 30) is measured in the same run, before and after the evaluati
 
     python benchmarks/kernelbench_bandwidth.py --name kb_bandwidth_level1
     python benchmarks/kernelbench_bandwidth.py --files 49_,51_ --configs benchmarks/sweeps/kb_s22_probe.json --name probe
+    python benchmarks/kernelbench_bandwidth.py --files 33_ --family batch_norm --name kb_batch_norm_two_pass
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -28,7 +29,7 @@ from kernelbench import prevalidate
 from kernelbench_search import files_of
 
 MEMORY_BOUND = ("rows_team", "rows_cluster", "pointwise", "elementwise", "softmax_rows", "normalize", "norm_rows", "norm_all", "reduce_all", "reduce_dim",
-                "reduce_rows", "scan_rows", "pool", "cross_entropy", "batch_norm", "row_loss", "gemv_f32")
+                "reduce_rows", "scan_rows", "pool", "cross_entropy", "batch_norm", "batch_norm_team", "row_loss", "gemv_f32")
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 << 30, reps: int = 30) -> float:
@@ -71,6 +72,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1, help="evaluate the family's first N seeds and keep the fastest")
     ap.add_argument("--configs", help="a JSON file mapping family names to extra configs, timed after the seeds "
                     "where valid (the fastest of all is kept; each is listed under 'seeds')")
+    ap.add_argument("--family", help="time this family where it covers a file, instead of the preferred one "
+                    "(a side-by-side with the family the search would pick)")
     ap.add_argument("--name", default="kb_bandwidth_level1")
     a = ap.parse_args()
     extra = load_configs(a.configs) if a.configs else {}
@@ -91,6 +94,8 @@ def main() -> None:
         for _, path in chosen:
             (problem,), _ = load_files([path])
             fams, _ = families_for(problem)
+            if a.family:
+                fams = [f for f in fams if f.name == a.family]
             if not fams or fams[0].name not in MEMORY_BOUND:
                 continue
             fam = fams[0]

@@ -530,12 +530,13 @@ from cuforge.kernels.norm_all import NormAll  # noqa: E402
 from cuforge.kernels.conv import ConvTf32x3Sm90  # noqa: E402
 from cuforge.kernels.conv_direct import ConvDirect  # noqa: E402
 from cuforge.kernels.batch_norm import BatchNorm  # noqa: E402
+from cuforge.kernels.batch_norm_team import BatchNormTeam  # noqa: E402
 from cuforge.kernels.row_loss import RowLoss  # noqa: E402
 from cuforge.kernels.staged import staged_families  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), NormRows(), Elementwise(),
                           RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
-                          ConvTf32x3Sm90(), ConvDirect(), BatchNorm(), RowLoss()]
+                          ConvTf32x3Sm90(), ConvDirect(), BatchNormTeam(), BatchNorm(), RowLoss()]
 # Last: two kernels where no one family covers the graph (a convolution or GEMM head, any tail).
 FAMILIES += staged_families([f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm90", "conv_direct")], list(FAMILIES))
 
