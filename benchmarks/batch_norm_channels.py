@@ -4,6 +4,9 @@ jailed worker with eager PyTorch timed beside each, interleaved size by size. `b
 only channels of at least MIN_CHANNEL_BYTES; here it is rendered for the smaller ones too.
 
     python benchmarks/batch_norm_channels.py --name batch_norm_channels
+    python benchmarks/batch_norm_channels.py --team-config '{"BLOCK": 256, "UNROLL": 4, "VEC": 4, "KEEP": 1, "REGS": 32, "BACK": 1}'
+
+Each --team-config is timed after the first seed (under "batch_norm_team_configs").
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -11,6 +14,7 @@ Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -45,6 +49,7 @@ def get_init_inputs():
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-timing", type=float, default=0.5)
+    ap.add_argument("--team-config", action="append", default=[], help="another batch_norm_team config (JSON)")
     ap.add_argument("--name", default="batch_norm_channels")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
@@ -58,6 +63,7 @@ def main() -> None:
         def match(self, problem):  # type: ignore[no-untyped-def]
             return match_batch_norm(problem)
 
+    extra = [json.loads(c) for c in a.team_config]
     cfg = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False)
     folder = Path(tempfile.mkdtemp(prefix="bn-channels-"))
     rows = []
@@ -74,6 +80,14 @@ def main() -> None:
                 row[fam.name] = {"config": config, "status": ev.status, "ms": t.median_ms if t else None,
                                  "p20_ms": t.p20_ms if t else None, "p80_ms": t.p80_ms if t else None,
                                  "eager_ms": eager.median_ms if eager else None}
+            team_fam, row["batch_norm_team_configs"] = AnyChannels(), []
+            for config in extra:
+                if not team_fam.valid(team_fam.complete(config), problem):
+                    raise SystemExit(f"--team-config {config}: not a valid batch_norm_team config for {path.name}")
+                ev = sup.evaluate(problem, team_fam.render(config, problem), cfg)
+                t = ev.timings.get("candidate")
+                row["batch_norm_team_configs"].append({"config": config, "status": ev.status, "ms": t.median_ms if t else None})
+                print(f"    {config}: {ev.status} {t.median_ms if t else None} ms", flush=True)
             two, team = row["batch_norm"]["ms"], row["batch_norm_team"]["ms"]
             row["team_speedup"] = two / team if two and team else None
             rows.append(row)
