@@ -59,7 +59,7 @@ class BatchNormTeam(GraphFamily):
         # vectors in flight (the next channel's first, the current one, the one ahead) and the indices.
         return {256: c["UNROLL"] <= 4 or c["REGS"] == 0,
                 512: c["UNROLL"] <= 4 and c["REGS"] == 0,
-                1024: c["VEC"] == 1 and c["UNROLL"] <= 4 and c["REGS"] == 0}[c["BLOCK"]]
+                1024: c["VEC"] == 1 and c["UNROLL"] <= 2 and c["REGS"] == 0}[c["BLOCK"]]
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         vec = 4 if self.matched(problem).span % 4 == 0 else 1
