@@ -10,7 +10,7 @@ import pytest
 from cuforge.kernels.base import SMEM_LIMIT
 from cuforge.kernels.batch_norm_team import HOLD_LIMIT, BatchNormTeam
 from cuforge.kernels.families import families_for
-from template_helpers import smoke_compile
+from template_helpers import problem_from_expr, smoke_compile
 from test_batch_norm import bn_problem
 
 FAM = BatchNormTeam()
@@ -69,3 +69,15 @@ def test_configs_compile(tmp_path, layer, x_shape, tail):
     p = bn_problem(tmp_path, layer, x_shape, tail)
     assert FAM.supports(p) is None, FAM.supports(p)
     smoke_compile(FAM, p, 4)
+
+
+def test_a_convolution_then_a_batch_norm_over_large_channels(tmp_path):
+    # As the tail of a staged candidate (launched cooperatively by the stage wrapper): 8 MiB channels after
+    # the convolution, so the team's tail comes before batch_norm's.
+    init = "        self.conv = nn.Conv2d(3, 2, 3, padding=1)\n        self.bn = nn.BatchNorm2d(2)"
+    p = problem_from_expr(tmp_path, "torch.relu(self.bn(self.conv(a)))", "torch.randn(8, 3, 512, 512)", args="a", init=init)
+    names = [f.name for f in families_for(p)[0]]
+    assert names.index("staged:conv_tf32x3_sm90+batch_norm_team") < names.index("staged:conv_tf32x3_sm90+batch_norm")
+    fam = families_for(p)[0][names.index("staged:conv_tf32x3_sm90+batch_norm_team")]
+    smoke_compile(fam, p, 1)
+    assert "_cooperative = True" in fam.render(fam.seeds(p)[0], p).source
