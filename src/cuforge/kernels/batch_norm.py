@@ -70,6 +70,12 @@ def match_batch_norm(problem: Problem) -> BatchNormMatch | str:
     return BatchNormMatch(shape[0], c, span, float(eps), w, b, epi)
 
 
+def template_values(m: BatchNormMatch) -> dict[str, Any]:
+    """What a batch norm template needs of the match (batch_norm's and batch_norm_team's)."""
+    return {"M": m, "EPS": repr(m.eps) + "f", "EPI": m.epilogue, "AFFINE_W": m.weight is not None,
+            "AFFINE_B": m.bias is not None}
+
+
 class BatchNorm(GraphFamily):
     """Statistics: SPLIT blocks per channel, BLOCK threads, VEC-wide loads where a channel's span allows;
     the write pass: a grid-stride loop over VEC-wide vectors."""
@@ -94,9 +100,7 @@ class BatchNorm(GraphFamily):
         return max(1, min(-(-SEED_SMS * c["WAVES"] * 2048 // c["BLOCK"] // m.c), -(-per_channel // c["BLOCK"])))
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self.matched(problem)
-        return {"M": m, "EPS": repr(m.eps) + "f", "EPI": m.epilogue, "AFFINE_W": m.weight is not None,
-                "AFFINE_B": m.bias is not None}
+        return template_values(self.matched(problem))
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily, sm_count
-from cuforge.kernels.batch_norm import BatchNormMatch, match_batch_norm
+from cuforge.kernels.batch_norm import BatchNormMatch, match_batch_norm, template_values
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -70,9 +70,7 @@ class BatchNormTeam(GraphFamily):
                 dict(BLOCK=256, UNROLL=8, VEC=vec, KEEP=1, REGS=0, BACK=1)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self.matched(problem)
-        return {"M": m, "EPS": repr(m.eps) + "f", "EPI": m.epilogue, "AFFINE_W": m.weight is not None,
-                "AFFINE_B": m.bias is not None}
+        return template_values(self.matched(problem))
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
