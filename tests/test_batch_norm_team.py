@@ -1,9 +1,8 @@
 """The whole-GPU batch norm family on the CPU: it takes training batch norms whose channels are large
 (and leaves smaller ones to batch_norm, naming why), is preferred over batch_norm there, launches
 cooperatively with one block an SM and as much of each block's share kept in registers and shared
-memory as fits,
-and every config kind compiles with NVRTC (each tail caching and order, a register part, 4-wide and
-element-wise loads, a chain)."""
+memory as fits, keeps to the register budget, and every config kind compiles with NVRTC (each tail
+caching and order, a register part, 4-wide and element-wise loads, a chain), also as a staged tail."""
 
 import pytest
 

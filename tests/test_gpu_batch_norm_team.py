@@ -1,7 +1,8 @@
 """The whole-GPU batch norm family on a real GPU (sm_90) against the float64 reference at the harness's fp32
 tolerance: channels with a tail read twice (KernelBench's 64 MiB channels) and ones kept whole, a span no
 float4 divides (element by element) with a chain, no affine in 3-D, and inputs of mean 100 and std 0.5
-(the statistics' cancellation); each family seed (the three tail cachings) plus random configs."""
+(the statistics' cancellation); each family seed (shared memory alone, a register part, deeper loads)
+plus random configs."""
 
 import pytest
 

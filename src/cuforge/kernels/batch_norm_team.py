@@ -1,10 +1,10 @@
 """Batch norm with training statistics over channels too large for `batch_norm`'s two passes to be cheap:
 KernelBench's BatchNorm2d has 64 MiB channels, and reading each twice caps a two-pass kernel at 2/3 of
 the copy bandwidth. Here every SM's block works on one channel at a time (a cooperative grid), keeps
-as much of its share of the channel as its shared memory holds, and reads only the rest twice, the
-second time right after the channel's barrier so that it can still be in L2. Channels smaller than
-`MIN_CHANNEL_BYTES` are left to `batch_norm`: a whole-GPU barrier a channel costs more than the
-second read saves there. KernelBench's level1/33 on the H100: 3.68 ms against 4.48 (0.78 of the copy
+as much of its share of the channel as its shared memory (and, optionally, registers) hold, and reads
+only the rest twice, the second time right after the channel's barrier so that it can still be in L2.
+Channels smaller than `MIN_CHANNEL_BYTES` are left to `batch_norm`: a whole-GPU barrier a channel
+costs more than the second read saves there. KernelBench's level1/33 on the H100: 3.67 ms against 4.48 (0.78 of the copy
 bandwidth against 0.64), 2.4x eager."""
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ class BatchNormTeam(GraphFamily):
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         vec = 4 if self.matched(problem).span % 4 == 0 else 1
-        # KernelBench's BatchNorm2d on the H100 (kb_s24_bnt2): 3.68 ms for the first, 3.74 with 32 vectors a
-        # thread in registers (fewer threads: fewer loads in flight), 3.76 for the third; a streamed tail
-        # (KEEP 0) 3.99, the tail reread first batch first 3.74.
+        # KernelBench's BatchNorm2d on the H100 (kb_s24_bnt2-4): 3.67-3.68 ms for the first, 3.74-3.77 with 32
+        # vectors a thread in registers (fewer threads: fewer loads in flight), 3.75-3.80 for the third; with
+        # the tail streamed (KEEP 0) 3.99 (the register seed), reread first batch first 3.74 (the first).
         return [dict(BLOCK=512, UNROLL=4, VEC=vec, KEEP=1, REGS=0, BACK=1), dict(BLOCK=256, UNROLL=4, VEC=vec, KEEP=1, REGS=32, BACK=1),
                 dict(BLOCK=256, UNROLL=8, VEC=vec, KEEP=1, REGS=0, BACK=1)]
 
