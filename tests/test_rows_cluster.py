@@ -5,6 +5,7 @@ compiling with NVRTC for sm_90a; the normalize family's register-held middle dim
 import pytest
 
 from cuforge.kernels.families import families_for
+from cuforge.kernels.layer_norm_team import match_layer_norm_team
 from cuforge.kernels.normalize import HOLD_MAX, Normalize
 from cuforge.kernels.rows_cluster import SLICE_LIMIT, RowsCluster, match_rows, slice_elements
 from cuforge.kernels.rows_team import match_team_rows
@@ -34,8 +35,11 @@ def test_long_rows_are_taken_and_compile(tmp_path, expr, inputs, init, mode, col
     fams, _ = families_for(p)
     held = slice_elements(cols, 16, 4) * 4 <= SLICE_LIMIT
     # Preferred over the one-block families it shares problems with; norm rows too long for a cluster
-    # go to a team of blocks first (rows_team), and rows_cluster comes next.
-    assert fams[0].name == ("rows_team" if not isinstance(match_team_rows(p), str) else "rows_cluster")
+    # go to a team of blocks first (rows_team, or layer_norm_team for row-long affine parameters), and
+    # rows_cluster comes next.
+    team = next((name for name, m in (("rows_team", match_team_rows), ("layer_norm_team", match_layer_norm_team))
+                 if not isinstance(m(p), str)), None)
+    assert [f.name for f in fams][:2] == ([team, "rows_cluster"] if team else ["rows_cluster"] + [f.name for f in fams][1:2])
     assert not held or isinstance(match_team_rows(p), str)  # rows a cluster holds are never a team's
     fam = RowsCluster()
     for c in fam.seeds(p):

@@ -522,6 +522,7 @@ from cuforge.kernels.scan import ScanRows  # noqa: E402
 from cuforge.kernels.normalize import Normalize  # noqa: E402
 from cuforge.kernels.rows_cluster import RowsCluster  # noqa: E402
 from cuforge.kernels.rows_team import RowsTeam  # noqa: E402
+from cuforge.kernels.layer_norm_team import LayerNormTeam  # noqa: E402
 from cuforge.kernels.reduce_all import ReduceAll  # noqa: E402
 from cuforge.kernels.pool import Pool  # noqa: E402
 from cuforge.kernels.cross_entropy import CrossEntropy  # noqa: E402
@@ -534,7 +535,7 @@ from cuforge.kernels.batch_norm_team import BatchNormTeam  # noqa: E402
 from cuforge.kernels.row_loss import RowLoss  # noqa: E402
 from cuforge.kernels.staged import staged_families  # noqa: E402
 
-FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), NormRows(), Elementwise(),
+FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), LayerNormTeam(), NormRows(), Elementwise(),
                           RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
                           ConvTf32x3Sm90(), ConvDirect(), BatchNormTeam(), BatchNorm(), RowLoss()]
 # Last: two kernels where no one family covers the graph (a convolution or GEMM head, any tail).
