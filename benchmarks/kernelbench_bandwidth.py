@@ -29,7 +29,7 @@ from kernelbench import prevalidate
 from kernelbench_search import files_of
 
 MEMORY_BOUND = ("rows_team", "rows_cluster", "pointwise", "elementwise", "softmax_rows", "normalize", "norm_rows", "norm_all", "reduce_all", "reduce_dim",
-                "reduce_rows", "scan_rows", "pool", "cross_entropy", "batch_norm", "batch_norm_team", "row_loss", "gemv_f32")
+                "reduce_rows", "scan_rows", "pool", "cross_entropy", "batch_norm", "batch_norm_team", "layer_norm_team", "row_loss", "gemv_f32")
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 << 30, reps: int = 30) -> float:

@@ -1,0 +1,48 @@
+"""Nsight Compute's compact metrics (DRAM rate, L2 hit rate, warp stall reasons) for configs of a family on
+a KernelBench file, each profiled in its own jailed ncu subprocess (`cuforge.sandbox.ncu`): where a
+memory-bound kernel's time goes when its timing alone does not say.
+
+    python benchmarks/family_ncu.py .kb/level1/40_LayerNorm.py layer_norm_team \
+        --config '{"BLOCK": 512, "UNROLL": 2, "BACK": 1, "PREFETCH": 0, "KEEP_ROW": 1}' --name ln_ncu
+
+Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from _common import write_result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file", help="a KernelBench problem file")
+    ap.add_argument("family")
+    ap.add_argument("--config", action="append", default=[], help="a config (JSON); default: the family's seeds")
+    ap.add_argument("--name", default="family_ncu")
+    a = ap.parse_args()
+    from cuforge.kernels.families import FAMILIES
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.ncu import ncu_profile
+
+    fam = next((f for f in FAMILIES if f.name == a.family), None)
+    if fam is None:
+        raise SystemExit(f"no family named {a.family!r}")
+    (problem,), skipped = load_files([Path(a.file)])
+    why = fam.supports(problem)
+    if why is not None:
+        raise SystemExit(f"{a.family} does not cover {a.file}: {why}")
+    configs = [json.loads(c) for c in a.config] or fam.seeds(problem)
+    rows = []
+    for config in configs:
+        summary = ncu_profile(problem, fam.render(config, problem))
+        rows.append({"config": config, "ncu": summary})
+        print(config, json.dumps(summary), flush=True)
+    write_result(a.name, {"file": a.file, "family": a.family, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
