@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuforge.kernels.base import SMEM_LIMIT, Family, sm_count
+from cuforge.kernels.base import SMEM_LIMIT, GraphFamily, sm_count
 from cuforge.kernels.rows_cluster import CLUSTERS, RowsMatch, fits, match_rows
 from cuforge.kernels.rows_team import MIN_SMS
 from cuforge.problems.problem import Problem
@@ -45,27 +45,21 @@ def vectors_a_thread(cols: int, block: int) -> int:
     return -(-(-(-cols // 4) // MIN_SMS) // block)
 
 
-class LayerNormTeam(Family):
+class LayerNormTeam(GraphFamily):
     """One block an SM, BLOCK threads (fewer threads: more registers each for the weight's share)."""
 
     def __init__(self) -> None:
         super().__init__("layer_norm_team", {"BLOCK": (256, 384, 512)})
 
-    def supports(self, problem: Problem) -> str | None:
-        found = match_layer_norm_team(problem)
-        return found if isinstance(found, str) else None
+    def match(self, problem: Problem) -> RowsMatch | str:
+        return match_layer_norm_team(problem)
 
     def runs_on(self, compute_capability: str) -> bool:
         return tuple(int(x) for x in compute_capability.split(".")) >= (9, 0)  # 227 KiB of shared memory a block
 
-    def _match(self, problem: Problem) -> RowsMatch:
-        found = match_layer_norm_team(problem)
-        assert not isinstance(found, str), found
-        return found
-
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         # Within MAX_J a block's share of the row (at most 18 x 512 float4s, 144 KiB) fits its shared memory.
-        found = match_layer_norm_team(problem)
+        found = self.match(problem)
         return not isinstance(found, str) and vectors_a_thread(found.cols, c["BLOCK"]) <= MAX_J[c["BLOCK"]]
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
@@ -73,7 +67,7 @@ class LayerNormTeam(Family):
         return [c for c in (dict(BLOCK=512), dict(BLOCK=384), dict(BLOCK=256)) if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        m = self._match(problem).norm
+        m = self.matched(problem).norm
         assert m is not None
         return {"KIND": "layer", "EPS": repr(float(m.eps)) + "f", "AFFINE_W": m.weight is not None,
                 "AFFINE_B": m.bias is not None, "ROWS": m.outer, "COLS": m.reduced, "EPI": m.epilogue,
@@ -81,7 +75,7 @@ class LayerNormTeam(Family):
                 "SHARE": -(-(m.reduced // 4) // MIN_SMS)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        f = self._match(problem)
+        f = self.matched(problem)
         m = f.norm
         assert m is not None
         affine = tuple(r for r in (m.weight, m.bias) if r is not None)
