@@ -29,6 +29,20 @@ def test_graph_records_operand_layouts_constants_and_outputs():
     assert rms[2].op == "add" and rms[2].args == ("t1", 1e-06)  # eps, straight from the trace
 
 
+def test_zero_dim_constants_made_in_the_forward_are_literals(tmp_path):
+    # torch.tensor(number) is traced on the meta device, where its value exists nowhere but in the call:
+    # the graph takes it as the number (KernelBench level2/31 and 93), with or without a device.
+    p = problem(tmp_path, "torch.min(a, torch.tensor(0.5)) + torch.maximum(a, torch.tensor(-1.0, device=a.device)) * torch.tensor(3)",
+                "torch.randn(8, 16)", args="a")
+    assert [(n.op, n.args) for n in p.graph] == [("minimum", ("in0", 0.5)), ("maximum", ("in0", -1.0)), ("mul", ("t1", 3)),
+                                                 ("add", ("t0", "t2"))]
+    assert "lift_fresh" not in p.ops
+    assert families_for(p)[0][0].name == "pointwise"
+    # A constant the forward changes in place is a result from then on.
+    inplace = problem(tmp_path, "a * torch.tensor(2.0).add_(a.sum())", "torch.randn(8, 16)", args="a")
+    assert inplace.graph[-1].op == "mul" and inplace.graph[-1].args == ("in0", inplace.graph[-2].out), inplace.graph
+
+
 def test_reductions_over_kept_size_one_dims_drop_out_of_the_graph(tmp_path):
     # A row sum, then max / mean / logsumexp over the summed (now size-1) dim: a row sum.
     p = problem(tmp_path, "torch.logsumexp(torch.mean(torch.max(torch.sum(a @ b, dim=1, keepdim=True), dim=1, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuforge.op_graph import OpNode
@@ -42,6 +43,7 @@ class OpRecorder(TorchDispatchMode):
         self.nodes: list[OpNode] = []
         self._refs: dict[int, str] = {}
         self._alive: list[Any] = []  # keeps traced tensors alive so their ids stay unique
+        self._literals: dict[int, int | float] = {}  # 0-dim tensors made from a Python number: their value
 
     def name_tensors(self, prefix: str, tensors: list[Any]) -> None:
         for i, t in enumerate(tensors):
@@ -52,6 +54,21 @@ class OpRecorder(TorchDispatchMode):
 
     def _bind(self, t: Any, ref: str) -> None:
         self._refs[id(t)] = ref
+        self._literals.pop(id(t), None)  # written in place: a result now, no longer the number
+        self._alive.append(t)
+
+    def literal(self, t: Any, value: int | float) -> None:
+        """`t` is a 0-dim tensor the forward made from the Python number `value` (torch.tensor(0.5)): the
+        graph takes it as that constant, as it takes a Python scalar argument. Traced on the meta device,
+        its value exists nowhere else. The lift_fresh that torch.tensor dispatches, if just recorded,
+        is dropped."""
+        ref = self.ref(t)
+        if ref is not None and self.nodes and self.nodes[-1].out == ref and self.nodes[-1].op in ("lift_fresh", "lift_fresh_copy"):
+            popped = self.nodes.pop()
+            if self.ops and self.ops[-1] == popped.op:
+                self.ops.pop()
+            del self._refs[id(t)]
+        self._literals[id(t)] = value
         self._alive.append(t)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -68,6 +85,10 @@ class OpRecorder(TorchDispatchMode):
 
         first = out[0] if isinstance(out, (tuple, list)) and out else out
         if not isinstance(first, torch.Tensor):
+            return
+        if name in _SAME_VALUES and args and id(args[0]) in self._literals and first.dim() == 0:
+            self._literals[id(first)] = self._literals[id(args[0])]  # a copy of a literal is the literal
+            self._alive.append(first)
             return
         src = self.ref(args[0]) if args and isinstance(args[0], torch.Tensor) else None
         if src is not None and self._passes_through(name, args, first):
@@ -110,6 +131,8 @@ class OpRecorder(TorchDispatchMode):
         import torch
 
         if isinstance(a, torch.Tensor):
+            if id(a) in self._literals:
+                return self._literals[id(a)]
             ref = self.ref(a)
             if ref is None:  # a tensor the graph never saw made (a captured global): opaque
                 ref = f"c{len(self.nodes)}x"
@@ -119,3 +142,25 @@ class OpRecorder(TorchDispatchMode):
         if isinstance(a, (list, tuple)):
             return tuple(self._const(v) for v in a)
         return repr(a)
+
+
+_LITERAL_DTYPES = ("torch.float32", "torch.float64", "torch.int64", "torch.int32")
+
+
+class LiteralCapture(TorchFunctionMode):
+    """Tells a graph recorder the value of each 0-dim tensor the forward makes from a Python number
+    (torch.tensor(0.5), torch.tensor(0.0, device=x.device)), which dispatch alone never sees. Enter it
+    inside the recorder. Only dtypes whose arithmetic with an fp32 tensor is the number's own."""
+
+    def __init__(self, recorder: OpRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        import torch
+
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.tensor, torch.as_tensor, torch.scalar_tensor) and args and type(args[0]) in (int, float) \
+                and isinstance(out, torch.Tensor) and out.dim() == 0 and str(out.dtype) in _LITERAL_DTYPES:
+            self.recorder.literal(out, args[0])
+        return out

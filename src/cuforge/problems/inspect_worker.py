@@ -20,7 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from cuforge.aten_ops import compute_ops, families_of_ops
 from cuforge.device_map import CudaTo
-from cuforge.op_trace import OpRecorder
+from cuforge.op_trace import LiteralCapture, OpRecorder
 
 # Full-size reference runs on the CPU are skipped above this much input data.
 CPU_FULL_SIZE_LIMIT_BYTES = 256 * 2**20
@@ -140,7 +140,7 @@ def _trace(module, init: list[Any], inputs: list[Any], device: str | None):  # n
     recorder.name_tensors("in", inputs)
     recorder.name_tensors("param", list(model.parameters()) + list(model.buffers()))
     counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter, recorder:
+    with torch.no_grad(), counter, recorder, LiteralCapture(recorder):
         out = model(*inputs)
     outs = _flatten_outputs(out)
     for i, o in enumerate(outs):
