@@ -133,10 +133,8 @@ def _binary(op: str, node: OpNode, x: str, y: str) -> str | None:
         return f"{y} - {x if alpha == 1 else f'({literal(alpha)} * {x})'}"
     if op == "xlogy":  # x * log(y), 0 where x is 0 (NaN y stays NaN)
         return f"(isnan({y}) ? {y} : ({x} == 0.f ? 0.f : {x} * logf({y})))"
-    if op == "maximum":
-        return f"fmaxf({x}, {y})"
-    if op == "minimum":
-        return f"fminf({x}, {y})"
+    if op in ("maximum", "minimum"):  # a NaN on either side is the result, as torch has it (fmaxf drops it)
+        return f"((isnan({x}) || isnan({y})) ? {x} + {y} : {'fmaxf' if op == 'maximum' else 'fminf'}({x}, {y}))"
     return None
 
 
