@@ -88,11 +88,32 @@ def test_dim_reductions_match_and_compile(tmp_path, expr, op, outer, reduced, in
     smoke_compile(ReduceDim(), p, 2)
 
 
+@pytest.mark.parametrize("expr, op, outer, reduced, inner, chain", [
+    ("torch.tanh(torch.tanh(torch.min(a, dim=1, keepdim=True)[0]))", "min", 4, 16, 40, "x1 = tanhf(x0)"),
+    ("torch.sum(a, dim=1) * 2", "sum", 4, 16, 40, "v * 2.0f"),
+    ("torch.mean(a, dim=[1, 2], keepdim=True).squeeze(-1).squeeze(-1)", "mean", 4, 640, 1, ""),
+    ("F.gelu(torch.amax(a, dim=-1, keepdim=True)) + b", "max", 64, 40, 1, "x1 = x0 + e0[0]"),
+])
+def test_dim_reductions_with_a_chain_after_them(tmp_path, expr, op, outer, reduced, inner, chain):
+    # The chain runs on each reduced value before the store; views after it only regroup the output;
+    # the last dims reduced (inner = 1) are a row a block.
+    p = problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 40), torch.randn(1)", args="a, b")
+    m = match_dim_reduction(p)
+    assert not isinstance(m, str), m
+    assert (m.op, m.outer, m.reduced, m.inner) == (op, outer, reduced, inner)
+    assert chain in m.chain.body and bool(chain) == bool(m.chain.body), m.chain.body
+    smoke_compile(ReduceDim(), p, 2)
+
+
 @pytest.mark.parametrize("expr, why", [
     ("torch.sum(a, dim=-1)", "not a single"),  # traced as sum_lastdim: reduce_rows covers it
     ("torch.sum(a, dim=(0, 2))", "not adjacent"),
     ("torch.sum(a)", "no constant dim"),
-    ("torch.sum(a, dim=1) * 2", "not a single"),
+    ("torch.sum(a * 2, dim=1)", "not a single"),
+    ("torch.argmax(a, dim=1).float() + 1", "after argmax"),
+    ("torch.argmax(a, dim=-1, keepdim=True)", "argmax over the last dims"),
+    ("torch.mean(a, dim=1) + torch.mean(a, dim=1).sum()", "not an elementwise epilogue op"),
+    ("torch.sum(a, dim=2, keepdim=True).squeeze(2) + 1", "not an elementwise epilogue op"),
 ])
 def test_dim_reduction_refusals(tmp_path, expr, why):
     found = match_dim_reduction(problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 40)", args="a"))

@@ -29,6 +29,10 @@ def check(sup, fam, p, n_random=2):
     ("(a + b) * torch.sigmoid(b)", "torch.randn(257, 96), torch.randn(96)", "a, b"),
     ("torch.maximum(a, b) * a", "torch.randn(64, 33, 17), torch.randn(64, 33, 1)", "a, b"),
     ("a * b + 2", "torch.randn(1000, 1000), torch.randn(1)", "a, b"),
+    # 0-dim constants made in the forward (KernelBench level2/31, 93) are literals; NaN wins a minimum.
+    ("torch.min(a, torch.tensor(0.25)) * 2", "torch.randn(999, 1000)", "a"),
+    ("torch.maximum(a + 0.5, torch.tensor(0.0, device=a.device))", "torch.randn(77, 999)", "a"),
+    ("torch.minimum(a, torch.tensor(0.1))", "torch.where(torch.rand(64, 1024) < 0.01, torch.nan, torch.randn(64, 1024))", "a"),
 ])
 def test_pointwise_chains(sup, tmp_path, expr, inputs, args):
     check(sup, PointwiseChain(), problem_from_expr(tmp_path, expr, inputs, args=args))
@@ -42,6 +46,13 @@ def test_pointwise_chains(sup, tmp_path, expr, inputs, args):
     ("torch.argmax(a, dim=1)", "(8, 1024, 333)"),
     ("torch.argmin(a, dim=0)", "(5, 9, 100)"),
     ("torch.sum(a, dim=(1, 2))", "(4, 32, 16, 40)"),
+    # The elementwise chain on the reduced values; the last dims reduced a row a block (inner = 1), over
+    # rows no float4 divides and rows it does.
+    ("torch.tanh(torch.min(a, dim=1, keepdim=True)[0]) * 2 - 1", "(16, 64, 1000)"),
+    ("F.gelu(torch.mean(a, dim=(2, 3)))", "(7, 13, 33, 35)"),
+    ("torch.mean(a, dim=[-1, -2], keepdim=True).squeeze(-1).squeeze(-1)", "(64, 32, 64, 64)"),
+    ("torch.sigmoid(torch.amax(a, dim=-1, keepdim=True))", "(333, 1001)"),
+    ("torch.sum(a, dim=(1, 2)) / 7", "(10, 3, 4099)"),
 ])
 def test_dim_reductions(sup, tmp_path, expr, shape):
     check(sup, ReduceDim(), problem_from_expr(tmp_path, expr, f"torch.randn{shape}", args="a"))

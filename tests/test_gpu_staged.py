@@ -19,6 +19,14 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
      "        self.conv = nn.Conv2d(8, 32, 3)\n        self.gn = nn.GroupNorm(4, 32)", "normalize"),
     ("F.max_pool2d(torch.tanh(self.conv(a)), 2)", "torch.randn(3, 16, 21, 22)", "        self.conv = nn.Conv2d(16, 24, 3, padding=1)", "pool"),
     ("torch.min(self.conv(a) * 2, dim=1, keepdim=True)[0]", "torch.randn(2, 5, 30, 31)", "        self.conv = nn.Conv2d(5, 40, 3)", "reduce_dim"),
+    # The reduction's chain in the tail kernel (KernelBench level2/25), and a global average pool: the
+    # last dims reduced a row a block, then squeezed (level2/67).
+    ("torch.tanh(torch.tanh(torch.min(self.conv(a), dim=1, keepdim=True)[0]))", "torch.randn(2, 5, 30, 31)",
+     "        self.conv = nn.Conv2d(5, 40, 3)", "reduce_dim"),
+    ("torch.mean(F.gelu(self.conv(a)), dim=[2, 3], keepdim=True).squeeze(-1).squeeze(-1)", "torch.randn(3, 8, 33, 35)",
+     "        self.conv = nn.Conv2d(8, 24, 3)", "reduce_dim"),
+    ("(lambda m: F.gelu(m - m.mean(dim=1, keepdim=True)))(torch.max(self.fc(a), dim=1, keepdim=True).values)", "torch.randn(128, 256)",
+     "        self.fc = nn.Linear(256, 1000)", "reduce_dim"),
     ("torch.softmax(F.gelu(self.fc(a)), dim=1)", "torch.randn(128, 256)", "        self.fc = nn.Linear(256, 1000)", "softmax_rows"),
     ("F.hardtanh(self.gn(self.fc(a)), -1, 1)", "torch.randn(256, 512)", "        self.fc = nn.Linear(512, 384)\n        self.gn = nn.GroupNorm(8, 384)",
      "normalize"),

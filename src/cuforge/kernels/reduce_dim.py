@@ -1,6 +1,9 @@
-"""Reductions over one dim (or a run of adjacent dims) that is not the last: sum, mean, max, min,
-argmax, argmin of an fp32 tensor seen as (outer, R, inner). Threads run across `inner`, so every
-load of a warp is one contiguous stretch; the last-dim case is reduce_rows'."""
+"""Reductions over one dim (or a run of adjacent dims): sum, mean, max, min, argmax, argmin of an fp32
+tensor seen as (outer, R, inner), then the elementwise ops the forward applies to the reduced values
+(min over channels then tanh; a global average pool, mean over the trailing dims, then squeezes).
+Threads run across `inner`, so every load of a warp is one contiguous stretch; where the dims reduced
+are the last ones (inner = 1) a block takes a row instead. A single reduction over the last dim alone
+without keepdim is reduce_rows'."""
 
 from __future__ import annotations
 
@@ -9,11 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.op_graph import constant_dims, is_ref
+from cuforge.kernels.chains import Epilogue, compile_chain
+from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
 REDUCTIONS = ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin")
+# Views that only regroup the reduced values (squeezing the kept dims): the stored order is theirs.
+TAIL_VIEWS = ("view", "reshape", "_unsafe_view", "squeeze", "unsqueeze", "flatten")
 
 
 @dataclass(frozen=True)
@@ -22,18 +28,42 @@ class DimReduction:
     outer: int
     reduced: int
     inner: int
+    chain: Epilogue = Epilogue()  # elementwise ops on each reduced value before the store
+    cols: int = 1  # the reduced tensor's last dim: where the chain's per-row / per-column operands change
+
+
+def _split_tail(problem: Problem) -> tuple[tuple[OpNode, ...], str] | str:
+    """The elementwise nodes after the reduction and the ref the forward returns, the views it takes of
+    the chain's end skipped; or why the graph after the reduction is not that."""
+    g = problem.graph
+    value = g[0].out
+    end = len(g)
+    while end > 1 and g[end - 1].op in TAIL_VIEWS:
+        end -= 1
+    chain = g[1:end]
+    last = chain[-1].out if chain else value
+    for view in g[end:]:
+        if view.args[0] not in (last, f"{last}.0"):
+            return f"{view.op} of something other than the reduction's result"
+        last = view.out
+    if problem.graph_outputs not in ((last,), (f"{last}.0",)):
+        return "the forward's output is not the reduction's value (or the chain after it)"
+    return chain, value
 
 
 def match_dim_reduction(problem: Problem) -> DimReduction | str:
-    """The forward as one reduction over adjacent non-last dims of its fp32 input, or why it is not."""
+    """The forward as one reduction over adjacent dims of its fp32 input, then elementwise ops on the
+    reduced values, or why it is not."""
     g = problem.graph
-    if len(g) != 1 or g[0].op not in REDUCTIONS:
+    if not g or g[0].op not in REDUCTIONS:
         return f"not a single {', '.join(REDUCTIONS)} over a dim"
     node = g[0]
-    if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or node.args[0] != "in0":
-        return "needs the reduction of one fp32 input"
-    if problem.graph_outputs not in ((node.out,), (f"{node.out}.0",)):
-        return "the forward's output is not the reduction's value"
+    if not problem.inputs or problem.inputs[0].dtype != "float32" or node.args[0] != "in0":
+        return "needs the reduction of an fp32 input"  # other inputs only as the chain's operands
+    tail = _split_tail(problem)
+    if isinstance(tail, str):
+        return tail
+    chain_nodes, value = tail
     if node.kwarg("dtype") is not None:
         return "a reduction with a dtype= conversion"
     shape = tuple(problem.inputs[0].shape)
@@ -45,21 +75,32 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
         return "reduced dims are not adjacent"
     outer, reduced, inner = (math.prod(shape[: dims[0]]), math.prod(shape[dims[0]: dims[-1] + 1]),
                              math.prod(shape[dims[-1] + 1:]))
-    if inner < 8:
-        return "over the last dim (or nearly): reduce_rows' case"
     op = {"amax": "max", "amin": "min"}.get(node.op, node.op)
+    if 1 < inner < 8:
+        return "over nearly the last dims (a few columns a row): no kernel here"
+    if inner == 1 and op.startswith("arg"):
+        return f"{op} over the last dims: reduce_rows' case"
+    chain = Epilogue()
+    if chain_nodes:
+        if op.startswith("arg"):
+            return f"{chain_nodes[0].op} after {op}: the chain computes on values, not indices"
+        compiled = compile_chain(problem, chain_nodes, value, tuple(node.shape), allow_rowsum=False, result=chain_nodes[-1].out)
+        if isinstance(compiled, str):
+            return compiled
+        chain = compiled
     want = "int64" if op in ("argmax", "argmin") else "float32"
     out = problem.outputs[0] if len(problem.outputs) == 1 else None
     if out is None or out.dtype != want or math.prod(out.shape) != outer * inner:
         return f"needs one {want} output of {outer * inner} elements"
     if reduced == 0 or reduced >= 2**31 or outer * inner >= 2**40:
         return "empty or enormous"
-    return DimReduction(op, outer, reduced, inner)
+    return DimReduction(op, outer, reduced, inner, chain, node.shape[-1] if node.shape else 1)
 
 
 class ReduceDim(GraphFamily):
     """TX threads across the inner dim, TY down the reduced one, each keeping CHAINS partials (sums in
-    double, max/min/arg with NaN and first-index-on-ties as torch), then a shared-memory combine."""
+    double, max/min/arg with NaN and first-index-on-ties as torch), then a shared-memory combine. Over
+    the last dims (inner = 1): a block of TX x TY threads a row, UNROLL float4 loads each in flight."""
 
     def __init__(self) -> None:
         super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8),
@@ -71,10 +112,15 @@ class ReduceDim(GraphFamily):
         return match_dim_reduction(problem)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        if self.matched(problem).inner == 1:  # rows: only the block's size counts, one partial a thread
+            return c["CHAINS"] == 1 and c["TY"] in (1, 2, 4, 8) and c["UNROLL"] > 1 and 128 <= c["TX"] * c["TY"] <= 1024
         return 64 <= c["TX"] * c["TY"] <= 1024
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m = self.matched(problem)
+        if m.inner == 1:
+            return [dict(TX=256, TY=2, UNROLL=4, CHAINS=1), dict(TX=256, TY=1, UNROLL=4, CHAINS=1),
+                    dict(TX=256, TY=4, UNROLL=4, CHAINS=1), dict(TX=128, TY=2, UNROLL=8, CHAINS=1)]
         # Few output columns: spread the reduced dim over more threads.
         ty = 16 if m.outer * m.inner < 64 * 1024 else 8
         # Big blocks first where the inner dim fills them: on (128, 4096, 4095) over dim 1 (H100), 128 x 8
@@ -86,12 +132,15 @@ class ReduceDim(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        return {"OP": m.op, "OUT_T": "long long" if m.op.startswith("arg") else "float"}
+        return {"OP": m.op, "OUT_T": "long long" if m.op.startswith("arg") else "float", "ROWS": m.inner == 1,
+                "EPI": m.chain, "INDEXED": m.chain.indexed}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
         out = problem.outputs[0]
-        return LaunchSpec(entry=self.name, grid=f"(outer * cdiv(inner, {c['TX']}),)", block=f"({c['TX']}, {c['TY']})",
-                          args=("in0", "out0", "reduced", "inner"),
+        grid, block = ("(outer,)", f"({c['TX'] * c['TY']},)") if m.inner == 1 else \
+            (f"(outer * cdiv(inner, {c['TX']}),)", f"({c['TX']}, {c['TY']})")
+        return LaunchSpec(entry=self.name, grid=grid, block=block,
+                          args=("in0", "out0", "reduced", "inner", "cols", *m.chain.launch_args()),
                           outputs=((repr(tuple(out.shape)), out.dtype),),
-                          bindings=(("outer", str(m.outer)), ("reduced", str(m.reduced)), ("inner", str(m.inner))))
+                          bindings=(("outer", str(m.outer)), ("reduced", str(m.reduced)), ("inner", str(m.inner)), ("cols", str(m.cols))))
