@@ -58,3 +58,18 @@ def test_causal_masks_chains_and_the_builtins(sup, tmp_path, fam, expr, inputs, 
     product after it; then the built-in level2 problem at full size."""
     check(sup, fam, problem_from_expr(tmp_path, expr, inputs), n_random=3)
     check(sup, fam, load_problem(builtin), n_random=1)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("torch.softmax(a, dim=1)", "torch.randn(16, 64, 8, 30, 30)"),
+    ("F.log_softmax(a, dim=1)", "torch.randn(5, 33, 17, 19)"),
+    ("torch.sigmoid((torch.softmax(a, dim=1) + b) * 2.0)", "torch.randn(8, 96, 31, 33), torch.randn(96, 1, 1)"),
+    ("torch.softmax(a, dim=-2) * b", "torch.randn(7, 300, 100), torch.randn(100)"),
+    # Whole columns of -inf (torch gives NaN) and columns with some -inf or a NaN.
+    ("torch.softmax(a, dim=1)", "torch.where(torch.rand(4, 40, 1, 50) < 0.3, -torch.inf, torch.randn(4, 40, 1, 50)).expand(4, 40, 2, 50).clone()"),
+    ("F.log_softmax(a, dim=0)", "torch.where(torch.rand(300, 64) < 0.002, torch.nan, torch.randn(300, 64))"),
+])
+def test_softmax_over_a_middle_dim(sup, tmp_path, expr, inputs):
+    from cuforge.kernels.softmax_dim import SoftmaxDim
+
+    check(sup, SoftmaxDim(), problem_from_expr(tmp_path, expr, inputs, args="a, b" if "b" in expr else "a"))

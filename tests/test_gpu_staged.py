@@ -27,6 +27,9 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
      "        self.conv = nn.Conv2d(8, 24, 3)", "reduce_dim"),
     ("(lambda m: F.gelu(m - m.mean(dim=1, keepdim=True)))(torch.max(self.fc(a), dim=1, keepdim=True).values)", "torch.randn(128, 256)",
      "        self.fc = nn.Linear(256, 1000)", "reduce_dim"),
+    # Softmax over the channels, then a per-channel bias, a scale and a sigmoid (KernelBench level2/91).
+    ("torch.sigmoid((torch.softmax(self.conv(a), dim=1) + self.b) * 2.0)", "torch.randn(2, 8, 20, 21)",
+     "        self.conv = nn.ConvTranspose2d(8, 64, 3, stride=2)\n        self.b = nn.Parameter(torch.randn(64, 1, 1))", "softmax_dim"),
     ("torch.softmax(F.gelu(self.fc(a)), dim=1)", "torch.randn(128, 256)", "        self.fc = nn.Linear(256, 1000)", "softmax_rows"),
     ("F.hardtanh(self.gn(self.fc(a)), -1, 1)", "torch.randn(256, 512)", "        self.fc = nn.Linear(512, 384)\n        self.gn = nn.GroupNorm(8, 384)",
      "normalize"),

@@ -108,3 +108,37 @@ def test_softmax_constraints():
     assert gs.smem_bytes(dict(WARPS=4, MW=2, BN=64, STAGES=3), 128, True) == 2 * (128 * 136 + 3 * 64 * 136)
     assert not gs.valid(dict(WARPS=4, MW=2, BN=128, STAGES=2), scores)  # 128 accumulators per thread
     assert all(gs.valid(c, scores) for c in gs.seeds(scores))
+
+
+@pytest.mark.parametrize("expr, inputs, log, outer, reduced, inner, channels", [
+    ("torch.softmax(a, dim=1)", "torch.randn(4, 16, 6, 7)", False, 4, 16, 42, False),
+    ("torch.sigmoid(torch.softmax(a, dim=1) + b) * 2", "torch.randn(4, 16, 6, 7), torch.randn(16, 1, 1)", False, 4, 16, 42, True),
+    ("F.log_softmax(a, dim=-2)", "torch.randn(3, 50, 20)", True, 3, 50, 20, False),
+    ("torch.softmax(a, dim=0) * b", "torch.randn(30, 40), torch.randn(40)", False, 1, 30, 40, False),
+    ("torch.softmax(a, dim=1) * b", "torch.randn(3, 30, 40), torch.randn(40)", False, 3, 30, 40, False),
+])
+def test_softmax_over_a_middle_dim_matches_and_compiles(tmp_path, expr, inputs, log, outer, reduced, inner, channels):
+    # Where the chain reads a per-channel operand (a (C, 1, 1) bias) its rows are n * C + c, as long as
+    # the spatial size; else they are the last dim's.
+    from cuforge.kernels.softmax_dim import SoftmaxDim, match_dim_softmax
+
+    p = problem_from_expr(tmp_path, expr, inputs, args="a, b" if "b" in expr else "a")
+    m = match_dim_softmax(p)
+    assert not isinstance(m, str), m
+    assert (m.log, m.outer, m.reduced, m.inner) == (log, outer, reduced, inner)
+    assert m.cols == (inner if channels else p.inputs[0].shape[-1])
+    assert family_for(p)[0].name == "softmax_dim"
+    smoke_compile(SoftmaxDim(), p, 2)
+
+
+@pytest.mark.parametrize("expr, inputs, why", [
+    ("torch.softmax(a, dim=-1)", "torch.randn(4, 16)", "not a softmax or log-softmax over a dim other than the last"),
+    ("torch.softmax(a, dim=1)", "torch.randn(4, 16, 3)", "over the last dim (or nearly)"),
+    ("torch.softmax(a, dim=1).sum()", "torch.randn(4, 16, 30)", "after the softmax"),
+    ("torch.softmax(a * 2, dim=1)", "torch.randn(4, 16, 30)", "not a softmax"),
+])
+def test_softmax_over_a_middle_dim_refusals(tmp_path, expr, inputs, why):
+    from cuforge.kernels.softmax_dim import match_dim_softmax
+
+    found = match_dim_softmax(problem_from_expr(tmp_path, expr, inputs, args="a"))
+    assert isinstance(found, str) and why in found, found

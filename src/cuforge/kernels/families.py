@@ -518,6 +518,7 @@ from cuforge.kernels.gemm_softmax import GemmSoftmax  # noqa: E402
 from cuforge.kernels.softmax import SoftmaxRows  # noqa: E402
 from cuforge.kernels.pointwise import PointwiseChain  # noqa: E402
 from cuforge.kernels.reduce_dim import ReduceDim  # noqa: E402
+from cuforge.kernels.softmax_dim import SoftmaxDim  # noqa: E402
 from cuforge.kernels.scan import ScanRows  # noqa: E402
 from cuforge.kernels.normalize import Normalize  # noqa: E402
 from cuforge.kernels.rows_cluster import RowsCluster  # noqa: E402
@@ -536,7 +537,7 @@ from cuforge.kernels.row_loss import RowLoss  # noqa: E402
 from cuforge.kernels.staged import staged_families  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), LayerNormTeam(), NormRows(), Elementwise(),
-                          RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
+                          RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), SoftmaxDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
                           ConvTf32x3Sm90(), ConvDirect(), BatchNormTeam(), BatchNorm(), RowLoss()]
 # Last: two kernels where no one family covers the graph (a convolution or GEMM head, any tail).
 FAMILIES += staged_families([f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm90", "conv_direct")], list(FAMILIES))
