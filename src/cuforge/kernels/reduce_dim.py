@@ -92,8 +92,8 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
     out = problem.outputs[0] if len(problem.outputs) == 1 else None
     if out is None or out.dtype != want or math.prod(out.shape) != outer * inner:
         return f"needs one {want} output of {outer * inner} elements"
-    if reduced == 0 or reduced >= 2**31 or outer * inner >= 2**40:
-        return "empty or enormous"
+    if reduced == 0 or reduced >= 2**31 or outer * inner >= 2**40 or (inner == 1 and outer >= 2**31):
+        return "empty or enormous"  # (a row a block: the grid's x dim holds 2^31 - 1 blocks)
     return DimReduction(op, outer, reduced, inner, chain, node.shape[-1] if node.shape else 1)
 
 
