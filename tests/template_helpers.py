@@ -68,6 +68,9 @@ def smoke_compile(fam, p, n_random):
         if hasattr(fam, "split"):  # a staged family: each stage's kernel, rendered by its own family
             cut, (h, t) = fam.matched(p), fam.split(fam.complete(c))
             stages = [(fam.head, h, cut.head), (fam.tail, t, cut.tail)]
+        if hasattr(fam, "stage_configs"):  # a pipeline: likewise, stage by stage
+            parts = fam.matched(p)
+            stages = [(s.family, sc, s.problem) for s, sc in zip(parts, fam.stage_configs(fam.complete(c), parts))]
         for family, config, part in stages:
             stage = family.render(config, part)
             mod = compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options)

@@ -57,3 +57,28 @@ def test_a_norm_then_its_elementwise_chain(sup, tmp_path, expr, init):
     for c in fam.seeds(p):
         ev = sup.evaluate(p, fam.render(c, p), CFG)
         assert ev.status == "ok", (c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("expr, inputs, init", [
+    # KernelBench level2/10's shape: a transposed convolution, max pooling, hardtanh, a mean over H, W, tanh.
+    ("torch.tanh(torch.mean(F.hardtanh(F.max_pool2d(self.conv(a), 2), -1, 1), dim=(2, 3), keepdim=True))", "torch.randn(2, 8, 20, 21)",
+     "        self.conv = nn.ConvTranspose2d(8, 16, 3, stride=2)"),
+    # level2/51's: the GEMM's input back as a residual after a mean and a GELU (a later stage reads an input).
+    ("F.gelu(torch.mean(self.fc(a) - self.s, dim=1, keepdim=True)) + a", "torch.randn(64, 128)",
+     "        self.fc = nn.Linear(128, 128)\n        self.s = nn.Parameter(torch.randn(128))"),
+    # level2/72's: a training-mode batch norm, then two average poolings.
+    ("F.avg_pool3d(F.avg_pool3d(self.bn(self.conv(a)), 2), 2)", "torch.randn(2, 4, 9, 10, 11)",
+     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
+    # level2/23's: a group norm, then the mean of each image.
+    ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
+     "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),
+])
+def test_three_or_four_kernels_in_a_row(sup, tmp_path, expr, inputs, init):
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip("the heads are wgmma kernels: sm_90a")
+    p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
+    fam = families_for(p)[0][0]
+    assert fam.name == "pipeline", [f.name for f in families_for(p)[0]]
+    for c in fam.seeds(p)[:2]:
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (fam.name, c, ev.status, ev.message)

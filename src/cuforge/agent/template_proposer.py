@@ -74,8 +74,7 @@ class TemplateProposer:
         family = next((f for f in families if f.name == cfg.get("family")), None)
         if family is None:
             return
-        knobs = {k: v for k, v in cfg.items() if k in family.knobs}
-        key = self._key(family, knobs)
+        key = self._key(family, {k: v for k, v in cfg.items() if k != "family"})  # complete() keeps the knobs
         tried = self.tried.setdefault(problem.id, set())
         if key not in tried:
             tried.add(key)
@@ -119,6 +118,8 @@ class TemplateProposer:
 
     def mutate(self, cfg: dict[str, Any], family: Family) -> dict[str, Any]:
         out = family.complete(cfg)
+        if not family.knobs:  # a family that only proposes its seeds (pipeline)
+            return out
         for knob in self.rng.sample(list(family.knobs), k=self.rng.choice((1, 1, 2))):
             values = family.knobs[knob]
             i = values.index(out[knob]) if out[knob] in values else 0

@@ -535,12 +535,17 @@ from cuforge.kernels.batch_norm import BatchNorm  # noqa: E402
 from cuforge.kernels.batch_norm_team import BatchNormTeam  # noqa: E402
 from cuforge.kernels.row_loss import RowLoss  # noqa: E402
 from cuforge.kernels.staged import staged_families  # noqa: E402
+from cuforge.kernels.pipeline import Pipeline  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), LayerNormTeam(), NormRows(), Elementwise(),
                           RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), SoftmaxDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
                           ConvTf32x3Sm90(), ConvDirect(), BatchNormTeam(), BatchNorm(), RowLoss()]
 # Last: two kernels where no one family covers the graph (a convolution or GEMM head, any tail).
-FAMILIES += staged_families([f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm90", "conv_direct")], list(FAMILIES))
+_HEADS = [f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm90", "conv_direct")]
+_SINGLES = list(FAMILIES)
+FAMILIES += staged_families(_HEADS, _SINGLES)
+# Three or four kernels, tried only where nothing above covers the graph (its search is the slowest).
+PIPELINE = Pipeline(_HEADS, _SINGLES)
 
 
 def families_for(problem: Problem) -> tuple[list[Family], str]:
@@ -554,6 +559,10 @@ def families_for(problem: Problem) -> tuple[list[Family], str]:
             reasons.append(f"{fam.name.split(':')[0]}: {why}")  # the two-kernel families say theirs once, as "staged"
     if found:
         return found, ""
+    why = PIPELINE.supports(problem)
+    if why is None:
+        return [PIPELINE], ""
+    reasons.append(f"{PIPELINE.name}: {why}")
     return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + "): use an LLM provider"
 
 

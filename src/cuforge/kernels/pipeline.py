@@ -1,0 +1,138 @@
+"""Three or four kernels in a row for a graph that neither one family nor a head-and-tail pair covers: a
+convolution or GEMM kernel, then other families' kernels over what it wrote (a pooling, then a mean over
+the pooled values; a batch norm, then two poolings), each fusing the elementwise ops that follow it. The
+graph is cut where each part is one family's (the longest first part first), as `staged` cuts it once.
+
+Its configs are the stages' configs under s0., s1., ... prefixes. The stage families depend on the
+problem, so the family has no knobs of its own to search: it proposes the stages' seeds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily
+from cuforge.kernels.staged import cut_at
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
+
+MAX_STAGES = 4
+
+
+@dataclass(frozen=True)
+class Stage:
+    family: Family
+    problem: Problem  # the part of the graph this stage runs, over its own inputs
+    feed: tuple[tuple[str, int], ...]  # where each of its inputs comes from: ("in", j) or ("stage", k)
+
+
+def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tuple[tuple[str, int], ...],
+          first: int, room: int) -> list[Stage] | None:
+    """The problem as `first`-numbered stages, at most `room` of them, the first from `heads`, the rest from
+    `singles`; None where no such cut exists."""
+    for k in range(len(problem.graph) - 1, 0, -1):
+        cut = cut_at(problem, k)
+        if isinstance(cut, str):
+            continue
+        head = next((f for f in heads if f.supports(cut.head) is None), None)
+        if head is None:
+            continue
+        tail_feed = (("stage", first),) + tuple(feed[j] for j in cut.tail_inputs)
+        last = next((f for f in singles if f.supports(cut.tail) is None), None)
+        if last is not None:
+            return [Stage(head, cut.head, feed), Stage(last, cut.tail, tail_feed)]
+        if room > 2:
+            rest = split(cut.tail, singles, singles, tail_feed, first + 1, room - 1)
+            if rest is not None:
+                return [Stage(head, cut.head, feed)] + rest
+    return None
+
+
+class Pipeline(GraphFamily):
+    """`heads` start the chain of kernels; any of `singles` runs each later part."""
+
+    def __init__(self, heads: list[Family], singles: list[Family]) -> None:
+        super().__init__("pipeline", {})
+        object.__setattr__(self, "heads", heads)
+        object.__setattr__(self, "singles", singles)
+
+    heads: list[Family]
+    singles: list[Family]
+
+    def match(self, problem: Problem) -> list[Stage] | str:
+        key = (problem.id, problem.inputs, problem.graph, problem.graph_outputs)
+        cache: dict[Any, list[Stage] | str] = self.__dict__.setdefault("_matches", {})
+        if key not in cache:
+            if len(cache) > 256:
+                cache.clear()
+            cache[key] = self._match(problem)
+        return cache[key]
+
+    def _match(self, problem: Problem) -> list[Stage] | str:
+        if not problem.graph or problem.graph[0].op not in ("convolution", "mm", "bmm", "addmm"):
+            return "does not start with a convolution or a GEMM"
+        if len(problem.graph) < 3:
+            return "fewer than three ops: one or two kernels' case"
+        feed = tuple(("in", j) for j in range(len(problem.inputs)))
+        stages = split(problem, self.heads, self.singles, feed, 0, MAX_STAGES)
+        if stages is None:
+            return f"no cut of the graph into {MAX_STAGES} or fewer parts, each one family's kernel"
+        if len(stages) < 3:
+            return "two kernels cover it (staged)"
+        return stages
+
+    def runs_on(self, compute_capability: str) -> bool:
+        # Which head a problem gets is not known here: where any head is Hopper's (wgmma), all must run.
+        return all(f.runs_on(compute_capability) for f in self.heads)
+
+    def stage_configs(self, config: dict[str, Any], stages: list[Stage]) -> list[dict[str, Any]]:
+        return [{k[len(f"s{i}."):]: v for k, v in config.items() if k.startswith(f"s{i}.")} for i in range(len(stages))]
+
+    def complete(self, config: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in sorted(config):
+            stage, _, knob = key.partition(".")
+            if stage.startswith("s") and stage[1:].isdigit() and knob:
+                out[key] = config[key]
+        return out
+
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        stages = self.match(problem)
+        if isinstance(stages, str):
+            return False
+        for part, stage in zip(self.stage_configs(config, stages), stages):
+            if not set(part) <= set(stage.family.knobs):
+                return False
+            try:
+                whole = stage.family.complete(part)
+            except KeyError:  # a knob missing that has no default
+                return False
+            if not stage.family.valid(whole, stage.problem):
+                return False
+        return True
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        stages = self.matched(problem)
+        per_stage = [s.family.seeds(s.problem) for s in stages]
+
+        def joined(choice: list[int]) -> dict[str, Any]:
+            return {f"s{i}.{k}": v for i, (seeds, j) in enumerate(zip(per_stage, choice)) for k, v in seeds[j].items()}
+
+        # Every stage's first seed; then each stage's second seed with the others' first.
+        choices = [[0] * len(stages)] + [[1 if i == j else 0 for i in range(len(stages))] for j in range(len(stages))
+                                         if len(per_stage[j]) > 1]
+        return [joined(c) for c in choices]
+
+    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
+        raise NotImplementedError("a pipeline candidate is a module of several launches: use render")
+
+    def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
+        stages = self.matched(problem)
+        cfg = self.complete(config)
+        rendered = [s.family.render(c, s.problem) for c, s in zip(self.stage_configs(cfg, stages), stages)]
+        names = "+".join(s.family.name for s in stages)
+        header = PY_CONFIG_TAG + json.dumps({"family": self.name, "stages": names, **cfg}, sort_keys=True) + "\n"
+        source = wrap_stages([(r.source, r.launch) for r in rendered],  # type: ignore[misc]
+                             [list(s.feed) for s in stages], header)
+        return Candidate(source, "module", proposer="template", meta={"family": self.name, "stages": names, "config": cfg})

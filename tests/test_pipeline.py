@@ -1,0 +1,87 @@
+"""Candidates of three or four kernels on the CPU: where the graph is cut (each part one family's, the
+first a convolution or GEMM), which stage each kernel reads (an earlier stage's tensor or a forward
+input), the family offered only where nothing else covers the graph, its seeds valid and compiling with
+NVRTC stage by stage, and the template proposer running out of its seeds without failing."""
+
+import pytest
+
+from cuforge.agent.template_proposer import NotCovered, TemplateProposer
+from cuforge.kernels.base import config_of
+from cuforge.kernels.families import families_for
+from template_helpers import problem_from_expr, smoke_compile
+
+CONV_POOL_MEAN = ("torch.tanh(torch.mean(F.hardtanh(F.max_pool2d(self.conv(a), 2), -1, 1), dim=(2, 3), keepdim=True))",
+                  "torch.randn(2, 8, 20, 21)", "        self.conv = nn.ConvTranspose2d(8, 16, 3, stride=2)")
+
+
+def test_a_convolution_a_pooling_and_a_mean_are_three_stages(tmp_path):
+    p = problem_from_expr(tmp_path, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
+    fams, why = families_for(p)
+    assert [f.name for f in fams] == ["pipeline"], why
+    stages = fams[0].matched(p)
+    assert [s.family.name for s in stages][0] == "conv_tf32x3_sm90" and len(stages) in (3, 4)
+    assert stages[1].family.name == "pool" and stages[-1].family.name == "reduce_dim"
+    assert stages[0].feed == (("in", 0),)
+    assert all(s.feed[0] == ("stage", i) for i, s in enumerate(stages[1:]))
+    # Each stage's output is the next one's input.
+    for a, b in zip(stages, stages[1:]):
+        assert a.problem.outputs[0].shape == b.problem.inputs[0].shape
+
+
+def test_a_later_stage_reads_a_forward_input_through_its_feed(tmp_path):
+    # KernelBench level2/51's shape: the GEMM's input comes back as a residual after a mean and a GELU.
+    p = problem_from_expr(tmp_path, "F.gelu(torch.mean(self.fc(a) - self.s, dim=1, keepdim=True)) + a", "torch.randn(64, 128)",
+                          args="a", init="        self.fc = nn.Linear(128, 128)\n        self.s = nn.Parameter(torch.randn(128))")
+    fams, why = families_for(p)
+    assert [f.name for f in fams] == ["pipeline"], why
+    stages = fams[0].matched(p)
+    assert stages[-1].feed == (("stage", len(stages) - 2), ("in", 0)), [s.feed for s in stages]
+
+
+def test_offered_only_where_one_or_two_kernels_do_not_cover(tmp_path):
+    two = problem_from_expr(tmp_path, "torch.min(self.conv(a) * 2, dim=1, keepdim=True)[0]", "torch.randn(2, 5, 30, 31)",
+                            args="a", init="        self.conv = nn.Conv2d(5, 40, 3)")
+    assert "pipeline" not in [f.name for f in families_for(two)[0]]
+    plain = problem_from_expr(tmp_path, "torch.relu(a)", "torch.randn(8, 8)", args="a")
+    assert "pipeline" not in [f.name for f in families_for(plain)[0]]
+    bare = problem_from_expr(tmp_path, "torch.cumsum(torch.softmax(a, dim=0), dim=1).sum(dim=0)", "torch.randn(8, 8)", args="a")
+    fams, why = families_for(bare)
+    assert not fams and "pipeline: does not start with a convolution or a GEMM" in why
+
+
+def test_seeds_are_valid_render_as_one_module_and_compile(tmp_path):
+    p = problem_from_expr(tmp_path, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
+    fam = families_for(p)[0][0]
+    seeds = fam.seeds(p)
+    assert len(seeds) >= 2 and all(fam.valid(c, p) for c in seeds)
+    assert not fam.valid({}, p) and not fam.valid({**seeds[0], "s0.NOPE": 1}, p)
+    cand = fam.render(seeds[0], p)
+    cfg = config_of(cand.source)
+    assert cfg["family"] == "pipeline" and cfg["stages"].startswith("conv_tf32x3_sm90+pool+")
+    assert fam.complete(cfg) == fam.complete(seeds[0])
+    smoke_compile(fam, p, 0)
+
+
+def test_the_template_proposer_offers_its_seeds_then_says_it_has_no_more(tmp_path):
+    p = problem_from_expr(tmp_path, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
+    seeds = families_for(p)[0][0].seeds(p)
+    proposer = TemplateProposer(seed=1)
+    seen = [config_of(proposer.propose_candidate(p, "IMPROVE", None, [], "9.0").source) for _ in seeds]
+    assert len({str(sorted(c.items())) for c in seen}) == len(seeds)
+    # Nothing left: no knobs to mutate from a parent, no seed untried, no random config valid.
+    for mode in ("IMPROVE", "EXPLORE"):
+        with pytest.raises(NotCovered, match="no untried valid config"):
+            proposer.propose_candidate(p, mode, None, [], "9.0")
+    last = families_for(p)[0][0].render(seeds[0], p)
+    with pytest.raises(NotCovered, match="no untried valid config"):
+        proposer.propose_candidate(p, "IMPROVE", type("Parent", (), {"source": last.source})(), [], "9.0")
+
+
+def test_a_resumed_run_does_not_propose_a_pipeline_seed_again(tmp_path):
+    p = problem_from_expr(tmp_path, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
+    fam = families_for(p)[0][0]
+    seeds = fam.seeds(p)
+    proposer = TemplateProposer(seed=1)
+    proposer.remember(p, fam.render(seeds[0], p).source)
+    offered = [fam.complete(config_of(proposer.propose_candidate(p, "IMPROVE", None, [], "9.0").source)) for _ in seeds[1:]]
+    assert fam.complete(seeds[0]) not in offered and len(offered) == len(seeds) - 1
