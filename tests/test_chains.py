@@ -173,3 +173,31 @@ def test_constraints_of_the_new_families():
     n = NormRows()
     assert n.valid(dict(BLOCK=256, VEC=4, CACHE="smem"), load_problem("level1/layernorm"))
     assert [c["CACHE"] for c in n.seeds(load_problem("level1/rmsnorm"))][:2] == ["smem", "global"]
+
+
+@pytest.mark.parametrize("shape, full", [
+    ((64, 1, 1), (2, 64, 5, 7)), ((1, 64, 1, 1, 1), (3, 64, 4, 5, 6)), ((5, 1), (2, 3, 5, 7)), ((7,), (2, 3, 5, 7)),
+    ((3, 1, 7), (2, 3, 5, 7)), ((2, 1, 1, 1), (2, 3, 5, 7)), ((1,), (4, 9)), ((), (4, 9)), ((4, 9), (4, 9)),
+])
+def test_the_general_broadcast_index_reads_what_torch_broadcasts(shape, full):
+    # The C expression, evaluated here at every flat index (r = 0, c = the index, as unindexed kernels pass
+    # them; an indexed kernel's r * cols + c is the same number), against torch's own broadcast.
+    import torch
+
+    from cuforge.kernels.chains import broadcast_index
+
+    expr = broadcast_index(shape, full).replace("(long long)", "").replace("LL", "").replace("/", "//")
+    want = torch.arange(max(1, torch.Size(shape).numel())).reshape(shape).expand(full).flatten().tolist()
+    got = [eval(expr, {"r": 0, "cols": full[-1], "c": i}) for i in range(torch.Size(full).numel())]
+    assert got == want
+    assert broadcast_index((3,), (4, 9)) is None and broadcast_index((2, 4, 9), (4, 9)) is None
+
+
+def test_an_operand_broadcast_per_channel_after_a_pooling_is_read_by_its_index(tmp_path):
+    # KernelBench level2/50's tail: a (C, 1, 1, 1) bias after a 3-D average pooling, where only per-element,
+    # per-row and per-column operands were read before.
+    from cuforge.kernels.pointwise import PointwiseChain
+
+    p = problem(tmp_path, "(a + b) * 0.5", "torch.randn(2, 16, 4, 5, 6), torch.randn(16, 1, 1, 1)")
+    assert PointwiseChain().supports(p) is None, PointwiseChain().supports(p)
+    smoke_compile(PointwiseChain(), p, 2)

@@ -225,6 +225,29 @@ def channel_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
     return None
 
 
+def broadcast_index(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
+    """The C index into an operand of `shape` that broadcasts to `full` (numpy's rules: dims aligned
+    from the right, each 1 or full's) at the flat index r * cols + c of `full`, or None where it does
+    not broadcast. The general case behind the per-row / per-column / per-channel kinds (a bias of
+    shape (C, 1, 1, 1) after a pooling, say)."""
+    if len(shape) > len(full):
+        return None
+    padded = (1,) * (len(full) - len(shape)) + tuple(shape)
+    if any(d != 1 and d != f for d, f in zip(padded, full)):
+        return None
+    flat = "(r * (long long)cols + c)"
+    terms = []
+    for d, (size, whole) in enumerate(zip(padded, full)):
+        if size == 1:
+            continue
+        inner_full, inner_op = math.prod(full[d + 1:]), math.prod(padded[d + 1:])
+        coord = flat if inner_full == 1 else f"({flat} / {inner_full}LL)"
+        if d > 0:
+            coord = f"({coord} % {whole}LL)"
+        terms.append(coord if inner_op == 1 else f"{coord} * {inner_op}LL")
+    return " + ".join(terms) or "0"
+
+
 LEAF_VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "_unsafe_view")
 
 
@@ -329,13 +352,18 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
                 return f"{node.op} reads {a} of dtype {spec.dtype} (the kernel computes {dtype})"
             shape = view_shape if view_shape is not None else tuple(spec.shape)
             how = kind(shape)
+            at = index.get(how or "")
             if how is None:
-                return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast simply to {list(full)}"
+                # Any other broadcast: the operand's index computed from the flat one (real rows needed).
+                at = broadcast_index(shape, full)
+                if at is None:
+                    return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast to {list(full)}"
+                how = "b" + "x".join(map(str, shape))
             if (a, how) not in tensors:
                 tensors.append((a, how))
-            indexed = indexed or how in ("r", "c", "ch")
+            indexed = indexed or how in ("r", "c", "ch")  # a general broadcast reads the flat index only
             i = tensors.index((a, how))
-            operands.append(load(f"{prefix}{i}[{index[how]}]"))
+            operands.append(load(f"{prefix}{i}[{at}]"))
         if not tensor_args:
             return f"{node.op} reads no tensor"
         expr = _unary(node.op, node, operands[0]) if len(operands) == 1 else _binary(node.op, node, *operands)
