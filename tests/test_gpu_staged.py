@@ -69,6 +69,9 @@ def test_a_norm_then_its_elementwise_chain(sup, tmp_path, expr, init):
     # level2/72's: a training-mode batch norm, then two average poolings.
     ("F.avg_pool3d(F.avg_pool3d(self.bn(self.conv(a)), 2), 2)", "torch.randn(2, 4, 9, 10, 11)",
      "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
+    # level2/15's: x - x.mean(...) after a batch norm, the last stage reading the stages one and two back.
+    ("(lambda y: y - y.mean(dim=(2, 3, 4), keepdim=True))(self.bn(self.conv(a)))", "torch.randn(2, 4, 6, 7, 8)",
+     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
     # level2/23's: a group norm, then the mean of each image.
     ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
      "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),

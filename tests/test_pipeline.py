@@ -85,3 +85,17 @@ def test_a_resumed_run_does_not_propose_a_pipeline_seed_again(tmp_path):
     proposer.remember(p, fam.render(seeds[0], p).source)
     offered = [fam.complete(config_of(proposer.propose_candidate(p, "IMPROVE", None, [], "9.0").source)) for _ in seeds[1:]]
     assert fam.complete(seeds[0]) not in offered and len(offered) == len(seeds) - 1
+
+
+def test_a_stage_reads_the_tensor_two_stages_back(tmp_path):
+    # KernelBench level2/15's shape: x - x.mean(...) after a batch norm; the subtraction reads the batch
+    # norm's output (stage 1) and the mean of it (stage 2).
+    p = problem_from_expr(tmp_path, "(lambda y: y - y.mean(dim=(2, 3, 4), keepdim=True))(self.bn(self.conv(a)))",
+                          "torch.randn(2, 4, 6, 7, 8)", args="a",
+                          init="        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)")
+    fams, why = families_for(p)
+    assert [f.name for f in fams] == ["pipeline"], why
+    stages = fams[0].matched(p)
+    assert [s.family.name for s in stages] == ["conv_tf32x3_sm90", "batch_norm", "reduce_dim", "pointwise"]
+    assert stages[3].feed in ((("stage", 2), ("stage", 1)), (("stage", 1), ("stage", 2)))
+    smoke_compile(fams[0], p, 0)
