@@ -1,0 +1,56 @@
+"""Running a traced op graph (Problem.graph) with PyTorch on the CPU: each node's aten op called on the
+values its refs name. The tests use it to check that cutting a graph into stages - and feeding each
+stage the tensors its part reads - computes what the forward computes, without a GPU."""
+
+import importlib.util
+
+import torch
+
+from cuforge.op_graph import is_ref
+
+
+def model_and_inputs(problem, seed=0):
+    """The problem file's Model (built under `seed`) and one draw of its inputs, on the CPU."""
+    spec = importlib.util.spec_from_file_location("graph_eval_problem", problem.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(seed)
+    model = module.Model(*module.get_init_inputs())
+    torch.manual_seed(seed + 1)
+    return model, list(module.get_inputs())
+
+
+def _value(x, env):
+    if isinstance(x, tuple):
+        return tuple(_value(v, env) for v in x)
+    if is_ref(x):
+        transposed = x.endswith(".T")
+        base = x[:-2] if transposed else x
+        v = env[base]
+        return v.transpose(-1, -2) if transposed else v
+    if isinstance(x, str) and x.startswith("torch.") and hasattr(torch, x[6:]):
+        return getattr(torch, x[6:])  # a dtype or layout, kept as its repr
+    if isinstance(x, str) and x.startswith("device("):
+        return torch.device("cpu")  # traced on the meta device
+    return x
+
+
+def run_graph(graph, outputs, inputs, params):
+    """The graph's outputs for these inputs and parameters (refs in0..., param0...)."""
+    env = {f"in{i}": t for i, t in enumerate(inputs)} | {f"param{i}": t for i, t in enumerate(params)}
+    for node in graph:
+        name, kwargs = node.op, {k: _value(v, env) for k, v in node.kwargs}
+        if name == "gelu_tanh":
+            name, kwargs = "gelu", {**kwargs, "approximate": "tanh"}
+        name = name.removesuffix("_lastdim")
+        out = getattr(torch.ops.aten, name)(*_value(node.args, env), **kwargs)
+        if isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                env[f"{node.out}.{i}"] = o
+            out = out[0]
+        env[node.out] = out
+    return [env[o] for o in outputs]
+
+
+def params_of(model):
+    return list(model.parameters()) + list(model.buffers())
