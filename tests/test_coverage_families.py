@@ -79,6 +79,8 @@ def test_pointwise_refusals_say_why(tmp_path, expr, inputs, why):
     ("torch.amax(a, dim=(0, 1))", "max", 1, 64, 40),
     ("torch.argmax(a, dim=1)", "argmax", 4, 16, 40),
     ("torch.argmin(a, dim=0)", "argmin", 1, 4, 640),
+    ("torch.logsumexp(a, dim=1)", "logsumexp", 4, 16, 40),
+    ("torch.logsumexp(a, dim=(1, 2), keepdim=True)", "logsumexp", 4, 640, 1),
 ])
 def test_dim_reductions_match_and_compile(tmp_path, expr, op, outer, reduced, inner):
     p = problem_from_expr(tmp_path, expr, "torch.randn(4, 16, 40)", args="a")

@@ -55,9 +55,25 @@ def test_pointwise_chains(sup, tmp_path, expr, inputs, args):
     ("torch.mean(a, dim=[-1, -2], keepdim=True).squeeze(-1).squeeze(-1)", "(64, 32, 64, 64)"),
     ("torch.sigmoid(torch.amax(a, dim=-1, keepdim=True))", "(333, 1001)"),
     ("torch.sum(a, dim=(1, 2)) / 7", "(10, 3, 4099)"),
+    # logsumexp over channels and over the last dims (KernelBench level2/22, 42, 43, 58, 64, 92), at a scale
+    # where exp overflows fp32 unless the max is taken out.
+    ("torch.logsumexp(a, dim=1, keepdim=True)", "(16, 64, 1000) * 100"),
+    ("F.mish(torch.logsumexp(a, dim=1))", "(512, 8192) * 30"),
+    ("torch.logsumexp(a, dim=(2, 3))", "(7, 13, 33, 35)"),
 ])
 def test_dim_reductions(sup, tmp_path, expr, shape):
     check(sup, ReduceDim(), problem_from_expr(tmp_path, expr, f"torch.randn{shape}", args="a"))
+
+
+@pytest.mark.parametrize("inputs", [
+    # Columns and rows of -inf (torch: -inf), one +inf (inf), one NaN (NaN), and -inf before any finite value.
+    "torch.where(torch.rand(8, 40, 1, 50) < 0.5, -torch.inf, torch.randn(8, 40, 1, 50)).expand(8, 40, 3, 50).clone()",
+    "torch.where(torch.rand(8, 40, 150) < 0.01, torch.inf, torch.where(torch.rand(8, 40, 150) < 0.01, torch.nan, torch.randn(8, 40, 150)))",
+    "torch.cat([torch.full((6, 20, 70), -torch.inf), torch.randn(6, 20, 70)], dim=1)",
+])
+@pytest.mark.parametrize("dim", ["1", "(1, 2)"])
+def test_logsumexp_with_infinities_and_nan(sup, tmp_path, inputs, dim):
+    check(sup, ReduceDim(), problem_from_expr(tmp_path, f"torch.logsumexp(a, dim={dim})", inputs, args="a"))
 
 
 def test_argmax_breaks_ties_towards_the_first_index(sup, tmp_path):

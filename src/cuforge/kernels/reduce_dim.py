@@ -1,4 +1,4 @@
-"""Reductions over one dim (or a run of adjacent dims): sum, mean, max, min, argmax, argmin of an fp32
+"""Reductions over one dim (or a run of adjacent dims): sum, mean, max, min, argmax, argmin, logsumexp of an fp32
 tensor seen as (outer, R, inner), then the elementwise ops the forward applies to the reduced values
 (min over channels then tanh; a global average pool, mean over the trailing dims, then squeezes).
 Threads run across `inner`, so every load of a warp is one contiguous stretch; where the dims reduced
@@ -17,14 +17,14 @@ from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
-REDUCTIONS = ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin")
+REDUCTIONS = ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "logsumexp")
 # Views that only regroup the reduced values (squeezing the kept dims): the stored order is theirs.
 TAIL_VIEWS = ("view", "reshape", "_unsafe_view", "squeeze", "unsqueeze", "flatten")
 
 
 @dataclass(frozen=True)
 class DimReduction:
-    op: str  # sum | mean | max | min | argmax | argmin
+    op: str  # sum | mean | max | min | argmax | argmin | logsumexp
     outer: int
     reduced: int
     inner: int
