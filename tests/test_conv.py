@@ -36,12 +36,20 @@ def test_a_conv_with_bias_and_a_per_channel_chain_is_matched(tmp_path):
 @pytest.mark.parametrize("layer, x_shape, tail, why", [
     ("nn.Conv2d(8, 16, 3, groups=2)", "(2, 8, 10, 10)", "y", "grouped"),
     ("nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)", "torch.softmax(y, dim=1)", "epilogue"),
-    ("nn.Conv2d(8, 16, 3)", "(2, 8, 18, 18)", "y + self.bias.view(1, 1, 1, 16)", "broadcast"),  # per column, not channel
 ])
 def test_what_is_not_an_implicit_gemm_convolution_says_why(tmp_path, layer, x_shape, tail, why):
     p = conv_problem(tmp_path, layer, x_shape, tail)
     reason = FAM.supports(p)
     assert reason is not None and why in reason.replace("does not broadcast", "broadcast").replace("not an elementwise epilogue", "epilogue"), reason
+
+
+def test_an_operand_per_image_column_is_read_at_its_broadcast_index(tmp_path):
+    # Neither per element nor per channel (refused before): read at the index the flat one gives.
+    p = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 18, 18)", "y + self.bias.view(1, 1, 1, 16)")
+    f = match_conv(p)
+    assert [kind for _, kind in f.epilogue.tensors] == ["ch", "b1x1x1x16"]
+    assert "e1[((r * (long long)cols + c) % 16LL)]" in f.epilogue.body, f.epilogue.body
+    smoke_compile(FAM, p, 1)
 
 
 def test_strided_padded_dilated_geometry_reaches_the_launch(tmp_path):

@@ -19,6 +19,7 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
     ("nn.Conv2d(37, 50, 3, padding=1, bias=False)", "(3, 37, 20, 21)", "y * 2", 1),
     ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)", "torch.tanh(y)", 1),
     ("nn.Conv2d(8, 64, 3, stride=2)", "(5, 8, 33, 64)", "y", 1),
+    ("nn.Conv2d(8, 16, 3)", "(2, 8, 18, 18)", "y + self.bias.view(1, 1, 1, 16)", 1),  # an operand per image column
     ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)", "y", 1),
     ("nn.Conv1d(40, 16, 3, stride=5, dilation=2)", "(2, 40, 2000)", "y", 0),  # four boxes of 32 a tile
     ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)", 1),

@@ -110,23 +110,23 @@ def test_softmax_constraints():
     assert all(gs.valid(c, scores) for c in gs.seeds(scores))
 
 
-@pytest.mark.parametrize("expr, inputs, log, outer, reduced, inner, channels", [
-    ("torch.softmax(a, dim=1)", "torch.randn(4, 16, 6, 7)", False, 4, 16, 42, False),
-    ("torch.sigmoid(torch.softmax(a, dim=1) + b) * 2", "torch.randn(4, 16, 6, 7), torch.randn(16, 1, 1)", False, 4, 16, 42, True),
-    ("F.log_softmax(a, dim=-2)", "torch.randn(3, 50, 20)", True, 3, 50, 20, False),
-    ("torch.softmax(a, dim=0) * b", "torch.randn(30, 40), torch.randn(40)", False, 1, 30, 40, False),
-    ("torch.softmax(a, dim=1) * b", "torch.randn(3, 30, 40), torch.randn(40)", False, 3, 30, 40, False),
+@pytest.mark.parametrize("expr, inputs, log, outer, reduced, inner, operand", [
+    ("torch.softmax(a, dim=1)", "torch.randn(4, 16, 6, 7)", False, 4, 16, 42, None),
+    ("torch.sigmoid(torch.softmax(a, dim=1) + b) * 2", "torch.randn(4, 16, 6, 7), torch.randn(16, 1, 1)", False, 4, 16, 42, "b16x1x1"),
+    ("F.log_softmax(a, dim=-2)", "torch.randn(3, 50, 20)", True, 3, 50, 20, None),
+    ("torch.softmax(a, dim=0) * b", "torch.randn(30, 40), torch.randn(40)", False, 1, 30, 40, "c"),
+    ("torch.softmax(a, dim=1) * b", "torch.randn(3, 30, 40), torch.randn(40)", False, 3, 30, 40, "c"),
 ])
-def test_softmax_over_a_middle_dim_matches_and_compiles(tmp_path, expr, inputs, log, outer, reduced, inner, channels):
-    # Where the chain reads a per-channel operand (a (C, 1, 1) bias) its rows are n * C + c, as long as
-    # the spatial size; else they are the last dim's.
+def test_softmax_over_a_middle_dim_matches_and_compiles(tmp_path, expr, inputs, log, outer, reduced, inner, operand):
+    # A per-channel operand (a (C, 1, 1) bias) is read at the index its broadcast gives; a per-column one
+    # at the column.
     from cuforge.kernels.softmax_dim import SoftmaxDim, match_dim_softmax
 
     p = problem_from_expr(tmp_path, expr, inputs, args="a, b" if "b" in expr else "a")
     m = match_dim_softmax(p)
     assert not isinstance(m, str), m
     assert (m.log, m.outer, m.reduced, m.inner) == (log, outer, reduced, inner)
-    assert m.cols == (inner if channels else p.inputs[0].shape[-1])
+    assert m.cols == p.inputs[0].shape[-1] and [kind for _, kind in m.chain.tensors] == ([operand] if operand else [])
     assert family_for(p)[0].name == "softmax_dim"
     smoke_compile(SoftmaxDim(), p, 2)
 

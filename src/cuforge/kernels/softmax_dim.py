@@ -26,7 +26,7 @@ class DimSoftmax:
     reduced: int
     inner: int
     chain: Epilogue
-    cols: int  # the chain's notion of a row's length (per-row / per-channel operands change with it)
+    cols: int  # the last dim: where the chain's per-row / per-column operands change
 
 
 def match_dim_softmax(problem: Problem) -> DimSoftmax | str:
@@ -49,20 +49,14 @@ def match_dim_softmax(problem: Problem) -> DimSoftmax | str:
         return "over the last dim (or nearly): the row families' case"
     if reduced == 0 or reduced >= 2**31 or outer * reduced * inner >= 2**40:
         return "empty or enormous"
-    # Operands per element, per row or per last-dim column; else, over the channels of an NC... tensor,
-    # per channel (a bias of shape (C, 1, 1)): the chain's row is then n * C + c and its column the
-    # spatial offset, as after a convolution.
-    channels = False
+    # Operands broadcast any way (a (C, 1, 1) bias over the channels) are read at their flat index.
     chain = compile_chain(problem, g[1:], node.out, shape, allow_rowsum=False)
-    if isinstance(chain, str) and d == 1 and len(shape) >= 3:
-        channels = True
-        chain = compile_chain(problem, g[1:], node.out, shape, allow_rowsum=False, channels=True)
     if isinstance(chain, str):
         return f"after the softmax: {chain}"
     out = problem.outputs[0] if len(problem.outputs) == 1 else None
     if out is None or out.dtype != "float32" or tuple(out.shape) != shape:
         return "needs one fp32 output of the input's shape"
-    return DimSoftmax(SOFTMAX_OPS[node.op], outer, reduced, inner, chain, inner if channels else shape[-1])
+    return DimSoftmax(SOFTMAX_OPS[node.op], outer, reduced, inner, chain, shape[-1])
 
 
 class SoftmaxDim(GraphFamily):
