@@ -1,0 +1,68 @@
+"""The multi-kernel candidates of KernelBench's level2 files checked on the CPU: for every file a staged pair
+or a pipeline covers, its copy with batch_size 2 is matched again, each stage's part of the traced graph
+is run with torch (fed as the candidate module feeds its kernels), and the last stage's result must equal
+the model's own forward. This checks where the graph is cut and what each stage reads - not the kernels,
+which the GPU tests and the search judge. Skips where ../shared/kernelbench is absent."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuforge.kernels.families import families_for
+from cuforge.problems.loader import load_files
+from graph_eval import model_and_inputs, params_of, run_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", ROOT / ".kb") if p.is_dir()),
+          ROOT.parent / "shared" / "kernelbench")
+pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="../shared/kernelbench is absent")
+
+FILES = sorted((KB / "level2").glob("*.py")) if KB.is_dir() else []
+
+
+def stages_of(family, problem):
+    """(graph, outputs, feed) per stage of a staged or pipeline candidate; None for one kernel."""
+    if family.name == "pipeline":
+        return [(s.problem.graph, s.problem.graph_outputs, list(s.feed)) for s in family.matched(problem)]
+    if family.name.startswith("staged:"):
+        cut = family.matched(problem)
+        return [(cut.head.graph, cut.head.graph_outputs, [("in", j) for j in range(len(problem.inputs))]),
+                (cut.tail.graph, cut.tail.graph_outputs, [("stage", 0)] + [("in", j) for j in cut.tail_inputs])]
+    return None
+
+
+def shrunk(tmp_path, path, batch):
+    """The file's problem with batch_size `batch` (None where it has no batch_size)."""
+    text, n = re.subn(r"^batch_size\s*=\s*\d+", f"batch_size = {batch}", path.read_text(), count=1, flags=re.M)
+    if not n:
+        return None
+    small = tmp_path / f"b{batch}_{path.name}"
+    small.write_text(text)
+    problems, skipped = load_files([small])
+    assert not skipped, skipped
+    return problems[0]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name.split("_")[0] for p in FILES])
+def test_the_stages_of_a_kernelbench_file_compute_its_forward(tmp_path, path):
+    # Batch 2 keeps the convolutions cheap; a GEMM of 2 rows is another family's, so those go at 128.
+    for batch in (2, 128):
+        problem = shrunk(tmp_path, path, batch)
+        fams = families_for(problem)[0] if problem is not None else []
+        stages = stages_of(fams[0], problem) if fams else None
+        if stages is not None:
+            break
+    else:
+        pytest.skip("one kernel or not covered")
+    torch.manual_seed(0)
+    model, xs = model_and_inputs(problem)
+    with torch.no_grad():
+        want = model(*xs)
+        model, xs = model_and_inputs(problem)  # the same parameters and inputs, fresh running statistics
+        results = []
+        for graph, outputs, feed in stages:
+            results.append(run_graph(graph, outputs, [xs[j] if kind == "in" else results[j] for kind, j in feed],
+                                     params_of(model))[0])
+    torch.testing.assert_close(results[-1], want, rtol=1e-4, atol=1e-4)
