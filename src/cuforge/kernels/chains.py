@@ -352,16 +352,18 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
                 return f"{node.op} reads {a} of dtype {spec.dtype} (the kernel computes {dtype})"
             shape = view_shape if view_shape is not None else tuple(spec.shape)
             how = kind(shape)
-            at = index.get(how or "")
-            if how is None:
-                # Any other broadcast: the operand's index computed from the flat one (real rows needed).
+            if how is not None:
+                at = index[how]
+            else:
+                # Any other broadcast: the operand's index computed from the flat one, which an unindexed
+                # kernel's r = 0, c = flat gives as well as real rows and columns do.
                 at = broadcast_index(shape, full)
                 if at is None:
                     return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast to {list(full)}"
                 how = "b" + "x".join(map(str, shape))
             if (a, how) not in tensors:
                 tensors.append((a, how))
-            indexed = indexed or how in ("r", "c", "ch")  # a general broadcast reads the flat index only
+            indexed = indexed or how in ("r", "c", "ch")
             i = tensors.index((a, how))
             operands.append(load(f"{prefix}{i}[{at}]"))
         if not tensor_args:
