@@ -54,3 +54,23 @@ def run_graph(graph, outputs, inputs, params):
 
 def params_of(model):
     return list(model.parameters()) + list(model.buffers())
+
+
+def stages_of(family, problem):
+    """(graph, outputs, feed) per kernel of a staged or pipeline candidate, fed as its module feeds them
+    (("in", j): the forward's input j; ("stage", k): stage k's result); None for a one-kernel family."""
+    if family.name == "pipeline":
+        return [(s.problem.graph, s.problem.graph_outputs, list(s.feed)) for s in family.matched(problem)]
+    if family.name.startswith("staged:"):
+        cut = family.matched(problem)
+        return [(cut.head.graph, cut.head.graph_outputs, [("in", j) for j in range(len(problem.inputs))]),
+                (cut.tail.graph, cut.tail.graph_outputs, [("stage", 0)] + [("in", j) for j in cut.tail_inputs])]
+    return None
+
+
+def run_stages(stages, inputs, params):
+    """The last stage's result, each stage's graph run with torch on what its feed names."""
+    results = []
+    for graph, outputs, feed in stages:
+        results.append(run_graph(graph, outputs, [inputs[j] if kind == "in" else results[j] for kind, j in feed], params)[0])
+    return results[-1]

@@ -12,7 +12,7 @@ import torch
 
 from cuforge.kernels.families import families_for
 from cuforge.problems.loader import load_files
-from graph_eval import model_and_inputs, params_of, run_graph
+from graph_eval import model_and_inputs, params_of, run_stages, stages_of
 
 ROOT = Path(__file__).resolve().parents[1]
 KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", ROOT / ".kb") if p.is_dir()),
@@ -20,17 +20,6 @@ KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", ROOT / ".kb") if 
 pytestmark = pytest.mark.skipif(not KB.is_dir(), reason="../shared/kernelbench is absent")
 
 FILES = sorted((KB / "level2").glob("*.py")) if KB.is_dir() else []
-
-
-def stages_of(family, problem):
-    """(graph, outputs, feed) per stage of a staged or pipeline candidate; None for one kernel."""
-    if family.name == "pipeline":
-        return [(s.problem.graph, s.problem.graph_outputs, list(s.feed)) for s in family.matched(problem)]
-    if family.name.startswith("staged:"):
-        cut = family.matched(problem)
-        return [(cut.head.graph, cut.head.graph_outputs, [("in", j) for j in range(len(problem.inputs))]),
-                (cut.tail.graph, cut.tail.graph_outputs, [("stage", 0)] + [("in", j) for j in cut.tail_inputs])]
-    return None
 
 
 def shrunk(tmp_path, path, batch):
@@ -61,8 +50,5 @@ def test_the_stages_of_a_kernelbench_file_compute_its_forward(tmp_path, path):
     with torch.no_grad():
         want = model(*xs)
         model, xs = model_and_inputs(problem)  # the same parameters and inputs, fresh running statistics
-        results = []
-        for graph, outputs, feed in stages:
-            results.append(run_graph(graph, outputs, [xs[j] if kind == "in" else results[j] for kind, j in feed],
-                                     params_of(model))[0])
-    torch.testing.assert_close(results[-1], want, rtol=1e-4, atol=1e-4)
+        got = run_stages(stages, xs, params_of(model))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -101,17 +101,6 @@ def test_a_stage_reads_the_tensor_two_stages_back(tmp_path):
     smoke_compile(fams[0], p, 0)
 
 
-def _stages_as_torch(stages, inputs, params):
-    """Each stage's part of the graph run with torch, fed as the candidate module feeds its kernels."""
-    from graph_eval import run_graph
-
-    results = []
-    for s in stages:
-        xs = [inputs[j] if kind == "in" else results[j] for kind, j in s.feed]
-        results.append(run_graph(s.problem.graph, s.problem.graph_outputs, xs, params)[0])
-    return results[-1]
-
-
 @pytest.mark.parametrize("expr, inputs, init", [
     CONV_POOL_MEAN,
     ("F.gelu(torch.mean(self.fc(a) - self.s, dim=1, keepdim=True)) + a", "torch.randn(64, 128)",
@@ -128,13 +117,14 @@ def test_the_stages_compute_what_the_forward_computes(tmp_path, expr, inputs, in
     # candidate module chains its kernels, against the model's own forward.
     import torch
 
-    from graph_eval import model_and_inputs, params_of
+    from graph_eval import model_and_inputs, params_of, run_stages, stages_of
 
     p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
-    stages = families_for(p)[0][0].matched(p)
+    fam = families_for(p)[0][0]
+    assert fam.name == "pipeline"
     model, xs = model_and_inputs(p)
     want = model(*xs)
     model, xs = model_and_inputs(p)  # fresh running statistics for the batch norms
     with torch.no_grad():
-        got = _stages_as_torch(stages, xs, params_of(model))
+        got = run_stages(stages_of(fam, p), xs, params_of(model))
     torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-5)
