@@ -128,3 +128,27 @@ def test_the_stages_compute_what_the_forward_computes(tmp_path, expr, inputs, in
     with torch.no_grad():
         got = run_stages(stages_of(fam, p), xs, params_of(model))
     torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_compile_only_run_evaluates_each_distinct_pipeline_once(tmp_path):
+    # Each stage's CUDA source sits in the module as a one-line repr: the candidate's identity must see
+    # all of it (a // comment in it once hid every later stage's config, and a run stopped at one seed).
+    import sqlite3
+
+    from conftest import run_cli
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    problem_from_expr(suite, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
+    db = tmp_path / "r.db"
+    r = run_cli("run", "--suite", str(suite), "--islands", "1", "--generations", "3", "--compile-only", "--results",
+                str(db), "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    con = sqlite3.connect(db)
+    try:
+        got = con.execute("SELECT e.status, c.source FROM evaluations e JOIN candidates c ON c.id = e.candidate_id").fetchall()
+    finally:
+        con.close()
+    assert [status for status, _ in got] == ["compiled"] * 3
+    configs = {str(sorted(config_of(source).items())) for _, source in got}
+    assert len(configs) == 3

@@ -178,6 +178,15 @@ def test_format_b_wrapper_is_valid_python_and_its_kernel_compiles():
     # Identity ignores whitespace and comments; the launch spec is part of it.
     assert Candidate(kernel + "\n// note\n", "kernel", spec).id == cand.id
     assert normalize_source("a  /* x */ b // y\n c") == "a b c"
+    # A module's embedded kernels are compared whole, however they are quoted; its comments, blank lines
+    # and the kernels' own comments and spacing are not part of the identity.
+    commented = kernel.replace("{", "{  // one thread an element", 1)
+    wrapped = [Candidate(wrap_kernel(commented.replace("x[i]", f"x[i] * {k}"), spec), "module") for k in (2, 3)]
+    assert wrapped[0].id != wrapped[1].id
+    assert wrapped[0].id == Candidate("# a comment\n\n" + wrap_kernel(
+        kernel.replace("x[i]", "x[i] * 2").replace("{", "{\n/* one */", 1), spec), "module").id
+    indented = "def f():\n    return 1\n"
+    assert normalize_source(indented) != normalize_source("def f():\n    pass\n    return 1\n")
     with pytest.raises(ValueError):
         Candidate(kernel, "kernel")
     # A spec without scratch buffers, preparing kernels or a cooperative launch keeps the id it had

@@ -6,8 +6,11 @@ kernel with cuforge's fast runtime and launches it from ModelNew.forward.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import io
 import re
+import tokenize
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -67,10 +70,45 @@ class LaunchSpec:
 
 
 def normalize_source(source: str) -> str:
-    """Whitespace and comments removed: two sources equal here are the same candidate."""
+    """Whitespace and comments removed: two sources equal here are the same candidate. A Python module
+    is read by its tokens, so that a CUDA source inside one of its strings keeps every character: a
+    kernel embedded as a one-line repr would otherwise lose all after its first // comment, and
+    different kernels would look like one."""
+    try:
+        ast.parse(source)
+        return _normalize_python(source)
+    except (SyntaxError, ValueError, tokenize.TokenError):
+        return _normalize_c(source)
+
+
+def _normalize_c(source: str) -> str:
     s = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
     s = re.sub(r"(//|#(?!include|define|pragma|if|endif|else|elif|undef))[^\n]*", "", s)
     return re.sub(r"\s+", " ", s).strip()
+
+
+_C_SOURCE = re.compile(r"__global__|#include|__device__")
+_LAYOUT = {tokenize.NEWLINE: "\n", tokenize.INDENT: ">", tokenize.DEDENT: "<"}
+
+
+def _normalize_python(source: str) -> str:
+    """Comments and blank lines dropped; indentation kept as markers (it is the program's structure); a
+    string holding C or CUDA source compared by its own normalized text, other strings as written."""
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENDMARKER):
+            continue
+        if tok.type in _LAYOUT:
+            out.append(_LAYOUT[tok.type])
+        elif tok.type == tokenize.STRING and _C_SOURCE.search(tok.string):
+            try:
+                value = ast.literal_eval(tok.string)
+            except (ValueError, SyntaxError):
+                value = None
+            out.append(repr(_normalize_c(value)) if isinstance(value, str) else tok.string)
+        else:
+            out.append(tok.string)
+    return " ".join(out)
 
 
 @dataclass(frozen=True)
