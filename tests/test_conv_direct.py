@@ -1,5 +1,5 @@
-"""The direct (grouped and depthwise) convolution family on the CPU: what it matches and what it leaves
-to the implicit GEMM, its knobs' validity, the depthwise-separable pair as two kernels, and NVRTC
+"""The direct convolution family (grouped, depthwise, few input channels) on the CPU: what it matches and
+what it leaves to the implicit GEMM, its knobs' validity, the depthwise-separable pair as two kernels, and NVRTC
 compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded, dilated and
 transposed shapes."""
 
@@ -19,6 +19,11 @@ SHAPES = [
     ("nn.Conv3d(8, 16, 3, padding=1, groups=4)", "(2, 8, 5, 6, 7)"),
     ("nn.ConvTranspose2d(8, 16, (3, 5), stride=(2, 3), padding=(1, 2), dilation=(1, 2), groups=4)", "(2, 8, 9, 10)"),
     ("nn.ConvTranspose3d(8, 8, 3, stride=2, padding=1, output_padding=1, groups=2)", "(2, 8, 4, 5, 6)"),
+    # Ungrouped, few input channels (KernelBench's 3-D convolutions of an RGB image, level2/23 and 48).
+    ("nn.Conv3d(3, 24, 3)", "(2, 3, 6, 10, 13)"),
+    ("nn.Conv3d(8, 16, (3, 2, 4), stride=(1, 2, 1), padding=(0, 1, 2))", "(2, 8, 5, 9, 11)"),
+    ("nn.Conv2d(3, 20, 5, stride=2, padding=2)", "(3, 3, 19, 23)"),
+    ("nn.ConvTranspose2d(4, 12, 3, stride=2)", "(2, 4, 7, 9)"),
 ]
 
 
@@ -29,8 +34,20 @@ def test_grouped_and_depthwise_convolutions_go_to_the_direct_kernel(tmp_path):
     f = FAM.matched(p)
     assert (f.groups, f.c, f.c_out, f.out_spatial) == (32, 32, 32, (28, 29))
     assert [kind for _, kind in f.epilogue.tensors] == ["ch", "ch"]  # the conv's bias, then self.bias
-    ungrouped = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)")
-    assert "not a grouped convolution" in FAM.supports(ungrouped)
+    ungrouped = conv_problem(tmp_path, "nn.Conv2d(16, 16, 3)", "(2, 16, 10, 10)")
+    assert "not a grouped convolution, and more than 8 input channels" in FAM.supports(ungrouped)
+
+
+def test_few_input_channels_are_direct_in_3d_and_offered_beside_the_implicit_gemm_in_2d(tmp_path):
+    rgb3d = conv_problem(tmp_path, "nn.Conv3d(3, 16, 3)", "(2, 3, 6, 8, 8)", "torch.sigmoid(y)")
+    assert [f.name for f in families_for(rgb3d)[0]] == [FAM.name]
+    assert "conv_direct's case" in ConvTf32x3Sm90().supports(rgb3d)
+    rgb2d = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)")
+    assert [f.name for f in families_for(rgb2d)[0]] == [ConvTf32x3Sm90().name, FAM.name]
+    transposed = conv_problem(tmp_path, "nn.ConvTranspose3d(3, 16, 3)", "(2, 3, 6, 8, 8)")
+    assert [f.name for f in families_for(transposed)[0]][:2] == [ConvTf32x3Sm90().name, FAM.name]
+    f = FAM.matched(rgb3d)
+    assert (f.groups, f.c, f.c_out) == (1, 3, 16)
 
 
 def test_output_channels_per_thread_divide_a_group_and_transposed_ones_take_one_pixel(tmp_path):

@@ -22,7 +22,7 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
     ("nn.Conv2d(8, 16, 3)", "(2, 8, 18, 18)", "y + self.bias.view(1, 1, 1, 16)", 1),  # an operand per image column
     ("nn.Conv1d(5, 24, 7, stride=3, padding=2)", "(3, 5, 500)", "y", 1),
     ("nn.Conv1d(40, 16, 3, stride=5, dilation=2)", "(2, 40, 2000)", "y", 0),  # four boxes of 32 a tile
-    ("nn.Conv3d(8, 32, 3, padding=1)", "(2, 8, 9, 10, 11)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)", 1),
+    ("nn.Conv3d(9, 32, 3, padding=1)", "(2, 9, 9, 10, 11)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)", 1),
     ("nn.Conv2d(256, 192, 1)", "(2, 256, 17, 17)", "y", 0),
     ("nn.ConvTranspose2d(64, 48, 3)", "(2, 64, 30, 31)", "y", 1),
     ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)", "torch.tanh(y) - self.bias", 1),

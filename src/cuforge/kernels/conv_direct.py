@@ -1,7 +1,8 @@
-"""Grouped and depthwise convolutions (1-3 spatial dims, strided, padded, dilated, transposed) computed
-directly: a grouped convolution's GEMMs are too thin for tensor-core tiles (a depthwise one multiplies
-one input channel per output channel), so each thread sums its outputs' taps over the group's input
-channels with FFMA, reading the input through the caches. A thread computes OCT output channels of one
+"""Grouped and depthwise convolutions, and those of few input channels (1-3 spatial dims, strided, padded,
+dilated, transposed) computed directly: a grouped convolution's GEMMs are too thin for tensor-core tiles
+(a depthwise one multiplies one input channel per output channel), and an image's 3 colour channels
+leave the implicit GEMM's 32-channel k-tiles mostly padding, so each thread sums its outputs' taps over
+the group's input channels with FFMA, reading the input through the caches. A thread computes OCT output channels of one
 group (each input value loaded once for all of them) at PW neighbouring output pixels along W; the
 traced elementwise chain runs on each value before its store."""
 
@@ -10,17 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.conv import ConvMatch, match_conv
+from cuforge.kernels.conv import FEW_CHANNELS, ConvMatch, few_channels, match_conv
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
 
-def match_grouped(problem: Problem) -> ConvMatch | str:
+def match_direct(problem: Problem) -> ConvMatch | str:
     found = match_conv(problem, grouped=True)
     if isinstance(found, str):
         return found
-    if found.groups == 1:
-        return "not a grouped convolution (the implicit GEMM takes those)"
+    if found.groups == 1 and not few_channels(found):
+        return f"not a grouped convolution, and more than {FEW_CHANNELS} input channels (the implicit GEMM's case)"
     if found.pixels * found.c_out >= 2**40:
         return "more outputs than the kernel's index math allows"
     return found
@@ -33,7 +34,7 @@ class ConvDirect(GraphFamily):
         super().__init__("conv_direct", {"BLOCK": (128, 256, 512), "OCT": (1, 2, 4, 8), "PW": (1, 2, 4)})
 
     def match(self, problem: Problem) -> ConvMatch | str:
-        return match_grouped(problem)
+        return match_direct(problem)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = self.matched(problem)
