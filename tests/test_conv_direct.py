@@ -46,6 +46,8 @@ def test_few_input_channels_are_direct_in_3d_and_offered_beside_the_implicit_gem
     assert [f.name for f in families_for(rgb2d)[0]] == [ConvTf32x3Sm90().name, FAM.name]
     transposed = conv_problem(tmp_path, "nn.ConvTranspose3d(3, 16, 3)", "(2, 3, 6, 8, 8)")
     assert [f.name for f in families_for(transposed)[0]][:2] == [ConvTf32x3Sm90().name, FAM.name]
+    wide = conv_problem(tmp_path, "nn.Conv3d(3, 64, 3)", "(2, 3, 6, 8, 8)")  # full tensor-core tiles
+    assert [f.name for f in families_for(wide)[0]][:2] == [ConvTf32x3Sm90().name, FAM.name]
     f = FAM.matched(rgb3d)
     assert (f.groups, f.c, f.c_out) == (1, 3, 16)
 

@@ -63,12 +63,19 @@ def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
 
 # At most this many input channels, an ungrouped convolution is also conv_direct's: 3 colour channels
 # leave the implicit GEMM's 32-channel k-tiles mostly padding. Measured on the H100 (docs/benchmarks.md,
-# session 27): a 3-D one of 3 or 8 channels is 1.6x to 14x faster direct; a 2-D one of 8, 1.3x slower.
+# session 27): 3-D ones of 3 or 8 channels to 16 or 24 were 1.6x to 14x faster direct; a 2-D one of 8
+# to 64, 1.3x slower; with 64 output channels the implicit GEMM's tiles are full (it alone, there).
 FEW_CHANNELS = 8
+FEW_OUT_CHANNELS = 32
 
 
 def few_channels(f: ConvMatch) -> bool:
     return f.groups == 1 and f.c <= FEW_CHANNELS
+
+
+def direct_only(f: ConvMatch) -> bool:
+    """Where conv_direct alone is offered: a 3-D convolution of few input and output channels."""
+    return few_channels(f) and f.dims == 3 and not f.transposed and f.c_out <= FEW_OUT_CHANNELS
 
 
 def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
@@ -136,8 +143,8 @@ class ConvTf32x3Sm90(GraphFamily):
 
     def match(self, problem: Problem) -> ConvMatch | str:
         found = match_conv(problem)
-        if not isinstance(found, str) and found.dims == 3 and not found.transposed and few_channels(found):
-            return f"a 3-D convolution of {found.c} input channels: conv_direct's case (faster there)"
+        if not isinstance(found, str) and direct_only(found):
+            return f"a 3-D convolution of {found.c} -> {found.c_out} channels: conv_direct's case (faster there)"
         return found
 
     @staticmethod
