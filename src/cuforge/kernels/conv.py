@@ -63,8 +63,8 @@ def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
 
 # At most this many input channels, an ungrouped convolution is also conv_direct's: 3 colour channels
 # leave the implicit GEMM's 32-channel k-tiles mostly padding. Measured on the H100 (docs/benchmarks.md,
-# session 27): 3-D ones of 3 or 8 channels to 16 or 24 were 1.6x to 14x faster direct; a 2-D one of 8
-# to 64, 1.3x slower; with 64 output channels the implicit GEMM's tiles are full (it alone, there).
+# session 27): 3-D ones of 3 or 8 channels to 16 or 24 were 1.7x to 4.2x faster direct than folded; a 2-D
+# one of 8 to 64, 1.35x slower; with 64 output channels the implicit GEMM's tiles are full (it leads there).
 FEW_CHANNELS = 8
 FEW_OUT_CHANNELS = 32
 
@@ -217,7 +217,7 @@ class ConvTf32x3Sm90(GraphFamily):
         # Few output tiles: narrower columns first, so that more blocks share the work.
         if out and len(out) > 1 and f.pixels // self.BM * -(-f.c_out // out[0]["BN"]) < SEED_SMS:
             out.sort(key=lambda c: c["BN"])
-        if fold and out:  # the folded kernel leads (2.9x to 1.1x faster on the H100, session 27); unfolded second
+        if fold and out:  # the folded kernel leads (1.1x to 5x faster on the H100, session 27); unfolded second
             out.insert(1, {**out[0], "FOLD": 0})
         return out
 

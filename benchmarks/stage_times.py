@@ -1,0 +1,114 @@
+"""Benchmark: where a template candidate's time goes, kernel by kernel, beside eager PyTorch's kernels -
+for KernelBench files whose searched kernel loses, which stage of a staged pair or pipeline is slow.
+
+Each file's preferred family renders its seeds; the candidate module (cuforge's own rendered code, so
+it runs here in the benchmark's process, not in the sandbox) and the eager model each run under
+torch.profiler, and every CUDA kernel's mean time per forward is listed.
+
+    python benchmarks/stage_times.py .kb/level2/23_Conv3d_GroupNorm_Mean.py --name stage_times
+    python benchmarks/stage_times.py .kb/level2/23_Conv3d_GroupNorm_Mean.py --prefer conv_direct
+
+--prefer NAME: the family (or a staged pair or pipeline whose first kernel is NAME) profiled where it covers.
+
+Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from _common import write_result
+
+ITERS = 5
+
+
+def kernel_times(fn: Any, iters: int = ITERS) -> tuple[list[dict[str, Any]], float]:
+    """Every CUDA kernel `fn` launches, with its mean ms per call, and the calls' total kernel ms."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = defaultdict(float)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            per[ev.name] += ev.device_time / 1000.0
+    rows = sorted(({"kernel": name[:120], "ms": round(ms / iters, 4)} for name, ms in per.items()), key=lambda r: -r["ms"])
+    return rows, round(sum(r["ms"] for r in rows), 4)
+
+
+def profile_file(path: Path, seeds: int, prefer: str) -> dict[str, Any]:
+    import torch
+
+    from cuforge.kernels.families import families_for
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.loading import candidate_class, problem_module
+
+    (problem,), _ = load_files([path])
+    families, why = families_for(problem)
+    if not families:
+        return {"file": path.name, "error": why}
+    family = next((f for f in families if prefer and prefer in f.name.split("+")[0]), families[0])
+    mod = problem_module(problem.source)
+    torch.manual_seed(0)
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    torch.manual_seed(1)
+    eager = mod.Model(*mod.get_init_inputs()).cuda().eval()
+    with torch.no_grad():
+        eager_kernels, eager_ms = kernel_times(lambda: eager(*inputs))
+        out: dict[str, Any] = {"file": path.name, "family": family.name, "eager_ms": eager_ms, "eager": eager_kernels,
+                               "candidates": []}
+        for i, cfg in enumerate(family.seeds(problem)[:seeds]):
+            cand = family.render(cfg, problem)
+            torch.manual_seed(1)
+            model = candidate_class(cand.module_source(), mod, f"stage_times_{i}")(*mod.get_init_inputs()).cuda().eval()
+            kernels, total = kernel_times(lambda: model(*inputs))
+            out["candidates"].append({"config": cand.meta.get("config"), "stages": cand.meta.get("stages"), "ms": total,
+                                      "kernels": kernels})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+", help="KernelBench problem files")
+    ap.add_argument("--seeds", type=int, default=1, help="how many of the family's seeds to profile")
+    ap.add_argument("--prefer", default="", help="a head family to profile first where it covers (conv_direct)")
+    ap.add_argument("--name", default="stage_times")
+    a = ap.parse_args()
+    import torch
+
+    if a.prefer:  # pipelines take the first head family that covers their first part
+        from cuforge.kernels import families as registry
+
+        registry._HEADS.sort(key=lambda f: f.name != a.prefer)
+    rows = []
+    for f in a.files:
+        try:
+            row = profile_file(Path(f), a.seeds, a.prefer)
+        except Exception as e:  # noqa: BLE001 - one file's failure is reported, the rest still run
+            row = {"file": Path(f).name, "error": f"{type(e).__name__}: {e}"[:500]}
+        rows.append(row)
+        torch.cuda.empty_cache()  # the file's tensors are gone with its frame
+        if "error" in row:
+            print(f"{row['file']}: {row['error']}", flush=True)
+            continue
+        print(f"{row['file']} [{row['family']}]: eager {row['eager_ms']} ms", flush=True)
+        for k in row["eager"][:4]:
+            print(f"    eager {k['ms']:9.4f}  {k['kernel'][:90]}", flush=True)
+        for c in row["candidates"]:
+            print(f"  candidate {c['ms']} ms {c['stages']}", flush=True)
+            for k in c["kernels"]:
+                print(f"    cand  {k['ms']:9.4f}  {k['kernel'][:90]}", flush=True)
+    write_result(a.name, {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()
