@@ -211,3 +211,40 @@ def test_poison_reaches_freed_blocks_inside_segments_that_stay_allocated():
     assert reused.data_ptr() == address  # the same block came back ...
     assert verify.poison_fraction(reused) == 1.0  # ... holding the poison, not the freed 3.0s
     assert bool((keep == 1).all())
+
+
+SHARED_GPU_EVALUATOR = """
+import json, sys
+from cuforge.problems.loader import load_files
+from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.supervisor import Supervisor
+from pathlib import Path
+(problem,), _ = load_files([Path(sys.argv[1])])
+source = "import torch\\nclass ModelNew(torch.nn.Module):\\n    def forward(self, x):\\n        return torch.relu(x)\\n"
+with Supervisor(gpu=0) as sup:
+    for _ in range(3):
+        ev = sup.evaluate(problem, Candidate(source, "module"), EvalConfig(max_timing_s=1.0, profile=False))
+        print(json.dumps([ev.status, ev.message[:200], ev.device.get("gpu_turn_wait_s")]), flush=True)
+"""
+
+
+def test_evaluators_of_other_processes_sharing_the_gpu_accuse_no_one(tmp_path):
+    # Several cuforge processes on one GPU (parallel test workers, two runs): each evaluation waits for
+    # the GPU's turn, so no judge reads another process's kernels as its candidate's escaped work.
+    import json
+    import subprocess
+    import sys
+
+    f = tmp_path / "relu.py"
+    f.write_text(relu_problem_source(2**22, "custom", "N"))
+    procs = [subprocess.Popen([sys.executable, "-c", SHARED_GPU_EVALUATOR, str(f)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        results += [json.loads(line) for line in out.splitlines() if line.startswith("[")]
+    assert len(results) == 9
+    assert all(status == "ok" for status, _, _ in results), results
+    assert any(wait for _, _, wait in results)  # someone waited for the turn

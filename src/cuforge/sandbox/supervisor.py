@@ -24,6 +24,7 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox import trusted_cache
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.gpu_turn import TurnAbandoned, gpu_turn
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
 from cuforge.sandbox.jail_landlock import jail_uid, unreadable_to
 from cuforge.sandbox.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
@@ -116,6 +117,7 @@ class Supervisor:
         self.workdir: Path | None = None
         self.log_path: Path | None = None
         self.spawns = 0
+        self.closes = 0  # close() calls: one made while an evaluation waits for the GPU's turn ends the wait
 
     @property
     def jail(self) -> JailPlan:
@@ -202,6 +204,7 @@ class Supervisor:
         return self.info
 
     def close(self) -> None:
+        self.closes += 1
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own process group
@@ -272,6 +275,24 @@ class Supervisor:
         return list(reply["report"])
 
     def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+        """One evaluation in the worker, in the GPU's turn (gpu_turn: no other cuforge process evaluates on
+        it meanwhile); the time waited for the turn counts toward no limit."""
+        if self.cpu_mode:
+            return self._evaluate_in_worker(problem, candidate, config)
+        closes = self.closes
+        t0 = time.monotonic()
+        try:
+            with gpu_turn(physical_gpu(self.gpu), give_up=lambda: self.closes != closes) as waited:
+                ev = self._evaluate_in_worker(problem, candidate, config)
+        except TurnAbandoned as e:  # close() from another thread: the run is stopping
+            return Evaluation(problem.id, candidate.id, "crash", f"not evaluated: the worker was shut down while it waited "
+                              f"for the GPU, which another cuforge process was evaluating on ({e})",
+                              wall_s=time.monotonic() - t0, device=self.info)
+        if waited is not None and waited >= 0.1:
+            ev.device = {**ev.device, "gpu_turn_wait_s": round(waited, 2)}
+        return ev
+
+    def _evaluate_in_worker(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
         base = {"problem_id": problem.id, "candidate_id": candidate.id}
         t0 = time.monotonic()
         restarted = False

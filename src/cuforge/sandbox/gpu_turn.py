@@ -1,0 +1,70 @@
+"""One evaluation at a time on a GPU, across every cuforge process of this machine. Another run's kernels
+on the same GPU stretch this one's timings, and the judge's check for work a candidate left running past
+its timed batches (brackets.RemoteBracketTimer._busy_after) cannot tell their kernels from the
+candidate's: two evaluators sharing a GPU would accuse honest kernels of escaping the timer.
+
+The turn is an exclusive flock on a per-GPU file in the system's temporary directory: the kernel drops
+it when its holder exits or is killed, so no crash leaves a GPU locked."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_DIR = "cuforge-gpu-turns"
+
+
+def turn_path(gpu_id: str) -> Path:
+    """The lock file of a physical GPU (its index or UUID, as CUDA_VISIBLE_DEVICES names it)."""
+    return Path(tempfile.gettempdir()) / LOCK_DIR / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', gpu_id)}.lock"
+
+
+def _open(path: Path) -> int:
+    if not path.parent.is_dir():
+        path.parent.mkdir(exist_ok=True)
+        try:  # every user's runs share the directory, as they share the GPU
+            path.parent.chmod(0o1777)
+        except OSError:
+            pass
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access
+    try:
+        os.fchmod(fd, 0o666)
+    except OSError:  # another user's file: theirs to set
+        pass
+    return fd
+
+
+class TurnAbandoned(Exception):
+    """The waiter gave up before the GPU's turn came (its evaluator was shut down meanwhile)."""
+
+
+@contextmanager
+def gpu_turn(gpu_id: str, give_up: Callable[[], bool] | None = None, poll_s: float = 0.02) -> Iterator[float | None]:
+    """Hold the GPU's turn for the block; yields the seconds waited for it, or None where the lock file
+    cannot be made (a read-only temporary directory): the block then runs without a turn, as before.
+    While waiting, `give_up()` is asked every `poll_s`; when it says so, TurnAbandoned is raised (a
+    blocking wait would hold a stopped run's thread until another process's evaluation ended)."""
+    try:
+        fd = _open(turn_path(gpu_id))
+    except OSError:
+        yield None
+        return
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if give_up is not None and give_up():
+                    raise TurnAbandoned(f"gave up waiting for GPU {gpu_id}'s turn after {time.monotonic() - t0:.1f} s") from None
+                time.sleep(poll_s)
+        yield time.monotonic() - t0
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock

@@ -1,0 +1,123 @@
+"""The GPU's turn (sandbox/gpu_turn.py) between real processes: a second evaluator on the same GPU waits
+for the first, a killed holder frees the GPU at once, other GPUs do not wait, and a temporary directory
+where no lock file can be made runs the evaluation without a turn."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from cuforge.sandbox import gpu_turn as turns
+
+HOLDER = """
+import sys, time
+from cuforge.sandbox.gpu_turn import gpu_turn
+with gpu_turn(sys.argv[1]) as waited:
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def hold(gpu_id: str, seconds: float) -> subprocess.Popen:
+    """A process holding the GPU's turn for `seconds`, once it has said so."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, gpu_id, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_evaluator_on_the_same_gpu_waits_for_the_first():
+    gpu = f"test-{uuid.uuid4().hex}"
+    holder = hold(gpu, 1.5)
+    t0 = time.monotonic()
+    with turns.gpu_turn(gpu) as waited:
+        pass
+    assert waited is not None and waited >= 1.0 and time.monotonic() - t0 >= 1.0  # the holder's 1.5 s, less its start
+    assert holder.wait(timeout=30) == 0
+
+
+def test_a_killed_holder_frees_the_gpu_at_once():
+    gpu = f"test-{uuid.uuid4().hex}"
+    holder = hold(gpu, 120)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    with turns.gpu_turn(gpu) as waited:
+        assert waited is not None and waited < 5
+
+
+def test_another_gpu_does_not_wait():
+    holder = hold(f"test-{uuid.uuid4().hex}", 30)
+    try:
+        with turns.gpu_turn(f"test-{uuid.uuid4().hex}") as waited:
+            assert waited is not None and waited < 1
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_gpu_ids_become_file_names():
+    assert turns.turn_path("GPU-8a1b/../x").name == "gpu-GPU-8a1b_.._x.lock"
+    assert turns.turn_path("0").parent.name == turns.LOCK_DIR
+
+
+def test_where_no_lock_file_can_be_made_the_block_runs_without_a_turn(tmp_path, monkeypatch):
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a_file"))  # no directory can be made in a file, even by root
+    ran = []
+    with turns.gpu_turn("0") as waited:
+        ran.append(waited)
+    assert ran == [None]
+
+
+def test_a_waiter_gives_up_when_asked():
+    gpu = f"test-{uuid.uuid4().hex}"
+    holder = hold(gpu, 120)
+    try:
+        deadline = time.monotonic() + 0.3
+        t0 = time.monotonic()
+        try:
+            with turns.gpu_turn(gpu, give_up=lambda: time.monotonic() > deadline):
+                raise AssertionError("the turn came while another process held it")
+        except turns.TurnAbandoned as e:
+            assert "gave up waiting" in str(e)
+        assert time.monotonic() - t0 < 5
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_supervisor_shut_down_while_waiting_for_the_gpu_returns_at_once(tmp_path):
+    # A stopping run closes its evaluators from another thread: one waiting for the turn must not keep the
+    # run's thread until another process's evaluation ends.
+    import threading
+
+    from conftest import relu_problem_source
+
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.candidate import Candidate
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.supervisor import Supervisor
+
+    f = tmp_path / "relu.py"
+    f.write_text(relu_problem_source(1024, "custom", "N"))
+    (problem,), _ = load_files([f])
+    gpu = f"test-{uuid.uuid4().hex}"
+    holder = hold(gpu, 120)
+    sup = Supervisor(gpu=gpu)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sup.evaluate(problem, Candidate("import torch\n", "module"), EvalConfig())))
+    try:
+        waiter.start()
+        time.sleep(0.5)
+        assert not got  # still waiting: the holder has the GPU
+        t0 = time.monotonic()
+        sup.close()
+        waiter.join(timeout=10)
+        assert not waiter.is_alive() and time.monotonic() - t0 < 5
+        assert got[0].status == "crash" and "shut down while it waited for the GPU" in got[0].message
+        assert sup.proc is None  # no worker was started for it
+    finally:
+        holder.kill()
+        holder.wait()
