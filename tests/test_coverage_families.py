@@ -242,6 +242,24 @@ def test_pooling_matches_and_compiles(tmp_path, layer, shape, kind, nd):
     smoke_compile(Pool(), p, 1)
 
 
+def test_pooling_of_unit_dims_added_and_dropped_around_it(tmp_path):
+    # KernelBench level2/55 pools a GEMM's features: (N, F) -> unsqueeze(1) -> max_pool1d (traced as a 2-d pool
+    # of one more unsqueeze) -> squeeze(1). Inserting and dropping unit dims moves no memory.
+    from cuforge.kernels.pool import Pool, match_pool
+
+    p = problem_from_expr(tmp_path, "F.max_pool1d(a.unsqueeze(1), 4).squeeze(1)", "torch.randn(16, 1000)", args="a")
+    m = match_pool(p)
+    assert not isinstance(m, str), m
+    assert (m.planes, m.size, m.out, m.kernel) == (16, (1, 1, 1000), (1, 1, 250), (1, 1, 4))
+    assert Pool().render(Pool().seeds(p)[0], p).launch.outputs == ((repr((16, 250)), "float32"),)
+    smoke_compile(Pool(), p, 1)
+    # Anything else after the pooling is another kernel's.
+    assert "other than squeezes" in match_pool(problem_from_expr(tmp_path, "F.max_pool1d(a.unsqueeze(1), 4).squeeze(1) * 2",
+                                                                 "torch.randn(16, 1000)", args="a"))
+    assert "not the input" in match_pool(problem_from_expr(tmp_path, "F.max_pool1d(a.transpose(0, 1).unsqueeze(1), 4)",
+                                                           "torch.randn(16, 1000)", args="a"))
+
+
 def test_pooling_rows_are_read_once_for_the_output_rows_that_share_them():
     """Which of a thread's output rows each input row of their windows feeds: a 4-tap stride-1 window
     over 4 output rows reads 7 rows, not 16; a stride-2, dilation-3 window leaves rows no one uses."""

@@ -75,6 +75,11 @@ def test_a_norm_then_its_elementwise_chain(sup, tmp_path, expr, init):
     # level2/23's: a group norm, then the mean of each image.
     ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
      "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),
+    # level2/55's and 98's: a GEMM's features pooled as (N, 1, 1, F) through unsqueezes, squeezed back.
+    ("torch.sum(F.max_pool1d(self.fc(a).unsqueeze(1), 2).squeeze(1), dim=1) * 0.5", "torch.randn(64, 256)",
+     "        self.fc = nn.Linear(256, 512)"),
+    ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
+     "        self.fc = nn.Linear(256, 512)"),
 ])
 def test_three_or_four_kernels_in_a_row(sup, tmp_path, expr, inputs, init):
     if (sup.info or sup.start()).get("compute_capability") != "9.0":

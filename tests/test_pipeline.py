@@ -111,6 +111,11 @@ def test_a_stage_reads_the_tensor_two_stages_back(tmp_path):
      "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
     ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
      "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),
+    # level2/55's and 98's: a GEMM's features pooled as (N, 1, 1, F) through unsqueezes, squeezed back.
+    ("torch.sum(F.max_pool1d(self.fc(a).unsqueeze(1), 2).squeeze(1), dim=1) * 0.5", "torch.randn(64, 256)",
+     "        self.fc = nn.Linear(256, 512)"),
+    ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
+     "        self.fc = nn.Linear(256, 512)"),
 ])
 def test_the_stages_compute_what_the_forward_computes(tmp_path, expr, inputs, init):
     # The cut and the feeds checked without a GPU: every stage's graph run with torch, chained as the

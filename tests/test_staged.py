@@ -42,6 +42,21 @@ def test_a_cut_whose_rest_reads_inside_the_head_is_refused(tmp_path):
     assert cut_at(p, 2) == "the rest reads a value from inside the head"
 
 
+def test_a_head_may_end_in_unit_dims_added_or_dropped_but_no_other_view(tmp_path):
+    p = problem_from_expr(tmp_path, "torch.relu(torch.tanh(a).unsqueeze(1).squeeze(1).unsqueeze(0))", "torch.randn(8, 8)", args="a")
+    ops = [n.op for n in p.graph]
+    assert ops == ["tanh", "unsqueeze", "squeeze", "unsqueeze", "relu"]
+    for k in (2, 3, 4):  # after tanh's unit-dim views: the tail gets the viewed tensor
+        cut = cut_at(p, k)
+        assert not isinstance(cut, str), (k, cut)
+        assert cut.tail.inputs[0].shape == p.graph[k - 1].shape
+    regrouped = problem_from_expr(tmp_path, "torch.relu(torch.tanh(a).view(4, 16))", "torch.randn(8, 8)", args="a")
+    assert [n.op for n in regrouped.graph] == ["tanh", "view", "relu"]
+    assert cut_at(regrouped, 2) == "the head would end in a view"
+    viewed_input = problem_from_expr(tmp_path, "torch.relu(a.unsqueeze(0))", "torch.randn(8, 8)", args="a")
+    assert cut_at(viewed_input, 1) == "the head would end in a view"
+
+
 def test_the_staged_module_launches_both_kernels_and_carries_its_config(tmp_path):
     p = problem_from_expr(tmp_path, CONV_GN[0], CONV_GN[1], args="a", init=CONV_GN[2])
     fam = families_for(p)[0][0]

@@ -1,5 +1,6 @@
 """Max and average pooling over 1-3 spatial dims of an NC... fp32 tensor (kernel, stride, padding,
-dilation, count_include_pad from the trace; 1-d pooling is traced as 2-d over an unsqueezed dim),
+dilation, count_include_pad from the trace; 1-d pooling is traced as 2-d over an unsqueezed dim; unit
+dims added before it and dropped after it, as a GEMM's features pooled as (N, 1, 1, F), move no memory),
 NaN propagating through max as in PyTorch. Every case is handled as 3-d with unit leading dims.
 
 A thread computes RH consecutive output rows x RW output columns (BX apart: a warp's loads stay
@@ -46,6 +47,37 @@ def _triple(v: Any, nd: int, default: int | None = None) -> tuple[int, ...] | No
     return vals
 
 
+def unsqueezes_from_input(graph: tuple[Any, ...] | list[Any], src: str) -> list[Any] | None:
+    """The unsqueezes that make `src` from in0, first first ([] when it is in0), or None if it is made
+    any other way."""
+    by_out = {n.out: n for n in graph}
+    views = []
+    while src != "in0":
+        n = by_out.get(src)
+        if n is None or n.op != "unsqueeze":
+            return None
+        views.append(n)
+        src = n.args[0]
+    return views[::-1]
+
+
+def squeezes_of(rest: list[Any], node: Any) -> tuple[str, ...] | None:
+    """The names the pooled values may go by after the squeezes `rest` applies to them (the node's own
+    where none does), or None where `rest` holds anything else (squeezes of the unused indices aside)."""
+    values, left = {node.out, f"{node.out}.0"}, list(rest)
+    last = ""
+    while left:
+        n = next((m for m in left if m.op == "squeeze" and m.args[0] in values | {f"{node.out}.1"}), None)
+        if n is None:
+            return None
+        left.remove(n)
+        if n.args[0] == f"{node.out}.1":
+            continue
+        values.add(n.out)
+        last = n.out
+    return (last,) if last else (node.out, f"{node.out}.0")
+
+
 def match_pool(problem: Problem) -> PoolMatch | str:
     g = problem.graph
     if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32":
@@ -55,15 +87,14 @@ def match_pool(problem: Problem) -> PoolMatch | str:
         return "no max or average pooling"
     kind, nd = POOLS[node.op]
     shape = tuple(problem.inputs[0].shape)
-    src, squeezed = node.args[0], False
-    rest = [n for n in g if n is not node]
-    if src != "in0":  # 1-d pooling: unsqueeze(x, -2) -> 2-d pool -> squeeze(-2)
-        pre = next((n for n in g if n.out == src), None)
-        if pre is None or pre.op != "unsqueeze" or pre.args[0] != "in0" or pre.args[1] not in (-2, len(shape) - 1):
-            return "the pooled tensor is not the input (or the input unsqueezed for 1-d pooling)"
-        shape = tuple(pre.shape)
-        rest = [n for n in rest if n is not pre]
-        squeezed = True
+    # The pooled tensor is the input, or the input with unit dims inserted (1-d pooling is traced as 2-d
+    # over unsqueeze(x, -2); a GEMM's features pooled as (N, 1, 1, F)): the same memory either way.
+    views = unsqueezes_from_input(g, node.args[0])
+    if views is None:
+        return "the pooled tensor is not the input (or the input with unit dims inserted)"
+    if views:
+        shape = tuple(views[-1].shape)
+    rest = [n for n in g if n is not node and n not in views]
     if len(shape) != nd + 2:
         return f"a {nd}-d pooling of a {len(shape) - 2}-d input"
     a = list(node.args) + [None] * 8
@@ -88,16 +119,10 @@ def match_pool(problem: Problem) -> PoolMatch | str:
     outs = problem.outputs
     if len(outs) != 1 or outs[0].dtype != "float32" or math.prod(outs[0].shape) != math.prod(want) or min(out) <= 0:
         return "the output is not the pooled values"
-    for n in rest:  # only the squeeze of the values (and an unused one of the indices) may remain
-        if n.op != "squeeze" or not (n.args[0] == node.out or n.args[0] == f"{node.out}.0" or
-                                     (n.args[0] == f"{node.out}.1" and n.out not in problem.graph_outputs)):
-            return f"{n.op} beside the pooling"
-    if squeezed:
-        values = next((n.out for n in rest if n.args[0] in (node.out, f"{node.out}.0")), None)
-        expected: tuple[tuple[str, ...], ...] = ((values,),)
-    else:
-        expected = ((node.out,), (f"{node.out}.0",))
-    if problem.graph_outputs not in expected:
+    values = squeezes_of(rest, node)
+    if values is None:
+        return "an op other than squeezes beside the pooling"
+    if len(problem.graph_outputs) != 1 or problem.graph_outputs[0] not in values:
         return "the forward's output is not the pooled values"
     def as_3d(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:  # leading unit dims
         return (fill,) * (3 - nd) + tuple(t)  # type: ignore[return-value]

@@ -43,7 +43,9 @@ def cut_at(problem: Problem, k: int) -> Cut | str:
     if not 0 < k < len(graph):
         return "no node to cut after"
     cut = graph[k - 1]
-    if cut.op in _VIEWS:
+    # Unit dims dropped or added keep a fresh tensor's memory as it is: a head may end in them (a pooling
+    # of a GEMM's features as (N, 1, 1, F), squeezed back); other views are left to the tail.
+    if cut.op in _VIEWS and not _unit_dims_only(graph[:k]):
         return "the head would end in a view"
     head_refs = {n.out for n in graph[:k - 1]}
     tail_nodes = graph[k:]
@@ -63,6 +65,18 @@ def cut_at(problem: Problem, k: int) -> Cut | str:
     head = replace(problem, id=problem.id + "#head", graph=graph[:k], graph_outputs=(cut.out,),
                    outputs=(TensorSpec(tuple(cut.shape), dtype),), ops=tuple(n.op for n in graph[:k] if n.op not in _VIEWS))
     return Cut(head, tail, tuple(inputs))
+
+
+def _unit_dims_only(head: tuple[OpNode, ...]) -> bool:
+    """Whether the views the head ends in only drop or add unit dims, after a computed value."""
+    views = 0
+    for n in reversed(head):
+        if n.op not in _VIEWS:
+            return views < len(head)
+        if n.op not in ("squeeze", "unsqueeze"):
+            return False
+        views += 1
+    return False  # views of an input alone
 
 
 def _flat(args: tuple[Any, ...]) -> list[Any]:
