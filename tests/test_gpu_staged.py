@@ -90,3 +90,18 @@ def test_three_or_four_kernels_in_a_row(sup, tmp_path, expr, inputs, init):
     for c in fam.seeds(p)[:2]:
         ev = sup.evaluate(p, fam.render(c, p), CFG)
         assert ev.status == "ok", (fam.name, c, ev.status, ev.message)
+
+
+def test_a_gemm_then_an_instance_norm_of_its_rows_with_a_residual(sup, tmp_path):
+    # KernelBench level2/28's shape: the chain after the norm reads the forward's second input.
+    from test_staged import GEMM_ROW_INSTANCE_NORM
+
+    if (sup.info or sup.start()).get("compute_capability") != "9.0":
+        pytest.skip("the head is a wgmma kernel: sm_90a")
+    expr, inputs, init = GEMM_ROW_INSTANCE_NORM
+    p = problem_from_expr(tmp_path, expr, inputs, init=init)
+    fam = families_for(p)[0][0]
+    assert fam.name == "staged:gemm_tf32x3_sm90+normalize"
+    for c in fam.seeds(p)[:2]:
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (fam.name, c, ev.status, ev.message)

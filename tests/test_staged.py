@@ -11,7 +11,7 @@ from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged, cut_at
 from cuforge.runtime import compile_cuda
 from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
-from template_helpers import problem_from_expr
+from template_helpers import problem_from_expr, smoke_compile
 
 CONV_GN = ("self.gn(torch.relu(self.conv(a)) * 2)", "torch.randn(2, 8, 20, 20)",
            "        self.conv = nn.Conv2d(8, 32, 3)\n        self.gn = nn.GroupNorm(4, 32)")
@@ -55,6 +55,37 @@ def test_a_head_may_end_in_unit_dims_added_or_dropped_but_no_other_view(tmp_path
     assert cut_at(regrouped, 2) == "the head would end in a view"
     viewed_input = problem_from_expr(tmp_path, "torch.relu(a.unsqueeze(0))", "torch.randn(8, 8)", args="a")
     assert cut_at(viewed_input, 1) == "the head would end in a view"
+
+
+# KernelBench level2/28: an instance norm of a GEMM's rows viewed as (N, 1, 1, F), then + y, * y.
+GEMM_ROW_INSTANCE_NORM = ("(self.inorm(self.fc(a).unsqueeze(1).unsqueeze(1)).squeeze(1).squeeze(1) + b) * b",
+                          "torch.randn(32, 64), torch.randn(32, 96)",
+                          "        self.fc = nn.Linear(64, 96)\n        self.inorm = nn.InstanceNorm2d(96)")
+
+
+def test_a_gemm_then_an_instance_norm_of_its_rows_with_the_second_input_in_the_chain(tmp_path):
+    import torch
+
+    from graph_eval import model_and_inputs, params_of, run_stages, stages_of
+
+    expr, inputs, init = GEMM_ROW_INSTANCE_NORM
+    p = problem_from_expr(tmp_path, expr, inputs, init=init)
+    fam = families_for(p)[0][0]
+    assert fam.name == "staged:gemm_tf32x3_sm90+normalize"
+    tail = fam.matched(p).tail
+    m = Normalize().matched(tail)
+    assert (m.kind, m.outer, m.reduced, m.inner) == ("instance", 32, 96, 1)
+    assert [kind for _, kind in m.epilogue.tensors] == ["rc"]  # y, per element (read once for both uses)
+    model, xs = model_and_inputs(p)
+    with torch.no_grad():
+        want = model(*xs)
+        got = run_stages(stages_of(fam, p), xs, params_of(model))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    smoke_compile(fam, p, 0)
+    # The norm's result must come back to the input's shape: one kernel writes its input's shape.
+    kept = problem_from_expr(tmp_path, "self.inorm(a.unsqueeze(1).unsqueeze(1)) + 1", "torch.randn(32, 96)", args="a",
+                             init="        self.inorm = nn.InstanceNorm2d(96)")
+    assert "the output must have the input's shape" in Normalize().supports(kept)
 
 
 def test_the_staged_module_launches_both_kernels_and_carries_its_config(tmp_path):

@@ -1,8 +1,9 @@
 """Normalizations by statistics over one dim or a row of dims: L1 (x / mean|x|), L2 (x / ||x||),
 RMS (x / sqrt(mean x^2 + eps)) over the last dim or a middle one, instance norm (traced as a
-batch norm over a (1, N*C, ...) view), group norm with its per-channel affine, and layer norm over
+batch norm over a (1, N*C, ...) view, of any view of the input), group norm with its per-channel affine, and layer norm over
 trailing dims with its elementwise affine; a norm op may be followed by an elementwise chain, fused
-into the write pass (a group norm, then hardtanh or x * sigmoid(x) * w). Rows (the stats
+into the write pass (a group norm, then hardtanh or x * sigmoid(x) * w; its operands may be further
+inputs, as a residual is). Rows (the stats
 run over contiguous memory): one block per row, a stats pass and a write pass. A middle dim: one
 thread per output column, both passes down the column (the second from cache), or for columns of
 at most 64 the column held in registers (one read)."""
@@ -72,17 +73,43 @@ def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | st
     """Instance norm (batch norm of a (1, N*C, ...) view, training statistics, no affine), group norm, and
     layer norm over trailing dims (one row per sample, elementwise affine)."""
     g = [n for n in problem.graph if not (n.op == "empty" and n.out.startswith("c"))]  # dead meta placeholders
-    found = _norm_op(problem, shape, g[:1]) if g and g[0].op in ("native_group_norm", "native_layer_norm") else \
-        _norm_op(problem, shape, g[:3])
+    if g and g[0].op in ("native_group_norm", "native_layer_norm"):
+        found, head, anchor = _norm_op(problem, shape, g[:1]), 1, g[0].out
+    else:
+        span = _instance_span(g, shape)
+        if isinstance(span, str):
+            return span
+        head, anchor = span
+        found = _norm_op(problem, shape, g[:head])
     if isinstance(found, str):
         return found
-    head = 1 if found.kind in ("group", "layer") else 3
     if len(g) > head:  # an elementwise chain after the norm: the write pass applies it
-        epi = compile_chain(problem, tuple(g[head:]), g[head - 1].out, shape, allow_rowsum=False)
+        epi = compile_chain(problem, tuple(g[head:]), anchor, shape, allow_rowsum=False)
         if isinstance(epi, str):
             return epi
         found = NormalizeMatch(**{**found.__dict__, "epilogue": epi})
     return found
+
+
+_REGROUP = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze")
+
+
+def _instance_span(g: list[OpNode], shape: tuple[int, ...]) -> tuple[int, str] | str:
+    """An instance norm's nodes: views of in0, the batch norm, views of its result back to in0's shape
+    (the input is contiguous, so every view keeps its memory order: KernelBench level2/28 normalizes a
+    GEMM's rows as (1, N, 1, F)). Their count and the name the chain after them reads."""
+    i, src = 0, "in0"
+    while i < len(g) and g[i].op in _REGROUP and g[i].args and g[i].args[0] == src:
+        src, i = g[i].out, i + 1
+    if i == 0 or i >= len(g) or g[i].op != "native_batch_norm":
+        return "not an instance, group or layer norm"
+    j, out = i + 1, {g[i].out, f"{g[i].out}.0"}
+    last = ""
+    while j < len(g) and g[j].op in _REGROUP and g[j].args and g[j].args[0] in out:
+        out, last, j = {g[j].out}, g[j].out, j + 1
+    if not last or tuple(g[j - 1].shape) != shape:
+        return "an instance norm whose result is not viewed back to the input's shape"
+    return j, last
 
 
 def _norm_op(problem: Problem, shape: tuple[int, ...], g: list[OpNode]) -> NormalizeMatch | str:
@@ -106,19 +133,21 @@ def _norm_op(problem: Problem, shape: tuple[int, ...], g: list[OpNode]) -> Norma
                 return "a layer norm whose affine is not two fp32 parameters of the normalized shape"
         reduced = math.prod(normalized)
         return NormalizeMatch("layer", math.prod(shape) // reduced, reduced, 1, float(eps), w, b)
-    if len(g) == 3 and [n.op for n in g] == ["view", "native_batch_norm", "view"] and g[0].args[0] == "in0":
-        bn = g[1]
-        view = tuple(g[0].shape)
-        if bn.args[0] != g[0].out or any(a is not None for a in bn.args[1:5]) or bn.args[5] is not True \
-                or len(view) < 3 or view[0] != 1 or g[2].args[0] not in (bn.out, f"{bn.out}.0"):
+    bns = [k for k, n in enumerate(g) if n.op == "native_batch_norm"]
+    if len(bns) == 1 and 0 < bns[0] < len(g) - 1:  # views, the batch norm, views (_instance_span)
+        bn = g[bns[0]]
+        view = tuple(g[bns[0] - 1].shape)
+        if bn.args[0] != g[bns[0] - 1].out or any(a is not None for a in bn.args[1:5]) or bn.args[5] is not True \
+                or len(view) < 3 or view[0] != 1:
             return "a batch norm that is not an instance norm (training statistics, no affine, over a (1, N*C, ...) view)"
         return NormalizeMatch("instance", view[1], math.prod(view[2:]), 1, float(bn.args[7]))
     return "not an instance, group or layer norm"
 
 
 def match_normalize(problem: Problem) -> NormalizeMatch | str:
-    if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 2:
-        return "needs one fp32 input of at least 2 dims"
+    # in0 is normalized; other inputs may only be operands of the chain after the norm (compile_chain's).
+    if not problem.inputs or any(x.dtype != "float32" for x in problem.inputs) or len(problem.inputs[0].shape) < 2:
+        return "needs fp32 inputs, the first of at least 2 dims"
     shape = tuple(problem.inputs[0].shape)
     if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != "float32":
         return "the output must have the input's shape (fp32)"
