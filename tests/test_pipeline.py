@@ -157,3 +157,14 @@ def test_a_compile_only_run_evaluates_each_distinct_pipeline_once(tmp_path):
     assert [status for status, _ in got] == ["compiled"] * 3
     configs = {str(sorted(config_of(source).items())) for _, source in got}
     assert len(configs) == 3
+
+
+def test_a_gemm_whose_features_are_pooled_through_unit_dims_is_four_kernels(tmp_path):
+    # KernelBench level2/55: unsqueeze, pool, squeeze are one pooling kernel over the GEMM's output.
+    p = problem_from_expr(tmp_path, "torch.sum(F.max_pool1d(self.fc(a).unsqueeze(1), 2).squeeze(1), dim=1) * 0.5",
+                          "torch.randn(64, 256)", args="a", init="        self.fc = nn.Linear(256, 512)")
+    fam = families_for(p)[0][0]
+    stages = fam.matched(p)
+    assert [s.family.name for s in stages] == ["gemm_tf32x3_sm90", "pool", "reduce_rows", "pointwise"]
+    assert stages[1].problem.outputs[0].shape == (64, 256)  # the pooled features, squeezed back to 2-d
+    smoke_compile(fam, p, 0)
