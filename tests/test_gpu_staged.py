@@ -8,6 +8,7 @@ from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged
 from cuforge.sandbox.evaluation import EvalConfig
+from test_pipeline import PIPELINE_CASES
 from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu
@@ -59,28 +60,7 @@ def test_a_norm_then_its_elementwise_chain(sup, tmp_path, expr, init):
         assert ev.status == "ok", (c, ev.status, ev.message)
 
 
-@pytest.mark.parametrize("expr, inputs, init", [
-    # KernelBench level2/10's shape: a transposed convolution, max pooling, hardtanh, a mean over H, W, tanh.
-    ("torch.tanh(torch.mean(F.hardtanh(F.max_pool2d(self.conv(a), 2), -1, 1), dim=(2, 3), keepdim=True))", "torch.randn(2, 8, 20, 21)",
-     "        self.conv = nn.ConvTranspose2d(8, 16, 3, stride=2)"),
-    # level2/51's: the GEMM's input back as a residual after a mean and a GELU (a later stage reads an input).
-    ("F.gelu(torch.mean(self.fc(a) - self.s, dim=1, keepdim=True)) + a", "torch.randn(64, 128)",
-     "        self.fc = nn.Linear(128, 128)\n        self.s = nn.Parameter(torch.randn(128))"),
-    # level2/72's: a training-mode batch norm, then two average poolings.
-    ("F.avg_pool3d(F.avg_pool3d(self.bn(self.conv(a)), 2), 2)", "torch.randn(2, 4, 9, 10, 11)",
-     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
-    # level2/15's: x - x.mean(...) after a batch norm, the last stage reading the stages one and two back.
-    ("(lambda y: y - y.mean(dim=(2, 3, 4), keepdim=True))(self.bn(self.conv(a)))", "torch.randn(2, 4, 6, 7, 8)",
-     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
-    # level2/23's: a group norm, then the mean of each image.
-    ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
-     "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),
-    # level2/55's and 98's: a GEMM's features pooled as (N, 1, 1, F) through unsqueezes, squeezed back.
-    ("torch.sum(F.max_pool1d(self.fc(a).unsqueeze(1), 2).squeeze(1), dim=1) * 0.5", "torch.randn(64, 256)",
-     "        self.fc = nn.Linear(256, 512)"),
-    ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
-     "        self.fc = nn.Linear(256, 512)"),
-])
+@pytest.mark.parametrize("expr, inputs, init", PIPELINE_CASES)
 def test_three_or_four_kernels_in_a_row(sup, tmp_path, expr, inputs, init):
     if (sup.info or sup.start()).get("compute_capability") != "9.0":
         pytest.skip("the heads are wgmma kernels: sm_90a")

@@ -13,6 +13,29 @@ from template_helpers import problem_from_expr, smoke_compile
 CONV_POOL_MEAN = ("torch.tanh(torch.mean(F.hardtanh(F.max_pool2d(self.conv(a), 2), -1, 1), dim=(2, 3), keepdim=True))",
                   "torch.randn(2, 8, 20, 21)", "        self.conv = nn.ConvTranspose2d(8, 16, 3, stride=2)")
 
+# KernelBench level2 shapes at small sizes, each three or four kernels (test_gpu_staged runs them on a GPU).
+PIPELINE_CASES = [
+    # level2/10's: a transposed convolution, max pooling, hardtanh, a mean over H, W, tanh.
+    CONV_POOL_MEAN,
+    # level2/51's: the GEMM's input back as a residual after a mean and a GELU (a later stage reads an input).
+    ("F.gelu(torch.mean(self.fc(a) - self.s, dim=1, keepdim=True)) + a", "torch.randn(64, 128)",
+     "        self.fc = nn.Linear(128, 128)\n        self.s = nn.Parameter(torch.randn(128))"),
+    # level2/72's: a training-mode batch norm, then two average poolings.
+    ("F.avg_pool3d(F.avg_pool3d(self.bn(self.conv(a)), 2), 2)", "torch.randn(2, 4, 9, 10, 11)",
+     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
+    # level2/15's: x - x.mean(...) after a batch norm, the last stage reading the stages one and two back.
+    ("(lambda y: y - y.mean(dim=(2, 3, 4), keepdim=True))(self.bn(self.conv(a)))", "torch.randn(2, 4, 6, 7, 8)",
+     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
+    # level2/23's: a group norm, then the mean of each image.
+    ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
+     "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),
+    # level2/55's and 98's: a GEMM's features pooled as (N, 1, 1, F) through unsqueezes, squeezed back.
+    ("torch.sum(F.max_pool1d(self.fc(a).unsqueeze(1), 2).squeeze(1), dim=1) * 0.5", "torch.randn(64, 256)",
+     "        self.fc = nn.Linear(256, 512)"),
+    ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
+     "        self.fc = nn.Linear(256, 512)"),
+]
+
 
 def test_a_convolution_a_pooling_and_a_mean_are_three_stages(tmp_path):
     p = problem_from_expr(tmp_path, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
@@ -101,22 +124,7 @@ def test_a_stage_reads_the_tensor_two_stages_back(tmp_path):
     smoke_compile(fams[0], p, 0)
 
 
-@pytest.mark.parametrize("expr, inputs, init", [
-    CONV_POOL_MEAN,
-    ("F.gelu(torch.mean(self.fc(a) - self.s, dim=1, keepdim=True)) + a", "torch.randn(64, 128)",
-     "        self.fc = nn.Linear(128, 128)\n        self.s = nn.Parameter(torch.randn(128))"),
-    ("(lambda y: y - y.mean(dim=(2, 3, 4), keepdim=True))(self.bn(self.conv(a)))", "torch.randn(2, 4, 6, 7, 8)",
-     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
-    ("F.avg_pool3d(F.avg_pool3d(self.bn(self.conv(a)), 2), 2)", "torch.randn(2, 4, 9, 10, 11)",
-     "        self.conv = nn.ConvTranspose3d(4, 8, 3, stride=2)\n        self.bn = nn.BatchNorm3d(8)"),
-    ("self.gn(self.conv(a)).mean(dim=[1, 2, 3, 4])", "torch.randn(4, 3, 8, 12, 12)",
-     "        self.conv = nn.Conv3d(3, 16, 3)\n        self.gn = nn.GroupNorm(4, 16)"),
-    # level2/55's and 98's: a GEMM's features pooled as (N, 1, 1, F) through unsqueezes, squeezed back.
-    ("torch.sum(F.max_pool1d(self.fc(a).unsqueeze(1), 2).squeeze(1), dim=1) * 0.5", "torch.randn(64, 256)",
-     "        self.fc = nn.Linear(256, 512)"),
-    ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
-     "        self.fc = nn.Linear(256, 512)"),
-])
+@pytest.mark.parametrize("expr, inputs, init", PIPELINE_CASES)
 def test_the_stages_compute_what_the_forward_computes(tmp_path, expr, inputs, init):
     # The cut and the feeds checked without a GPU: every stage's graph run with torch, chained as the
     # candidate module chains its kernels, against the model's own forward.
