@@ -2,9 +2,9 @@
 dilated, transposed) computed directly: a grouped convolution's GEMMs are too thin for tensor-core tiles
 (a depthwise one multiplies one input channel per output channel), and an image's 3 colour channels
 leave the implicit GEMM's 32-channel k-tiles mostly padding, so each thread sums its outputs' taps over
-the group's input channels with FFMA, reading the input through the caches. A thread computes OCT output channels of one
-group (each input value loaded once for all of them) at PW neighbouring output pixels along W; the
-traced elementwise chain runs on each value before its store."""
+the group's input channels with FFMA, reading the input through the caches. A thread computes OCT
+output channels of one group (each input value loaded once for all of them) at PW neighbouring output
+pixels along W; the traced elementwise chain runs on each value before its store."""
 
 from __future__ import annotations
 
