@@ -3,9 +3,10 @@ RMS (x / sqrt(mean x^2 + eps)) over the last dim or a middle one, instance norm 
 batch norm over a (1, N*C, ...) view, of any view of the input), group norm with its per-channel
 affine, and layer norm over trailing dims with its elementwise affine; a norm op may be followed by
 an elementwise chain, fused into the write pass (a group norm, then hardtanh or x * sigmoid(x) * w;
-its operands may be further inputs, as a residual is). Rows (the stats run over contiguous memory): one block per row, a stats pass and a write pass. A middle dim: one
-thread per output column, both passes down the column (the second from cache), or for columns of
-at most 64 the column held in registers (one read)."""
+its operands may be further inputs, as a residual is). Rows (the stats run over contiguous memory):
+one block per row, a stats pass and a write pass. A middle dim: one thread per output column, both
+passes down the column (the second from cache), or for columns of at most 64 the column held in
+registers (one read)."""
 
 from __future__ import annotations
 
