@@ -1,7 +1,7 @@
 """One evaluation at a time on a GPU, across every cuforge process of this machine. Another run's kernels
-on the same GPU stretch this one's timings, and the judge's check for work a candidate left running past
-its timed batches (brackets.RemoteBracketTimer._busy_after) cannot tell their kernels from the
-candidate's: two evaluators sharing a GPU would accuse honest kernels of escaping the timer.
+on the same GPU stretch this one's timings, and the judges' checks for work a candidate hides from the
+timer (timing.escaped_work's wall clock against events; brackets.RemoteBracketTimer._busy_after's probe)
+cannot tell their kernels from the candidate's: evaluators sharing a GPU would accuse honest kernels.
 
 The turn is an exclusive flock on a per-GPU file in the system's temporary directory: the kernel drops
 it when its holder exits or is killed, so no crash leaves a GPU locked."""
