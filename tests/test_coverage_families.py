@@ -58,11 +58,29 @@ def test_pointwise_indexes_rows_and_columns_only_when_an_operand_needs_them(tmp_
     assert per_col.chain.tensors == (("in1", "c"),)
 
 
+@pytest.mark.parametrize("expr, inputs", [
+    ("a + b", "torch.randn(16, 1), torch.randn(1, 32, 1, 1)"),  # KernelBench level2/75's end: (1, 32, 16, 1)
+    ("torch.maximum(a, b) * 2", "torch.randn(8, 96), torch.randn(8, 1, 96)"),
+])
+def test_an_output_no_input_has_the_shape_of_reads_every_input_broadcast(tmp_path, expr, inputs):
+    import math
+
+    p = problem_from_expr(tmp_path, expr, inputs)
+    m = match_pointwise(p)
+    assert not isinstance(m, str), m
+    assert m.anchor is None and m.shape == tuple(p.outputs[0].shape)
+    assert [kind[0] for _, kind in m.chain.tensors] == ["b", "b"]  # both at an index computed from the flat one
+    fam = PointwiseChain()
+    assert {c["VEC"] for c in fam.seeds(p)} == {1} and not fam.valid(dict(VEC=4, BLOCK=256, WAVES=0), p)
+    launch = fam.render(fam.seeds(p)[0], p).launch
+    assert launch.outputs == ((repr(m.shape), "float32"),) and ("n", str(math.prod(m.shape))) in launch.bindings
+    smoke_compile(fam, p, 2)
+
+
 @pytest.mark.parametrize("expr, inputs, why", [
     ("a.sum(dim=0)", X, "not only elementwise ops"),
     ("a.int() + 1", X, "not only elementwise ops"),
     ("a", X, "no traced graph"),
-    ("a + b", "torch.randn(8, 96), torch.randn(8, 1, 96)", "broadcast"),
 ])
 def test_pointwise_refusals_say_why(tmp_path, expr, inputs, why):
     p = problem_from_expr(tmp_path, expr, inputs, args="a, b" if "b" in expr else "a")

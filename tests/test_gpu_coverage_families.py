@@ -35,6 +35,8 @@ def check(sup, fam, p, n_random=2):
     ("torch.minimum(a, torch.tensor(0.1))", "torch.where(torch.rand(64, 1024) < 0.01, torch.nan, torch.randn(64, 1024))", "a"),
     # Operands broadcast other than per element, row or column: their index from the flat one (level2/50).
     ("(a + b) * 0.5 - c", "torch.randn(4, 16, 6, 7, 9), torch.randn(16, 1, 1, 1), torch.randn(4, 1, 1, 7, 1)", "a, b, c"),
+    # No input of the output's shape (level2/75's outer sum): every input read at its broadcast index.
+    ("a + b", "torch.randn(1000, 1), torch.randn(1, 333, 1, 1)", "a, b"),
 ])
 def test_pointwise_chains(sup, tmp_path, expr, inputs, args):
     check(sup, PointwiseChain(), problem_from_expr(tmp_path, expr, inputs, args=args))

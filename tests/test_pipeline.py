@@ -34,6 +34,9 @@ PIPELINE_CASES = [
      "        self.fc = nn.Linear(256, 512)"),
     ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
      "        self.fc = nn.Linear(256, 512)"),
+    # level2/75's: a group norm, a min over the features, then a bias that broadcasts it to (1, F, N, 1).
+    ("torch.min(self.gn(self.fc(a)), dim=1, keepdim=True)[0] + self.b", "torch.randn(64, 128)",
+     "        self.fc = nn.Linear(128, 96)\n        self.gn = nn.GroupNorm(8, 96)\n        self.b = nn.Parameter(torch.randn(1, 96, 1, 1))"),
 ]
 
 

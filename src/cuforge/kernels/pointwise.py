@@ -1,9 +1,13 @@
 """Pointwise chains: any forward made only of elementwise ops (activations written as one op or spelled
 out with pow, tanh, exp, abs, div, ...) over fp32 tensors of the output's shape, with per-column or
-per-row operands and constants, fused into one kernel that reads each input once and writes once."""
+per-row operands and constants, fused into one kernel that reads each input once and writes once.
+Where no input has the output's shape (an outer sum: (N, 1) + (1, F, 1, 1) makes (1, F, N, 1), as
+KernelBench level2/75 ends), every input is an operand read at its broadcast index, one element a
+thread."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +19,9 @@ from cuforge.sandbox.candidate import LaunchSpec
 
 @dataclass(frozen=True)
 class PointwiseMatch:
-    anchor: str  # the input read as the chain's starting value (vector loads)
+    anchor: str | None  # the input read as the chain's starting value (vector loads); None: all broadcast
     chain: Epilogue
+    shape: tuple[int, ...] = ()  # the output's
 
 
 def match_pointwise(problem: Problem) -> PointwiseMatch | str:
@@ -33,14 +38,15 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
     if not full:
         return "a 0-dim output"
     anchor = next((f"in{i}" for i, x in enumerate(problem.inputs) if tuple(x.shape) == full and x.dtype == "float32"), None)
-    if anchor is None:
-        return "no fp32 input of the output's shape"
-    chain = compile_chain(problem, graph, anchor, full, "float32", allow_rowsum=False)
+    if anchor is None and (not problem.inputs or any(x.dtype != "float32" for x in problem.inputs)):
+        return "no fp32 input of the output's shape, and inputs that are not all fp32 to broadcast"
+    # Without an anchor the chain starts from nothing: every input is an operand at its broadcast index.
+    chain = compile_chain(problem, graph, anchor or "<no anchor>", full, "float32", allow_rowsum=False)
     if isinstance(chain, str):
         return chain
     if not chain.body:
         return "the forward returns its input unchanged"
-    return PointwiseMatch(anchor, chain)
+    return PointwiseMatch(anchor, chain, full)
 
 
 class PointwiseChain(GraphFamily):
@@ -53,18 +59,26 @@ class PointwiseChain(GraphFamily):
     def match(self, problem: Problem) -> PointwiseMatch | str:
         return match_pointwise(problem)
 
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        return self.matched(problem).anchor is not None or c["VEC"] == 1  # no anchor: no vector to load
+
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        if self.matched(problem).anchor is None:
+            return [dict(VEC=1, BLOCK=256, WAVES=0), dict(VEC=1, BLOCK=512, WAVES=8), dict(VEC=1, BLOCK=128, WAVES=0)]
         return [dict(VEC=4, BLOCK=256, WAVES=0), dict(VEC=4, BLOCK=512, WAVES=8), dict(VEC=2, BLOCK=256, WAVES=0)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph)}
+        return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph),
+                "ANCHOR": m.anchor is not None}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
         grid = grid_stride_grid(f"cdiv(n, {c['VEC']})", c["BLOCK"], c["WAVES"])
+        if m.anchor is None:  # the output's shape is known from the trace alone
+            shape, n, cols = repr(m.shape), str(math.prod(m.shape)), str(m.shape[-1])
+        else:
+            shape, n, cols = f"{m.anchor}.shape", f"{m.anchor}.numel()", f"{m.anchor}.shape[-1]"
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
-                          args=(m.anchor, "out0", "n", "cols", *m.chain.launch_args()),
-                          outputs=((f"{m.anchor}.shape", "float32"),),
-                          bindings=(("n", f"{m.anchor}.numel()"), ("cols", f"{m.anchor}.shape[-1]"),
-                                    sm_count(m.anchor)))
+                          args=(m.anchor or "in0", "out0", "n", "cols", *m.chain.launch_args()),
+                          outputs=((shape, "float32"),), bindings=(("n", n), ("cols", cols), sm_count(m.anchor or "in0")))
