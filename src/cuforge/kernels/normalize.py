@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import LEAF_VIEWS, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
@@ -91,21 +91,18 @@ def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | st
     return found
 
 
-_REGROUP = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze")
-
-
 def _instance_span(g: list[OpNode], shape: tuple[int, ...]) -> tuple[int, str] | str:
     """An instance norm's nodes: views of in0, the batch norm, views of its result back to in0's shape
     (the input is contiguous, so every view keeps its memory order: KernelBench level2/28 normalizes a
     GEMM's rows as (1, N, 1, F)). Their count and the name the chain after them reads."""
     i, src = 0, "in0"
-    while i < len(g) and g[i].op in _REGROUP and g[i].args and g[i].args[0] == src:
+    while i < len(g) and g[i].op in LEAF_VIEWS and g[i].args and g[i].args[0] == src:
         src, i = g[i].out, i + 1
     if i == 0 or i >= len(g) or g[i].op != "native_batch_norm":
         return "not an instance, group or layer norm"
     j, out = i + 1, {g[i].out, f"{g[i].out}.0"}
     last = ""
-    while j < len(g) and g[j].op in _REGROUP and g[j].args and g[j].args[0] in out:
+    while j < len(g) and g[j].op in LEAF_VIEWS and g[j].args and g[j].args[0] in out:
         out, last, j = {g[j].out}, g[j].out, j + 1
     if not last or tuple(g[j - 1].shape) != shape:
         return "an instance norm whose result is not viewed back to the input's shape"
