@@ -237,7 +237,7 @@ def test_evaluators_of_other_processes_sharing_the_gpu_accuse_no_one(tmp_path):
     import sys
 
     f = tmp_path / "relu.py"
-    f.write_text(relu_problem_source(2**22, "custom", "N"))
+    f.write_text(relu_problem_source(2**22, "any", "N"))
     procs = [subprocess.Popen([sys.executable, "-c", SHARED_GPU_EVALUATOR, str(f)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     results = []
