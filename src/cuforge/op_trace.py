@@ -21,7 +21,7 @@ def op_name(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     name = func.overloadpacket.__name__
     if name == "gelu" and kwargs.get("approximate") == "tanh":
         return "gelu_tanh"  # a different function, not a flavour of the same one
-    if name in ("_softmax", "_log_softmax") and len(args) > 1 and hasattr(args[0], "dim"):
+    if name in ("_softmax", "_log_softmax", "_safe_softmax") and len(args) > 1 and hasattr(args[0], "dim"):
         if int(args[1]) % max(args[0].dim(), 1) == args[0].dim() - 1:
             return name + "_lastdim"  # row-wise kernels cover the last dimension only
     if name in ("sum", "max", "argmax") and len(args) > 1 and hasattr(args[0], "dim") and args[0].dim() > 0:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
 from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
-from cuforge.kernels.softmax import SOFTMAX_OPS, depends_on_inputs
+from cuforge.kernels.softmax import SAFE_OPS, SOFTMAX_OPS, depends_on_inputs
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
@@ -38,7 +38,7 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
     if not nodes or nodes[0].op not in ("bmm", "mm"):
         return "does not start with an mm or bmm"
     gemm = nodes[0]
-    soft = [i for i, n in enumerate(nodes) if n.op in SOFTMAX_OPS]
+    soft = [i for i, n in enumerate(nodes) if n.op in SOFTMAX_OPS and n.op not in SAFE_OPS]
     if len(soft) != 1:
         return "not one softmax over the last dim after the GEMM"
     a, b = gemm.args[:2]

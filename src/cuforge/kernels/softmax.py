@@ -14,7 +14,9 @@ from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
-SOFTMAX_OPS = {"_softmax_lastdim": False, "_log_softmax_lastdim": True}  # op -> log
+SOFTMAX_OPS = {"_softmax_lastdim": False, "_log_softmax_lastdim": True, "_safe_softmax_lastdim": False}  # op -> log
+# scaled_dot_product_attention's softmax: a row that is -inf throughout comes out 0, not NaN.
+SAFE_OPS = frozenset({"_safe_softmax_lastdim"})
 MAX_CACHED = 64  # floats of the row one thread may hold in registers
 
 
@@ -28,6 +30,7 @@ class SoftmaxMatch:
     cols: int
     prologue: Epilogue
     epilogue: Epilogue
+    safe: bool = False
 
 
 def depends_on_inputs(graph: tuple[OpNode, ...]) -> set[str]:
@@ -72,7 +75,7 @@ def match_softmax(problem: Problem) -> SoftmaxMatch | str:
     out = problem.outputs[0].dtype if problem.outputs else ""
     if out != spec.dtype:
         return f"the output dtype {out} is not the input's {spec.dtype}"
-    return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, pro, epi)
+    return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, pro, epi, node.op in SAFE_OPS)
 
 
 class SoftmaxRows(Family):
@@ -115,7 +118,7 @@ class SoftmaxRows(Family):
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = match_softmax(problem)
         assert not isinstance(f, str)
-        return {"LOG": f.log, "T": CTYPES[f.in_dtype], "PRO": f.prologue, "EPI": f.epilogue}
+        return {"LOG": f.log, "SAFE": f.safe, "T": CTYPES[f.in_dtype], "PRO": f.prologue, "EPI": f.epilogue}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_softmax(problem)
