@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,7 @@ def _renamed(x: Any, alias: dict[str, str]) -> Any:
     if is_ref(x):
         m = _BASE.match(x)
         if m and m.group(1) in alias:
-            return alias[m.group(1)] + m.group(2)
+            return (alias[m.group(1)] + m.group(2)).replace(".T.T", "")  # swapped twice: as stored
     return x
 
 
@@ -91,4 +92,77 @@ def drop_identity_reductions(nodes: tuple[OpNode, ...], outputs: tuple[str, ...]
             alias[n.out] = src
             continue
         kept.append(n)
+    return tuple(kept), tuple(_renamed(o, alias) for o in outputs)
+
+
+_PRODUCTS = frozenset({"mm", "bmm"})
+_OPERAND_VIEWS = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "permute"})
+_INDEX = re.compile(r"^[tc](\d+)")
+
+
+def _scalar_factor(node: OpNode) -> tuple[str, float] | None:
+    """(tensor ref, number) when the node multiplies one tensor by a Python number."""
+    if node.op != "mul" or len(node.args) != 2 or node.kwargs:
+        return None
+    for x, s in (node.args, node.args[::-1]):
+        if is_ref(x) and isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s):
+            return x, float(s)
+    return None
+
+
+def fold_operand_scales(nodes: tuple[OpNode, ...], outputs: tuple[str, ...]) -> tuple[tuple[OpNode, ...], tuple[str, ...]]:
+    """The graph with each number that scales a matmul operand (q * s, k * s before q @ k^T: how
+    scaled_dot_product_attention's math traces) moved after the product, past the views of its result:
+    (a * s) @ (b * t) = (a @ b) * (s * t), so that a GEMM reads its operands as stored and scales in its
+    epilogue. Only scales whose result feeds nothing else are moved."""
+    uses: dict[str, int] = {}
+    for n in nodes:
+        for m in re.finditer(r"\b[tc]\d+", repr(n.args) + repr(n.kwargs)):
+            uses[m.group(0)] = uses.get(m.group(0), 0) + 1
+    for o in outputs:
+        uses[o.split(".")[0]] = uses.get(o.split(".")[0], 0) + 1
+    by_out = {n.out: n for n in nodes}
+    dropped: dict[str, str] = {}  # a moved scale's result -> the tensor it scaled
+    factor: dict[str, float] = {}  # product -> the numbers moved onto it
+    for p in nodes:
+        if p.op not in _PRODUCTS:
+            continue
+        for ref in p.args[:2]:
+            while is_ref(ref) and ref.split(".")[0] in by_out and uses.get(ref.split(".")[0]) == 1:
+                n = by_out[ref.split(".")[0]]
+                scaled = _scalar_factor(n)
+                if scaled is not None:
+                    dropped[n.out] = scaled[0]
+                    factor[p.out] = factor.get(p.out, 1.0) * scaled[1]
+                    break
+                if n.op not in _OPERAND_VIEWS or not n.args:
+                    break
+                ref = n.args[0]
+    if not factor:
+        return nodes, outputs
+    # Where each product's scale goes: after the views its result alone passes through.
+    consumers: dict[str, OpNode] = {}
+    for n in nodes:
+        if n.args and is_ref(n.args[0]):
+            consumers.setdefault(n.args[0], n)
+    after: dict[str, float] = {}
+    for p, f in factor.items():
+        end = p
+        while uses.get(end) == 1 and end in consumers and consumers[end].op in _OPERAND_VIEWS:
+            end = consumers[end].out
+        after[end] = after.get(end, 1.0) * f
+    fresh = 1 + max(int(m.group(1)) for n in nodes if (m := _INDEX.match(n.out)))
+    alias: dict[str, str] = {}
+    kept: list[OpNode] = []
+    for n in nodes:
+        if n.out in dropped:
+            alias[n.out] = _renamed(dropped[n.out], alias)
+            continue
+        n = OpNode(n.op, _renamed(n.args, alias), tuple((k, _renamed(v, alias)) for k, v in n.kwargs), n.out, n.shape)
+        kept.append(n)
+        if n.out in after and after[n.out] != 1.0:
+            scaled = OpNode("mul", (n.out, after[n.out]), (), f"t{fresh}", n.shape)
+            fresh += 1
+            kept.append(scaled)
+            alias[n.out] = scaled.out
     return tuple(kept), tuple(_renamed(o, alias) for o in outputs)

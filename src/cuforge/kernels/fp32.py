@@ -34,6 +34,13 @@ class GemmMatch:
     # A is an input of 3+ dims whose leading dims the forward merged into M by a view (x.view(-1, K) @ W,
     # torch.matmul of a 3-D tensor and a matrix); the output is then viewed back to out_shape.
     a_merged: bool = False
+    # A batched GEMM over inputs of 4+ dims whose leading dims a view merged into bmm's batch (attention's
+    # (batch, heads, rows, cols) operands): those dims, which the output keeps.
+    lead: tuple[int, ...] = ()
+
+    def batch(self) -> int:
+        """How many products the batch holds."""
+        return math.prod(self.lead) if self.lead else self.out_shape[0] if self.batched else 1
 
 
 _VIEWS = ("view", "reshape", "_unsafe_view")
@@ -67,8 +74,52 @@ def match_gemm(problem: Problem) -> GemmMatch | str:
         return "no traced graph"
     found = _match_gemm(problem)
     if isinstance(found, str):
-        return _viewed_gemm(problem) or found
+        return _viewed_gemm(problem) or _batched_through_views(problem) or found
     return found
+
+
+def _batched_through_views(problem: Problem) -> GemmMatch | str | None:
+    """bmm over N-D inputs (N >= 4) whose leading dims views merged into one batch dim, each operand as
+    stored or with its last two dims swapped, the result viewed back to those leading dims and then the
+    traced epilogue (attention's q @ k^T over (batch, heads, rows, cols)). None where the graph is not
+    that shape; why not, where it is but something else does not fit."""
+    graph = problem.graph
+    at = next((i for i, n in enumerate(graph) if n.op not in VIEW_OPS), None)
+    if not at or graph[at].op != "bmm" or len(graph) < at + 2:
+        return None
+    mm, back = graph[at], graph[at + 1]
+    la, lb = layout(problem, mm.args[0]), layout(problem, mm.args[1])
+    if la is None or lb is None:
+        return None
+    (a, sha, sta), (b, shb, stb) = la, lb
+    spec_a, spec_b = leaf_spec(problem, a), leaf_spec(problem, b)
+    if spec_a is None or spec_b is None or len(spec_a.shape) < 4 or len(sha) != 3 or len(shb) != 3:
+        return None
+    lead = tuple(spec_a.shape[:-2])
+    batch, m, k = sha
+    n = shb[2]
+    if tuple(spec_b.shape[:-2]) != lead or math.prod(lead) != batch or shb[0] != batch:
+        return "the operands' leading dims differ"
+    if spec_a.dtype != "float32" or spec_b.dtype != "float32":
+        return "operands are not fp32"
+    operands = []
+    for spec, shape, strides in ((spec_a, sha, sta), (spec_b, shb, stb)):
+        rows, cols = shape[1:]
+        if tuple(spec.shape[-2:]) == (rows, cols) and is_dense(shape, strides):
+            operands.append(False)
+        elif tuple(spec.shape[-2:]) == (cols, rows) and is_dense((batch, cols, rows), (strides[0], strides[2], strides[1])):
+            operands.append(True)
+        else:
+            return "an operand is neither its input as stored nor that with its last two dims swapped"
+    ta, tb = operands
+    if back.op not in VIEW_OPS or back.args[0] != mm.out or tuple(back.shape) != lead + (m, n):
+        return "the batched product is not viewed back to its inputs' leading dims"
+    epi = compile_chain(problem, graph[at + 2:], back.out, tuple(back.shape))
+    if isinstance(epi, str):
+        return epi
+    if epi.rowsum:
+        return "a row sum of a GEMM batched over several dims"
+    return GemmMatch(a, ta, b, tb, True, m, k, n, epi, lead + (m, n), lead=lead)
 
 
 def _viewed_gemm(problem: Problem) -> GemmMatch | None:
@@ -189,8 +240,9 @@ def gemm_launch_names(f: GemmMatch) -> tuple[list[tuple[str, str]], tuple[str, s
     bindings = [("M", f"{f.a}.numel() // {f.a}.shape[-1]" if f.a_merged else f"{f.a}.shape[-1]" if f.ta else f"{f.a}.shape[-2]"),
                 ("K", f"{f.a}.shape[-2]" if f.ta else f"{f.a}.shape[-1]"),
                 ("N", f"{f.b}.shape[-2]" if f.tb else f"{f.b}.shape[-1]"),
-                ("BATCH", f"{f.a}.shape[0]" if f.batched else "1")]
-    out = repr(f.out_shape) if f.a_merged else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim)
+                ("BATCH", f"{f.a}.numel() // ({f.a}.shape[-1] * {f.a}.shape[-2])" if f.lead else f"{f.a}.shape[0]" if f.batched else "1")]
+    out = (repr(f.out_shape) if f.a_merged else f"(*{f.a}.shape[:-2], M, N)" if f.lead
+           else _shape_expr("M", "N", f.batched, f.epilogue.rowsum, f.epilogue.keepdim))
     return bindings, (out, "float32")
 
 
@@ -243,7 +295,7 @@ class GemmF32(Family):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         found = match_gemm(problem)
         assert not isinstance(found, str)
-        batch = leaf_spec(problem, found.a).shape[0] if found.batched else 1  # type: ignore[union-attr]
+        batch = found.batch()
         valid = [c for c in self.PRESETS if self.valid(c, problem)]
 
         def blocks(c: dict[str, Any]) -> int:

@@ -8,7 +8,6 @@ from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, tiles
 from cuforge.kernels.fp32 import GemmMatch, gemm_launch_names, match_gemm
-from cuforge.kernels.chains import leaf_spec
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -74,7 +73,7 @@ class GemmTf32x3Sm90(GraphFamily):
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         f = self.matched(problem)
-        batch = leaf_spec(problem, f.a).shape[0] if f.batched else 1  # type: ignore[union-attr]
+        batch = f.batch()
         out = []
         for bn in (128, 64, 192):
             stages = max(s for s in self.knobs["STAGES"] if self.valid({"BN": bn, "STAGES": s, "GROUP_M": 8, "SPLIT_K": 1}, problem))

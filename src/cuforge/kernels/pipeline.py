@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily
-from cuforge.kernels.staged import cut_at
+from cuforge.kernels.staged import cut_at, first_computed
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
 
@@ -70,7 +70,7 @@ class Pipeline(GraphFamily):
         return cache[key]
 
     def _match(self, problem: Problem) -> list[Stage] | str:
-        if not problem.graph or problem.graph[0].op not in ("convolution", "mm", "bmm", "addmm"):
+        if first_computed(problem) not in ("convolution", "mm", "bmm", "addmm"):
             return "does not start with a convolution or a GEMM"
         if len(problem.graph) < 3:
             return "fewer than three ops: one or two kernels' case"

@@ -67,6 +67,11 @@ def cut_at(problem: Problem, k: int) -> Cut | str:
     return Cut(head, tail, tuple(inputs))
 
 
+def first_computed(problem: Problem) -> str | None:
+    """The first op that computes something (views of the inputs before it only name their memory)."""
+    return next((n.op for n in problem.graph if n.op not in _VIEWS), None)
+
+
 def _unit_dims_only(head: tuple[OpNode, ...]) -> bool:
     """Whether the views the head ends in only drop or add unit dims, after a computed value."""
     views = 0
@@ -112,7 +117,7 @@ class Staged(GraphFamily):
         return cache[key]
 
     def _match(self, problem: Problem) -> Cut | str:
-        if not problem.graph or problem.graph[0].op not in ("convolution", "mm", "bmm", "addmm"):
+        if first_computed(problem) not in ("convolution", "mm", "bmm", "addmm"):
             return "does not start with a convolution or a GEMM"
         if self.head.supports(problem) is None:
             return f"{self.head.name} covers it in one kernel"

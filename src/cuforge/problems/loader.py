@@ -19,7 +19,7 @@ from typing import Any
 
 from cuforge import __version__
 from cuforge.procenv import scrubbed_env
-from cuforge.op_graph import OpNode, drop_identity_reductions
+from cuforge.op_graph import OpNode, drop_identity_reductions, fold_operand_scales
 from cuforge.problems.problem import (
     Problem,
     ProblemError,
@@ -41,7 +41,7 @@ def cache_dir() -> Path:
 
 def _cache_key(mode: str, source: bytes) -> str:
     h = hashlib.sha256()
-    h.update(f"{mode}|{__version__}|{_torch_version()}|v6|".encode())  # v5: replies carry the op graph; v6: literal 0-dim constants
+    h.update(f"{mode}|{__version__}|{_torch_version()}|v7|".encode())  # v5: replies carry the op graph; v6: literal 0-dim constants; v7: _safe_softmax_lastdim
     h.update(source)
     return h.hexdigest()
 
@@ -163,9 +163,9 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
     data = reply["data"]
     meta = meta_from_inspection(data["declared"], data["derived"])
     outputs = data.get("outputs")
-    graph, graph_outputs = drop_identity_reductions(
+    graph, graph_outputs = fold_operand_scales(*drop_identity_reductions(
         tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
-        tuple((data.get("graph") or {}).get("outputs", ())))
+        tuple((data.get("graph") or {}).get("outputs", ()))))
     return Problem(
         id=problem_id,
         source=source,
