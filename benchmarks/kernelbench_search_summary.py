@@ -1,9 +1,11 @@
 """Markdown tables for docs/benchmarks.md from kernelbench_search.py's results: coverage per level and
 family, then the searched files per family (fast_1 and geomean vs eager and torch.compile) and per file.
 
+    python benchmarks/kernelbench_search_summary.py --level 1
     python benchmarks/kernelbench_search_summary.py --coverage kb_coverage --search kb_search_level2_gemm
 
-A file searched in several result files takes its row from the last one named.
+A file searched in several result files takes its row from the last one named; without --search, every
+kb_search_*.json result, in the order of the dates they were written.
 """
 
 from __future__ import annotations
@@ -54,14 +56,17 @@ def search_tables(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--coverage", default="kb_coverage")
-    ap.add_argument("--search", default="kb_search_level1,kb_search_level1_norms,kb_search_level1_norms2,kb_search_level1_new,"
-                    "kb_search_level1_elem,kb_search_level1_gemm,kb_search_level1_gemm_6")
+    ap.add_argument("--search", default="", help="comma list of result names (default: every kb_search_* by date)")
+    ap.add_argument("--level", default="", help="only this level's files (1 or 2)")
     a = ap.parse_args()
     coverage_table(load(a.coverage)["coverage"])
+    names = a.search.split(",") if a.search else [n for _, n in sorted(
+        (load(p.stem).get("date", ""), p.stem) for p in RESULTS.glob("kb_search_*.json") if "search" in load(p.stem))]
     final: dict[str, dict[str, Any]] = {}
-    for name in a.search.split(","):
+    for name in names:
         for r in load(name)["search"]["rows"]:
-            final[r["problem"]] = r
+            if not a.level or r["problem"].split("/", 1)[1].startswith(f"l{a.level}_"):
+                final[r["problem"]] = r
     search_tables(list(final.values()))
 
 
