@@ -74,3 +74,15 @@ def run_stages(stages, inputs, params):
     for graph, outputs, feed in stages:
         results.append(run_graph(graph, outputs, [inputs[j] if kind == "in" else results[j] for kind, j in feed], params)[0])
     return results[-1]
+
+
+def assert_stages_compute_forward(family, problem, tol=1e-5):
+    """The candidate's stages, each part of the graph run with torch and chained as its module chains its
+    kernels, equal the model's own forward on the same inputs (the model built twice from one seed, so
+    that batch norms start from fresh running statistics both times)."""
+    model, xs = model_and_inputs(problem)
+    with torch.no_grad():
+        want = model(*xs)
+        model, xs = model_and_inputs(problem)
+        got = run_stages(stages_of(family, problem), xs, params_of(model))
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
