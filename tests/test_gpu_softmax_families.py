@@ -73,3 +73,14 @@ def test_softmax_over_a_middle_dim(sup, tmp_path, expr, inputs):
     from cuforge.kernels.softmax_dim import SoftmaxDim
 
     check(sup, SoftmaxDim(), problem_from_expr(tmp_path, expr, inputs, args="a, b" if "b" in expr else "a"))
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 5, 7, 9), (2, 6, 16, 64, 128)])
+def test_softmax_over_dims_a_view_merged_with_per_channel_and_per_width_operands(sup, tmp_path, shape):
+    # KernelBench level2/38's spatial softmax: softmax_rows for short rows, rows_cluster for long ones.
+    from cuforge.kernels.families import family_for
+    from test_softmax_families import MERGED
+
+    init = MERGED[1].replace("randn(9)", f"randn({shape[-1]})")
+    p = problem_from_expr(tmp_path, MERGED[0].replace("(2, 6, 5, 7, 9)", str(shape)), f"torch.randn{shape}", args="a", init=init)
+    check(sup, family_for(p)[0], p, n_random=1)

@@ -8,10 +8,16 @@ import pytest
 from cuforge.agent.template_proposer import NotCovered, TemplateProposer
 from cuforge.kernels.base import config_of
 from cuforge.kernels.families import families_for
+from graph_eval import assert_stages_compute_forward
 from template_helpers import problem_from_expr, smoke_compile
 
 CONV_POOL_MEAN = ("torch.tanh(torch.mean(F.hardtanh(F.max_pool2d(self.conv(a), 2), -1, 1), dim=(2, 3), keepdim=True))",
                   "torch.randn(2, 8, 20, 21)", "        self.conv = nn.ConvTranspose2d(8, 16, 3, stride=2)")
+
+POOL_FIRST = ("(lambda y: torch.softmax(y.view(2, 16, -1), dim=2).view(2, 16, 8, 12, 12) * self.s)"
+              "(torch.clamp(self.conv(F.avg_pool3d(a, 2)), 0.0, 1.0))", "torch.rand(2, 8, 8, 12, 12)",
+              "        self.conv = nn.ConvTranspose3d(8, 16, 3, stride=2, padding=1, output_padding=1)\n"
+              "        self.s = nn.Parameter(torch.randn(1, 16, 1, 1, 1))")
 
 # KernelBench level2 shapes at small sizes, each three or four kernels (test_gpu_staged runs them on a GPU).
 PIPELINE_CASES = [
@@ -34,6 +40,9 @@ PIPELINE_CASES = [
      "        self.fc = nn.Linear(256, 512)"),
     ("torch.max(F.gelu(F.avg_pool1d(self.fc(a).unsqueeze(1), 16).squeeze(1)) * 2.0, dim=1).values", "torch.randn(64, 256)",
      "        self.fc = nn.Linear(256, 512)"),
+    # level2/38's: an average pooling before a transposed convolution, a clamp, a softmax over the spatial
+    # dims (merged by a view) and a per-channel scale.
+    POOL_FIRST,
     # level2/75's: a group norm, a min over the features, then a bias that broadcasts it to (1, F, N, 1).
     ("torch.min(self.gn(self.fc(a)), dim=1, keepdim=True)[0] + self.b", "torch.randn(64, 128)",
      "        self.fc = nn.Linear(128, 96)\n        self.gn = nn.GroupNorm(8, 96)\n        self.b = nn.Parameter(torch.randn(1, 96, 1, 1))"),
@@ -70,9 +79,11 @@ def test_offered_only_where_one_or_two_kernels_do_not_cover(tmp_path):
     assert "pipeline" not in [f.name for f in families_for(two)[0]]
     plain = problem_from_expr(tmp_path, "torch.relu(a)", "torch.randn(8, 8)", args="a")
     assert "pipeline" not in [f.name for f in families_for(plain)[0]]
+    # No convolution or GEMM first: each part is any family's kernel, chained.
     bare = problem_from_expr(tmp_path, "torch.cumsum(torch.softmax(a, dim=0), dim=1).sum(dim=0)", "torch.randn(8, 8)", args="a")
-    fams, why = families_for(bare)
-    assert not fams and "pipeline: does not start with a convolution or a GEMM" in why
+    fams, _ = families_for(bare)
+    assert [s.family.name for s in fams[0].matched(bare)] == ["softmax_dim", "scan_rows", "reduce_dim"]
+    assert_stages_compute_forward(fams[0], bare)
 
 
 def test_seeds_are_valid_render_as_one_module_and_compile(tmp_path):
@@ -131,7 +142,6 @@ def test_a_stage_reads_the_tensor_two_stages_back(tmp_path):
 def test_the_stages_compute_what_the_forward_computes(tmp_path, expr, inputs, init):
     # The cut and the feeds checked without a GPU: every stage's graph run with torch, chained as the
     # candidate module chains its kernels, against the model's own forward.
-    from graph_eval import assert_stages_compute_forward
 
     p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
     fam = families_for(p)[0][0]
@@ -172,3 +182,18 @@ def test_a_gemm_whose_features_are_pooled_through_unit_dims_is_four_kernels(tmp_
     assert [s.family.name for s in stages] == ["gemm_tf32x3_sm90", "pool", "reduce_rows", "pointwise"]
     assert stages[1].problem.outputs[0].shape == (64, 256)  # the pooled features, squeezed back to 2-d
     smoke_compile(fam, p, 0)
+
+
+def test_a_graph_that_starts_with_neither_a_convolution_nor_a_gemm_starts_with_any_familys_kernel(tmp_path):
+    # KernelBench level2/38: the pooling's kernel, then the convolution's, then the softmax's.
+    expr, inputs, init = POOL_FIRST
+    p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
+    fam = families_for(p)[0][0]
+    assert [s.family.name for s in fam.matched(p)] == ["pool", "conv_tf32x3_sm90", "softmax_rows"]
+    assert_stages_compute_forward(fam, p)
+    smoke_compile(fam, p, 0)
+    # Two kernels where the first is not a convolution or a GEMM: no staged pair takes them, the pipeline does.
+    two = problem_from_expr(tmp_path, "torch.softmax(F.avg_pool2d(a, 2), dim=-1) * 2", "torch.randn(4, 8, 32, 64)", args="a")
+    fams = [f.name for f in families_for(two)[0]]
+    assert fams == ["pipeline"], fams
+    assert [s.family.name for s in families_for(two)[0][0].matched(two)] == ["pool", "softmax_rows"]

@@ -142,3 +142,35 @@ def test_softmax_over_a_middle_dim_refusals(tmp_path, expr, inputs, why):
 
     found = match_dim_softmax(problem_from_expr(tmp_path, expr, inputs, args="a"))
     assert isinstance(found, str) and why in found, found
+
+
+# A softmax over the spatial dims of (N, C, D, H, W), written as KernelBench level2/38 writes it: the dims
+# merged by a view, the softmax over the merged one, the result viewed back, then per-channel and
+# per-width operands (indexed from the flat index: the kernel's rows are (n, c) pairs, not rows of W).
+MERGED = ("(torch.softmax(a.view(2, 6, -1), dim=2).view(2, 6, 5, 7, 9) * self.s + self.w)",
+          "        self.s = nn.Parameter(torch.randn(1, 6, 1, 1, 1))\n        self.w = nn.Parameter(torch.randn(9))")
+
+
+@pytest.mark.parametrize("shape, family", [((2, 6, 5, 7, 9), "softmax_rows"), ((2, 6, 16, 64, 128), "rows_cluster")])
+def test_softmax_over_dims_a_view_merged(tmp_path, shape, family):
+    expr = MERGED[0].replace("(2, 6, 5, 7, 9)", str(shape))
+    init = MERGED[1].replace("randn(9)", f"randn({shape[-1]})")
+    p = problem_from_expr(tmp_path, expr, f"torch.randn{shape}", args="a", init=init)
+    f = match_softmax(p)
+    assert (f.x, f.rows, f.cols) == ("in0", 12, shape[2] * shape[3] * shape[4])
+    assert f.cols_binding() == "in0.shape[2] * in0.shape[3] * in0.shape[4]"
+    assert f.prologue.body == ""
+    # both operands indexed by broadcasting from the flat index, neither as a per-row or per-column one
+    assert [kind for _, kind in f.epilogue.tensors] == ["b1x6x1x1x1", f"b{shape[-1]}"]
+    fam, _ = family_for(p)
+    assert fam.name == family
+    smoke_compile(fam, p, 1)
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("torch.softmax(a.view(2, 6, -1), dim=2)", "change the shape"),  # not viewed back: the output is the view
+    ("torch.softmax(a.view(2, 6, -1), dim=2).view(2, 6, 5, 7, 9).triu()", "triu over merged dims"),
+])
+def test_softmax_over_merged_dims_refusals(tmp_path, expr, why):
+    p = problem_from_expr(tmp_path, expr, "torch.randn(2, 6, 5, 7, 9)", args="a")
+    assert why in str(match_softmax(p))

@@ -268,17 +268,25 @@ def leaf_views(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[s
 
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
                   dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
-                  prefix: str = "e", result: str | None = None, channels: bool = False) -> Epilogue | str:
+                  prefix: str = "e", result: str | None = None, channels: bool = False,
+                  flat: bool = False) -> Epilogue | str:
     """The chain after an anchor as an Epilogue, or why it is not one. `nodes` are the graph's nodes
     after the anchor; `full` is the anchor's output shape; leaf tensors must have `dtype`; a `bias`
     (a per-column vector, addmm's) is added first. The chain must end in the forward's output, or, for
     a prologue (a chain feeding another op), in `result`. `channels`: the anchor's output is [N, C, ...]
     (a convolution's) and the epilogue runs at r = n * C + c, column = the spatial offset: operands
-    broadcast per element, per channel ("ch", as a bias does) or as one value; `bias` is per channel."""
+    broadcast per element, per channel ("ch", as a bias does) or as one value; `bias` is per channel.
+    `flat`: the kernel's r and c are a row and column of another view of the anchor's memory (a softmax
+    over dims merged into one), so only r * cols + c, the flat index, means the same: every operand that
+    is neither whole nor one value is indexed from it."""
     if channels:
         allow_rowsum = False
     index = {"rc": "r * (long long)cols + c", "c": "c", "r": "r", "s": "0", "ch": f"(r % {full[1] if channels else 1})"}
     kind = (lambda shape: channel_kind(shape, full)) if channels else (lambda shape: broadcast_kind(shape, full))
+    if flat:
+        if channels or bias:
+            raise ValueError("a flat-indexed chain has no channels and no bias")
+        kind = (lambda shape: k if (k := broadcast_kind(shape, full)) in ("rc", "s") else None)
     env = {anchor_out: "v"}
     def load(x: str) -> str:
         return f"__half2float({x})" if dtype == "float16" else x
@@ -310,8 +318,8 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             # A value that broadcasts to the output (an op on a per-column operand, say) is computed
             # per output element: the same value at every element it broadcasts to.
             return f"{node.op} changes the shape to {list(node.shape)}"
-        if channels and node.op in ("triu", "tril", "masked_fill"):
-            return f"{node.op} after a convolution"
+        if (channels or flat) and node.op in ("triu", "tril", "masked_fill"):
+            return f"{node.op} after a convolution" if channels else f"{node.op} over merged dims"
         if node.op in ("triu", "tril"):  # zero below (above) a diagonal of each matrix in the last two dims
             diag = node.args[1] if len(node.args) > 1 else node.kwarg("diagonal", 0)
             if not is_ref(node.args[0]) or node.args[0] not in env:

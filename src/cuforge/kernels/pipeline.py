@@ -1,7 +1,8 @@
 """Three or four kernels in a row for a graph that neither one family nor a head-and-tail pair covers: a
 convolution or GEMM kernel, then other families' kernels over what it wrote (a pooling, then a mean over
-the pooled values; a batch norm, then two poolings), each fusing the elementwise ops that follow it. The
-graph is cut where each part is one family's (the longest first part first), as `staged` cuts it once.
+the pooled values; a batch norm, then two poolings), each fusing the elementwise ops that follow it; or,
+where the graph starts with neither, two to four kernels of any families (a pooling, then a convolution).
+The graph is cut where each part is one family's (the longest first part first), as `staged` cuts it once.
 
 Its configs are the stages' configs under s0., s1., ... prefixes. The stage families depend on the
 problem, so the family has no knobs of its own to search: it proposes the stages' seeds."""
@@ -70,15 +71,17 @@ class Pipeline(GraphFamily):
         return cache[key]
 
     def _match(self, problem: Problem) -> list[Stage] | str:
-        if first_computed(problem) not in ("convolution", "mm", "bmm", "addmm"):
-            return "does not start with a convolution or a GEMM"
-        if len(problem.graph) < 3:
+        # A convolution or GEMM first: its kernel, then the rest; anything else first (a pooling before the
+        # convolution, KernelBench level2/38): any family's kernel, then the rest - two kernels too, which
+        # `staged` (a convolution or GEMM head only) does not offer.
+        anchored = first_computed(problem) in ("convolution", "mm", "bmm", "addmm")
+        if len(problem.graph) < (3 if anchored else 2):
             return "fewer than three ops: one or two kernels' case"
         feed = tuple(("in", j) for j in range(len(problem.inputs)))
-        stages = split(problem, self.heads, self.singles, feed, 0, MAX_STAGES)
+        stages = split(problem, self.heads if anchored else self.singles, self.singles, feed, 0, MAX_STAGES)
         if stages is None:
             return f"no cut of the graph into {MAX_STAGES} or fewer parts, each one family's kernel"
-        if len(stages) < 3:
+        if anchored and len(stages) < 3:
             return "two kernels cover it (staged)"
         return stages
 

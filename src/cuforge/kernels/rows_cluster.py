@@ -153,7 +153,7 @@ class RowsCluster(Family):
             return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)", shared_mem=shared,
                               args=(s.x, "out0", "rows", "cols", *s.prologue.launch_args(), *s.epilogue.launch_args()),
                               outputs=((f"{s.x}.shape", s.out_dtype),),
-                              bindings=(("cols", f"{s.x}.shape[-1]"), ("rows", f"{s.x}.numel() // max(cols, 1)")))
+                              bindings=(("cols", s.cols_binding()), ("rows", f"{s.x}.numel() // max(cols, 1)")))
         m = f.norm
         assert m is not None
         affine = tuple(r for r in (m.weight, m.bias) if r is not None)

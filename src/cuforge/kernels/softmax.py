@@ -5,6 +5,7 @@ share of the row in registers between the statistics and the output pass, or re-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,10 @@ class SoftmaxMatch:
     prologue: Epilogue
     epilogue: Epilogue
     safe: bool = False
+    cols_expr: str = ""  # the row length at launch, over the input x: its last dim, or the dims a view merged
+
+    def cols_binding(self) -> str:
+        return self.cols_expr or f"{self.x}.shape[-1]"
 
 
 def depends_on_inputs(graph: tuple[OpNode, ...]) -> set[str]:
@@ -55,6 +60,9 @@ def match_softmax(problem: Problem) -> SoftmaxMatch | str:
         return "softmax with an output dtype change (half_to_float)"
     live = depends_on_inputs(g)
     before = tuple(n for n in g[: found[0]] if n.out in live)
+    merged = _over_merged_dims(problem, before, node, g[found[0] + 1:])
+    if merged is not None:
+        return merged
     x = before[0].args[0] if before else node.args[0]
     spec = leaf_spec(problem, x) if is_ref(x) else None
     if spec is None or spec.dtype not in CTYPES or len(spec.shape) < 1:
@@ -76,6 +84,38 @@ def match_softmax(problem: Problem) -> SoftmaxMatch | str:
     if out != spec.dtype:
         return f"the output dtype {out} is not the input's {spec.dtype}"
     return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, pro, epi, node.op in SAFE_OPS)
+
+
+def _over_merged_dims(problem: Problem, before: tuple[OpNode, ...], node: OpNode, after: tuple[OpNode, ...]
+                      ) -> SoftmaxMatch | str | None:
+    """A softmax over a view of an input that merges its dims from k on into one (x.view(b, c, -1), softmax
+    over dim 2: the spatial softmax of KernelBench level2/38) whose result is viewed straight back to the
+    input's shape, then the traced chain: rows of the input's memory as they are, the chain indexed by the
+    flat index. None where the graph is not that shape."""
+    if len(before) != 1 or before[0].op not in ("view", "reshape", "_unsafe_view") or node.args[0] != before[0].out:
+        return None
+    view, x = before[0], before[0].args[0]
+    spec = leaf_spec(problem, x) if is_ref(x) and not x.endswith(".T") else None
+    if spec is None or not after or after[0].op not in ("view", "reshape", "_unsafe_view") or after[0].args[0] != node.out:
+        return None
+    full, k = tuple(spec.shape), len(view.shape) - 1
+    if not 1 <= k < len(full) - 1 or tuple(view.shape[:k]) != full[:k] or view.shape[-1] != math.prod(full[k:]) \
+            or tuple(after[0].shape) != full:
+        return None
+    if spec.dtype not in CTYPES:
+        return "the softmax's input is not fp32 or fp16"
+    cols = math.prod(full[k:])
+    rows = spec.numel // max(cols, 1)
+    if rows >= 2**31 or cols >= 2**31 or cols == 0:
+        return "rows and columns must fit in 32-bit ints (and a row must not be empty)"
+    epi = compile_chain(problem, after[1:], after[0].out, full, spec.dtype, allow_rowsum=False, flat=True)
+    if isinstance(epi, str):
+        return f"after the softmax: {epi}"
+    out = problem.outputs[0].dtype if problem.outputs else ""
+    if out != spec.dtype:
+        return f"the output dtype {out} is not the input's {spec.dtype}"
+    return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, Epilogue(prefix="p"), epi,
+                        node.op in SAFE_OPS, " * ".join(f"{x}.shape[{d}]" for d in range(k, len(full))))
 
 
 class SoftmaxRows(Family):
@@ -127,4 +167,4 @@ class SoftmaxRows(Family):
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=(f.x, "out0", "rows", "cols", *f.prologue.launch_args(), *f.epilogue.launch_args()),
                           outputs=((f"{f.x}.shape", f.out_dtype),),
-                          bindings=(("cols", f"{f.x}.shape[-1]"), ("rows", f"{f.x}.numel() // max(cols, 1)")))
+                          bindings=(("cols", f.cols_binding()), ("rows", f"{f.x}.numel() // max(cols, 1)")))
