@@ -76,7 +76,7 @@ class Pipeline(GraphFamily):
         # `staged` (a convolution or GEMM head only) does not offer.
         anchored = first_computed(problem) in ("convolution", "mm", "bmm", "addmm")
         if len(problem.graph) < (3 if anchored else 2):
-            return "fewer than three ops: one or two kernels' case"
+            return "too few ops for several kernels (one or two kernels' case)"
         feed = tuple(("in", j) for j in range(len(problem.inputs)))
         stages = split(problem, self.heads if anchored else self.singles, self.singles, feed, 0, MAX_STAGES)
         if stages is None:

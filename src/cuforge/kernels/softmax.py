@@ -60,62 +60,54 @@ def match_softmax(problem: Problem) -> SoftmaxMatch | str:
         return "softmax with an output dtype change (half_to_float)"
     live = depends_on_inputs(g)
     before = tuple(n for n in g[: found[0]] if n.out in live)
-    merged = _over_merged_dims(problem, before, node, g[found[0] + 1:])
-    if merged is not None:
-        return merged
+    after = g[found[0] + 1:]
+    merged = _merged_dims(problem, before, node, after)
     x = before[0].args[0] if before else node.args[0]
     spec = leaf_spec(problem, x) if is_ref(x) else None
     if spec is None or spec.dtype not in CTYPES or len(spec.shape) < 1:
         return "the softmax's chain does not start at an fp32 or fp16 input"
     full = tuple(spec.shape)
-    if tuple(node.shape) != full:
+    if merged is None and tuple(node.shape) != full:
         return "the ops before the softmax change the shape"
-    cols = full[-1]
+    k = merged if merged is not None else len(full) - 1  # the row is the input's dims from k on
+    cols = math.prod(full[k:])
     rows = spec.numel // max(cols, 1)
     if rows >= 2**31 or cols >= 2**31 or cols == 0:
         return "rows and columns must fit in 32-bit ints (and a row must not be empty)"
-    pro = compile_chain(problem, before, x, full, spec.dtype, allow_rowsum=False, prefix="p", result=node.args[0])
-    if isinstance(pro, str):
-        return f"before the softmax: {pro}"
-    epi = compile_chain(problem, g[found[0] + 1:], node.out, full, spec.dtype, allow_rowsum=False)
+    if merged is None:
+        pro = compile_chain(problem, before, x, full, spec.dtype, allow_rowsum=False, prefix="p", result=node.args[0])
+        if isinstance(pro, str):
+            return f"before the softmax: {pro}"
+        epi = compile_chain(problem, after, node.out, full, spec.dtype, allow_rowsum=False)
+    else:  # the view before is the rows, the view after the output: the chain after them, by flat index
+        pro = Epilogue(prefix="p")
+        epi = compile_chain(problem, after[1:], after[0].out, full, spec.dtype, allow_rowsum=False, flat=True)
     if isinstance(epi, str):
         return f"after the softmax: {epi}"
     out = problem.outputs[0].dtype if problem.outputs else ""
     if out != spec.dtype:
         return f"the output dtype {out} is not the input's {spec.dtype}"
-    return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, pro, epi, node.op in SAFE_OPS)
+    cols_expr = "" if merged is None else " * ".join(f"{x}.shape[{d}]" for d in range(k, len(full)))
+    return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, pro, epi, node.op in SAFE_OPS, cols_expr)
 
 
-def _over_merged_dims(problem: Problem, before: tuple[OpNode, ...], node: OpNode, after: tuple[OpNode, ...]
-                      ) -> SoftmaxMatch | str | None:
-    """A softmax over a view of an input that merges its dims from k on into one (x.view(b, c, -1), softmax
-    over dim 2: the spatial softmax of KernelBench level2/38) whose result is viewed straight back to the
-    input's shape, then the traced chain: rows of the input's memory as they are, the chain indexed by the
-    flat index. None where the graph is not that shape."""
-    if len(before) != 1 or before[0].op not in ("view", "reshape", "_unsafe_view") or node.args[0] != before[0].out:
+def _merged_dims(problem: Problem, before: tuple[OpNode, ...], node: OpNode, after: tuple[OpNode, ...]) -> int | None:
+    """k when the softmax runs over a view of an input that merges its dims from k on into one (x.view(b, c,
+    -1), softmax over dim 2: the spatial softmax of KernelBench level2/38) and its result is viewed straight
+    back to the input's shape: the rows are then the input's memory as it is. None otherwise."""
+    views = ("view", "reshape", "_unsafe_view")
+    if len(before) != 1 or before[0].op not in views or node.args[0] != before[0].out or not after \
+            or after[0].op not in views or after[0].args[0] != node.out:
         return None
     view, x = before[0], before[0].args[0]
     spec = leaf_spec(problem, x) if is_ref(x) and not x.endswith(".T") else None
-    if spec is None or not after or after[0].op not in ("view", "reshape", "_unsafe_view") or after[0].args[0] != node.out:
+    if spec is None:
         return None
     full, k = tuple(spec.shape), len(view.shape) - 1
     if not 1 <= k < len(full) - 1 or tuple(view.shape[:k]) != full[:k] or view.shape[-1] != math.prod(full[k:]) \
             or tuple(after[0].shape) != full:
         return None
-    if spec.dtype not in CTYPES:
-        return "the softmax's input is not fp32 or fp16"
-    cols = math.prod(full[k:])
-    rows = spec.numel // max(cols, 1)
-    if rows >= 2**31 or cols >= 2**31 or cols == 0:
-        return "rows and columns must fit in 32-bit ints (and a row must not be empty)"
-    epi = compile_chain(problem, after[1:], after[0].out, full, spec.dtype, allow_rowsum=False, flat=True)
-    if isinstance(epi, str):
-        return f"after the softmax: {epi}"
-    out = problem.outputs[0].dtype if problem.outputs else ""
-    if out != spec.dtype:
-        return f"the output dtype {out} is not the input's {spec.dtype}"
-    return SoftmaxMatch(x, spec.dtype, out, SOFTMAX_OPS[node.op], rows, cols, Epilogue(prefix="p"), epi,
-                        node.op in SAFE_OPS, " * ".join(f"{x}.shape[{d}]" for d in range(k, len(full))))
+    return k
 
 
 class SoftmaxRows(Family):
