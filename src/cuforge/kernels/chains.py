@@ -304,7 +304,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             # The sum may only be scaled by constants after it: folded in before the sum (it is linear).
             value, prev = env[node.args[0]], node.out
             for j, t in enumerate(nodes[k + 1:], start=k + 1):
-                factor = _constant_scale(t, prev)
+                factor = constant_scale(t, prev)
                 if factor is None:
                     return f"{t.op} after the row sum is not a scale by a constant"
                 lines.append(f"const float x{j} = {value} * {literal(factor)};")
@@ -405,7 +405,7 @@ def _is_row_sum(node: OpNode, full: tuple[int, ...]) -> bool:
     return is_last_dim(node.args[1], len(full))
 
 
-def _constant_scale(node: OpNode, prev: str) -> float | None:
+def constant_scale(node: OpNode, prev: str) -> float | None:
     """The factor of a multiply or divide of `prev` by a constant, else None."""
     if len(node.args) < 2 or node.args[0] != prev or is_ref(node.args[1]) or not isinstance(node.args[1], (int, float)) \
             or isinstance(node.args[1], bool):

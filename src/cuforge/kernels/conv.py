@@ -3,7 +3,9 @@ in one image), columns output channels, K runs over the kernel's taps and the in
 input is first split into channels-last TF32 big/small planes and the weight into [C_out][tap][C]
 planes by the GEMM's preparing kernel; the main kernel loads each tap's input window by TMA (its
 element strides are the convolution's stride, its zero fill past the edges the padding) and runs the
-traced elementwise chain on each output value before the one store."""
+traced elementwise chain on each output value before the one store - or, where the forward ends in a
+mean or sum over each image's pixels per channel (a global average pool), adds the chain's values up
+per channel in the tile and once per tile into the [N, C_out] output, which it never writes whole."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily
-from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
-from cuforge.op_graph import is_ref
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, sm_count
+from cuforge.kernels.chains import Epilogue, compile_chain, constant_scale, leaf_spec, literal
+from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -39,6 +41,10 @@ class ConvMatch:
     transposed: bool = False
     output_padding: tuple[int, ...] = ()
     groups: int = 1
+    # Nonzero: the output is the epilogue's values summed over each (image, channel)'s pixels times this
+    # (1 / pixels for a mean, with any constant factor after it), of shape `pooled_shape`.
+    pool: float = 0.0
+    pooled_shape: tuple[int, ...] = ()
 
     @property
     def dims(self) -> int:
@@ -78,6 +84,41 @@ def direct_only(f: ConvMatch) -> bool:
     return few_channels(f) and f.dims == 3 and not f.transposed and f.c_out <= FEW_OUT_CHANNELS
 
 
+# Ops after a pooling that leave its [N, C_out] values in place (size-1 dims added or dropped).
+POOLED_VIEWS = ("squeeze", "unsqueeze", "view", "reshape", "_unsafe_view", "flatten")
+
+
+def spatial_pool(nodes: tuple[OpNode, ...], anchor: str, full: tuple[int, ...]) -> tuple[int, float] | str | None:
+    """Where the ops after a convolution (output `full`: [N, C, *spatial]) reach a sum or mean of the chain's
+    value over every spatial dim: (its index in `nodes`, the factor its sum is scaled by), or why what
+    follows it cannot be folded in (only constant scales and views may follow); None without one."""
+    ndim, at, prev = len(full), None, anchor
+    for k, node in enumerate(nodes):
+        reads_chain = bool(node.args) and node.args[0] == prev
+        if reads_chain and (node.op == "sum_lastdim" and ndim == 3 or node.op in ("sum", "mean") and len(node.args) > 1
+                            and constant_dims(node.args[1], ndim) == tuple(range(2, ndim)) and node.kwarg("dtype") is None):
+            at = k
+            break
+        prev = node.out
+    if at is None or ndim < 3:
+        return None
+    pool = nodes[at]
+    scale = 1.0 / math.prod(full[2:]) if pool.op == "mean" else 1.0
+    prev = pool.out
+    for node in nodes[at + 1:]:
+        if not node.args or node.args[0] != prev:
+            return f"{node.op} after the pooling reads something other than the pooled values"
+        if node.op not in POOLED_VIEWS:
+            factor = constant_scale(node, prev)
+            if factor is None:
+                return f"{node.op} after the pooling is not a scale by a constant or a view"
+            scale *= factor
+        elif [d for d in node.shape if d != 1] != [d for d in full[:2] if d != 1]:
+            return f"{node.op} after the pooling reshapes it to {list(node.shape)}"
+        prev = node.out
+    return at, scale
+
+
 def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
     """The problem as a convolution with an elementwise epilogue, or why it is not one; a grouped
     one only when `grouped`."""
@@ -108,11 +149,22 @@ def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
         if sb is None or sb.dtype != "float32" or tuple(sb.shape) != (c_out,):
             return "the convolution's bias is not an fp32 vector over the output channels"
     full = tuple(first.shape)
-    epi = compile_chain(problem, problem.graph[1:], first.out, full, bias=bias, channels=True)
+    rest = tuple(problem.graph[1:])
+    pooled = spatial_pool(rest, first.out, full)
+    if isinstance(pooled, str):
+        return pooled
+    if pooled is None:
+        epi = compile_chain(problem, rest, first.out, full, bias=bias, channels=True)
+    else:
+        epi = compile_chain(problem, rest[:pooled[0]], first.out, full, bias=bias, channels=True,
+                            result=rest[pooled[0]].args[0])
     if isinstance(epi, str):
         return epi
+    pool = (pooled[1], tuple(problem.graph[-1].shape)) if pooled else (0.0, ())
+    if pooled and (pool[0] == 0 or not math.isfinite(pool[0])):
+        return f"the pooling is scaled by {pool[0]}"
     return ConvMatch(x, w, sx.shape[0], c_in, c_out, tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
-                     full[2:], epi, bool(transposed), out_pad if transposed else (), groups)
+                     full[2:], epi, bool(transposed), out_pad if transposed else (), groups, *pool)
 
 
 _AXES = ("D", "H", "W")  # the names of the spatial dims, outermost first, for 3-D; 2-D uses H, W; 1-D W
@@ -136,7 +188,7 @@ class ConvTf32x3Sm90(GraphFamily):
     def __init__(self) -> None:
         super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
                                                  "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
-                                                 "FOLD": (0, 1, 2)})
+                                                 "FOLD": (0, 1, 2), "PERSIST": (0, 1)})
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
@@ -163,6 +215,7 @@ class ConvTf32x3Sm90(GraphFamily):
 
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
+        """The dynamic shared memory: the stages, alignment slack and the barriers."""
         return c["STAGES"] * 2 * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
@@ -177,7 +230,7 @@ class ConvTf32x3Sm90(GraphFamily):
         box = dict(zip(("D", "H", "W"), (td, th, c["TW"])))
         if any(box[a] * s > 256 for a, s in zip(axes(f.dims), self.box_strides(f))):  # TMA boxes span <= 256 elements
             return False
-        return self.smem_bytes(c) <= SMEM_LIMIT
+        return self.smem_bytes(c) + (4 * c["BN"] if f.pool else 0) <= SMEM_LIMIT  # + a pooled tile's sums
 
     @staticmethod
     def box_strides(f: ConvMatch) -> tuple[int, ...]:
@@ -219,15 +272,21 @@ class ConvTf32x3Sm90(GraphFamily):
             out.sort(key=lambda c: c["BN"])
         if fold and out:  # the folded kernel leads (1.1x to 5x faster on the H100, session 27); unfolded second
             out.insert(1, {**out[0], "FOLD": 0})
+        # The persistent grid (a block per SM; the next tile's loads overlap this one's epilogue): on the H100
+        # (session 29) 1.10-1.13x where the output is pooled (level2/67, 44) and 1.08x on level1/87, but 0.96x and
+        # 0.90x where a larger output is written (level2/19, 65): it leads for a pooled output, else comes third.
+        if out:
+            out.insert(0 if f.pool else min(2, len(out)), {**out[0], "PERSIST": 1})
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
         pad = (1,) * (3 - f.dims)
         return {"EPI": f.epilogue, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
-                "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed)}
+                "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
+                "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool)}
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
@@ -237,7 +296,7 @@ class ConvTf32x3Sm90(GraphFamily):
         fold, folded = c.get("FOLD", 0), self.folded_taps(c, f)
         # CP: the floats of one pixel's channel vector (the folded taps' channels), 16-byte rows for TMA.
         bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", f"({folded} * C + 3) // 4 * 4"),
-                    ("CO", f"{f.w}.shape[{1 if f.transposed else 0}]")]
+                    ("CO", f"{f.w}.shape[{1 if f.transposed else 0}]")] + ([sm_count(f.x)] if c.get("PERSIST") else [])
         for i, (a, k, s, p, d) in enumerate(zip(names, f.kernel, f.stride, f.padding, f.dilation)):
             size = (f"(I{a} - 1) * {s} - {2 * p} + {d * (k - 1)} + {f.output_padding[i]} + 1" if f.transposed
                     else f"(I{a} + {2 * p} - {d * (k - 1)} - 1) // {s} + 1")
@@ -268,12 +327,15 @@ class ConvTf32x3Sm90(GraphFamily):
             x_pre = (f"{self.name}_fold_x", f"(min(cdiv(NB * {' * '.join(f'X{a}' for a in names)} * CP, 256), 1 << 20),)", "(256,)",
                      f"({f.x}, scratch0, NB, C, CP, {', '.join(ext[a][0] for a in _AXES)}, {', '.join(ext[a][1] for a in _AXES)})")
             w_pre = (f"{self.name}_fold_w", f"(min(cdiv(CO * {outer} * CP, 256), 1 << 20),)", "(256,)", f"({f.w}, scratch1, CO, C, CP)")
+        blocks = f"NB * {tiles} * cdiv(CO, {c['BN']})"  # one a tile; persistent, one an SM
+        out_shape = repr(f.pooled_shape) if f.pool else f"(NB, CO, {out_dims})"
         return LaunchSpec(
-            entry=self.name, grid=f"(NB * {tiles} * cdiv(CO, {c['BN']}),)", block="(384,)", shared_mem=str(self.smem_bytes(c)),
+            entry=self.name, grid=f"(min({blocks}, SMS),)" if c.get("PERSIST") else f"({blocks},)", block="(384,)",
+            shared_mem=str(self.smem_bytes(c)),
             bindings=tuple(bindings),
             scratch=((f"(2 * NB, {', '.join(f'X{a}' for a in names)}, CP)", "float32", "empty"),
                      (f"(2 * CO, {outer}, CP)", "float32", "empty")),
             pre=(x_pre, w_pre),
             args=(f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))", f"tma_nd(scratch1, (32, 1, {c['BN']}))",
                   "out0", "NB", "CO", "CP", *outs, *f.epilogue.launch_args()),
-            outputs=((f"(NB, CO, {out_dims})", "float32"),))
+            outputs=((out_shape, "float32", "zeros") if f.pool else (out_shape, "float32"),))

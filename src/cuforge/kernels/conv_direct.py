@@ -22,6 +22,8 @@ def match_direct(problem: Problem) -> ConvMatch | str:
         return found
     if found.groups == 1 and not few_channels(found):
         return f"not a grouped convolution, and more than {FEW_CHANNELS} input channels (the implicit GEMM's case)"
+    if found.pool:
+        return "a convolution whose output pixels are pooled (the implicit GEMM's epilogue sums them)"
     if found.pixels * found.c_out >= 2**40:
         return "more outputs than the kernel's index math allows"
     return found
