@@ -6,6 +6,10 @@ where a family's search space is good or bad on a problem, config by config.
     python benchmarks/family_configs.py hgemm/1024_1024_4096 --baseline cublas \
         --config '{"BM": 128, "BN": 128, "GROUP_M": 8, "SPLIT_K": 2, "REDUCE": "atomic", "EPI": "tma", "STAGES": 6}'
     python benchmarks/family_configs.py hgemm/64_64_1024 hgemm/256_256_4096 --baseline cublas --configs sweep.json
+    python benchmarks/family_configs.py .kb/level1/87_conv_pointwise_2D.py --vary PERSIST=0,1 --seeds 2
+
+--vary KNOB=V1,V2 times each seed once per value of KNOB (in a staged or pipeline family, the stage knob
+ending in .KNOB), side by side in one worker: an A/B of one knob over real problems.
 """
 
 from __future__ import annotations
@@ -29,6 +33,43 @@ def load_sweep(path: str) -> list | dict:
     return swept
 
 
+def parse_vary(text: str) -> tuple[str, list]:
+    """--vary KNOB=V1,V2 -> (KNOB, [V1, V2]); a malformed value exits with the cause."""
+    knob, sep, values = text.partition("=")
+    try:
+        parsed = [json.loads(v) for v in values.split(",")]
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--vary {text}: {e}") from None
+    if not sep or not knob or not values:
+        raise SystemExit(f"--vary {text}: expected KNOB=V1,V2")
+    return knob, parsed
+
+
+def knob_keys(fam, problem, knob: str) -> list[str]:
+    """The config keys that set `knob`: its own, or those of each stage whose family has it."""
+    if knob in fam.knobs:
+        return [knob]
+    if hasattr(fam, "stage_configs"):  # a pipeline: s0., s1., ...
+        return [f"s{i}.{knob}" for i, s in enumerate(fam.matched(problem)) if knob in s.family.knobs]
+    if hasattr(fam, "head"):  # a staged pair: h., t.
+        return [f"{pre}.{knob}" for pre, part in (("h", fam.head), ("t", fam.tail)) if knob in part.knobs]
+    return []
+
+
+def varied(configs: list[dict], fam, problem, knob: str, values: list) -> list[dict]:
+    """Each config once per value of `knob` (every stage's that has it), where valid."""
+    keys = knob_keys(fam, problem, knob)
+    if not keys:
+        return list(configs)
+    out: list[dict] = []
+    for c in configs:
+        for v in values:
+            d = {**c, **{k: v for k in keys}}
+            if d not in out and fam.valid(d, problem):
+                out.append(d)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="+", help="built-in problem refs, e.g. level2/matmul_softmax")
@@ -38,6 +79,8 @@ def main() -> None:
                     "problem) or an object mapping problem refs to lists")
     ap.add_argument("--no-seeds", action="store_true", help="time only the --config/--configs configs")
     ap.add_argument("--baseline", action="append", default=[], help="baselines (default torch, torch.compile)")
+    ap.add_argument("--vary", help="KNOB=V1,V2: each seed once per value of KNOB (values parsed as JSON)")
+    ap.add_argument("--seeds", type=int, default=0, help="only the first N seeds (0: all)")
     ap.add_argument("--name", default="family_configs")
     a = ap.parse_args()
     from cuforge.kernels.families import family_for
@@ -48,6 +91,7 @@ def main() -> None:
     baselines = tuple(a.baseline) or ("torch", "torch.compile")
     cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False)
     swept = load_sweep(a.configs) if a.configs else []
+    vary = parse_vary(a.vary) if a.vary else None
     rows = []
     with Supervisor(gpu=0) as sup:
         for ref in a.problems:
@@ -56,7 +100,9 @@ def main() -> None:
             if fam is None:
                 rows.append({"problem": ref, "status": "not covered", "message": why})
                 continue
-            configs, rng = ([] if a.no_seeds else fam.seeds(p)), random.Random(0)
+            configs, rng = ([] if a.no_seeds else fam.seeds(p)[:a.seeds or None]), random.Random(0)
+            if vary:
+                configs = varied(configs, fam, p, *vary)
             for extra in map(json.loads, a.config):
                 if not fam.valid(extra, p):
                     raise SystemExit(f"--config {extra} is not a valid {fam.name} config for {ref}")
