@@ -20,12 +20,13 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
      "        self.conv = nn.Conv2d(8, 32, 3)\n        self.gn = nn.GroupNorm(4, 32)", "normalize"),
     ("F.max_pool2d(torch.tanh(self.conv(a)), 2)", "torch.randn(3, 16, 21, 22)", "        self.conv = nn.Conv2d(16, 24, 3, padding=1)", "pool"),
     ("torch.min(self.conv(a) * 2, dim=1, keepdim=True)[0]", "torch.randn(2, 5, 30, 31)", "        self.conv = nn.Conv2d(5, 40, 3)", "reduce_dim"),
-    # The reduction's chain in the tail kernel (KernelBench level2/25), and a global average pool: the
-    # last dims reduced a row a block, then squeezed (level2/67).
+    # The reduction's chain in the tail kernel (KernelBench level2/25), and a global average pool after a
+    # grouped convolution (conv_direct's, which leaves the pool to a tail kernel: the last dims reduced a row
+    # a block, then squeezed; the implicit GEMM sums it in its epilogue, test_gpu_conv_pool.py).
     ("torch.tanh(torch.tanh(torch.min(self.conv(a), dim=1, keepdim=True)[0]))", "torch.randn(2, 5, 30, 31)",
      "        self.conv = nn.Conv2d(5, 40, 3)", "reduce_dim"),
     ("torch.mean(F.gelu(self.conv(a)), dim=[2, 3], keepdim=True).squeeze(-1).squeeze(-1)", "torch.randn(3, 8, 33, 35)",
-     "        self.conv = nn.Conv2d(8, 24, 3)", "reduce_dim"),
+     "        self.conv = nn.Conv2d(8, 24, 3, groups=4)", "reduce_dim"),
     ("(lambda m: F.gelu(m - m.mean(dim=1, keepdim=True)))(torch.max(self.fc(a), dim=1, keepdim=True).values)", "torch.randn(128, 256)",
      "        self.fc = nn.Linear(256, 1000)", "reduce_dim"),
     # Softmax over the channels, then a per-channel bias, a scale and a sigmoid (KernelBench level2/91).
