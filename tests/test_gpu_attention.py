@@ -6,15 +6,10 @@ import pytest
 
 from cuforge.kernels.families import families_for
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import assert_all_ok, family_configs, problem_from_expr
+from template_helpers import assert_all_ok, family_configs, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
-
-
-def _sm90(sup):
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("the GEMMs are wgmma kernels: sm_90a")
 
 
 @pytest.mark.parametrize("inputs", [
@@ -23,7 +18,7 @@ def _sm90(sup):
     "torch.randn(3, 2, 100, 72), torch.randn(3, 2, 130, 72), torch.randn(3, 2, 130, 40)",
 ])
 def test_scaled_dot_product_attention_as_three_kernels(sup, tmp_path, inputs):
-    _sm90(sup)
+    skip_unless_sm90(sup, "the GEMMs are wgmma kernels: sm_90a")
     p = problem_from_expr(tmp_path, "F.scaled_dot_product_attention(q, k, v)", inputs, args="q, k, v")
     fam = families_for(p)[0][0]
     assert fam.name == "pipeline"
@@ -31,7 +26,7 @@ def test_scaled_dot_product_attention_as_three_kernels(sup, tmp_path, inputs):
 
 
 def test_a_matmul_batched_over_two_dims_with_b_transposed(sup, tmp_path):
-    _sm90(sup)
+    skip_unless_sm90(sup, "the GEMMs are wgmma kernels: sm_90a")
     p = problem_from_expr(tmp_path, "torch.matmul(a, b.transpose(-1, -2)) * 0.5",
                           "torch.randn(2, 3, 200, 96), torch.randn(2, 3, 136, 96)")
     fam = families_for(p)[0][0]

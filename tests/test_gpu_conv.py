@@ -8,7 +8,7 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import conv_problem, family_configs
+from template_helpers import conv_problem, family_configs, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
@@ -32,8 +32,7 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
 ])
 def test_implicit_gemm_convolution(sup, tmp_path, layer, x_shape, tail, n_random):
     fam = ConvTf32x3Sm90()
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("wgmma needs sm_90a")
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
     p = conv_problem(tmp_path, layer, x_shape, tail)
     assert fam.supports(p) is None, fam.supports(p)
     for c in family_configs(fam, p, n_random):

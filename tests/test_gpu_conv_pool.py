@@ -9,15 +9,10 @@ import pytest
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.kernels.families import families_for
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import conv_problem, family_configs
+from template_helpers import conv_problem, family_configs, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
-
-
-def _needs_sm90(sup):
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("wgmma needs sm_90a")
 
 
 @pytest.mark.parametrize("layer, x_shape, tail, n_random", [
@@ -30,7 +25,7 @@ def _needs_sm90(sup):
     ("nn.Conv2d(8, 16, 3)", "(2, 8, 130, 131)", "torch.mean(torch.sigmoid(y), dim=(2, 3))", 1),  # 129 tiles an image
 ])
 def test_a_pooled_convolution_and_its_persistent_grid(sup, tmp_path, layer, x_shape, tail, n_random):
-    _needs_sm90(sup)
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
     fam = ConvTf32x3Sm90()
     p = conv_problem(tmp_path, layer, x_shape, tail)
     assert fam.supports(p) is None and fam.matched(p).pool, fam.supports(p)
@@ -42,7 +37,7 @@ def test_a_pooled_convolution_and_its_persistent_grid(sup, tmp_path, layer, x_sh
 
 
 def test_a_pooled_head_before_more_kernels(sup, tmp_path):
-    _needs_sm90(sup)
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
     p = conv_problem(tmp_path, "nn.ConvTranspose2d(16, 32, 3)", "(4, 16, 30, 31)",
                      "torch.logsumexp(torch.mean(y, dim=(2, 3), keepdim=True) + self.bias, dim=1, keepdim=True) * 10")
     fam = families_for(p)[0][0]

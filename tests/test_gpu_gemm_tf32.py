@@ -6,7 +6,7 @@ import pytest
 
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import family_configs, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
@@ -14,8 +14,7 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
 
 def check(sup, p, n_random=1):
     fam = GemmTf32x3Sm90()
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("wgmma needs sm_90a")
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
     assert fam.supports(p) is None, fam.supports(p)
     for c in family_configs(fam, p, n_random):
         ev = sup.evaluate(p, fam.render(c, p), CFG)
@@ -53,8 +52,7 @@ def test_tf32x3_split_k_over_a_long_k(sup, tmp_path):
 def test_tf32x3_operands_split_in_shared_memory(sup, tmp_path, expr, inputs):
     p = problem_from_expr(tmp_path, expr, inputs)
     fam = GemmTf32x3Sm90()
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("wgmma needs sm_90a")
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
     for c in fam.seeds(p)[:3]:
         smem = {**c, "SPLIT": "smem"}
         ev = sup.evaluate(p, fam.render(smem, p), CFG)

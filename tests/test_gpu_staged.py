@@ -9,7 +9,7 @@ from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged
 from cuforge.sandbox.evaluation import EvalConfig
 from test_pipeline import PIPELINE_CASES
-from template_helpers import problem_from_expr
+from template_helpers import problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
@@ -37,8 +37,7 @@ CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=
      "normalize"),
 ])
 def test_a_head_kernel_then_a_tail_kernel(sup, tmp_path, expr, inputs, init, tail):
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("the heads are wgmma kernels: sm_90a")
+    skip_unless_sm90(sup, "the heads are wgmma kernels: sm_90a")
     p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
     fam = families_for(p)[0][0]
     assert isinstance(fam, Staged) and fam.tail.name == tail, fam.name
@@ -63,8 +62,7 @@ def test_a_norm_then_its_elementwise_chain(sup, tmp_path, expr, init):
 
 @pytest.mark.parametrize("expr, inputs, init", PIPELINE_CASES)
 def test_three_or_four_kernels_in_a_row(sup, tmp_path, expr, inputs, init):
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("the heads are wgmma kernels: sm_90a")
+    skip_unless_sm90(sup, "the heads are wgmma kernels: sm_90a")
     p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init)
     fam = families_for(p)[0][0]
     assert fam.name == "pipeline", [f.name for f in families_for(p)[0]]
@@ -77,8 +75,7 @@ def test_a_gemm_then_an_instance_norm_of_its_rows_with_a_residual(sup, tmp_path)
     # KernelBench level2/28's shape: the chain after the norm reads the forward's second input.
     from test_staged import GEMM_ROW_INSTANCE_NORM
 
-    if (sup.info or sup.start()).get("compute_capability") != "9.0":
-        pytest.skip("the head is a wgmma kernel: sm_90a")
+    skip_unless_sm90(sup, "the head is a wgmma kernel: sm_90a")
     expr, inputs, init = GEMM_ROW_INSTANCE_NORM
     p = problem_from_expr(tmp_path, expr, inputs, init=init)
     fam = families_for(p)[0][0]

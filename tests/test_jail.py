@@ -5,7 +5,6 @@ scratch space, the driver alive, no process left behind, no connection reaching 
 import hashlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys

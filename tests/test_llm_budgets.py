@@ -126,7 +126,7 @@ def test_a_failing_provider_is_retried_within_bounds_then_the_run_ends(tmp_path,
     assert s["errors"] == {kind: failures} and s["aborted"]
     assert f"{failures} requests in a row failed" in s["stop_reason"] and kind in s["stop_reason"]
     # Each failure was shown as it happened, retries included.
-    assert r.stderr.count(f"error: openai: ") >= failures
+    assert r.stderr.count("error: openai: ") >= failures
     if retried:
         assert "retrying" in r.stderr
     assert rows(db, f"SELECT COUNT(*) FROM llm_calls WHERE status = 'error:{kind}'")[0][0] == failures
