@@ -50,6 +50,7 @@ def test_without_a_pool_nothing_is_summed(tmp_path):
     ("torch.mean(y, dim=(2, 3)) + 1", "add after the pooling is not a scale by a constant"),
     ("torch.mean(y, dim=(2, 3)).flatten()", "reshapes it to [32]"),
     ("torch.mean(y, dim=(2, 3)) * 0", "scaled by 0.0"),
+    ("(torch.mean(y, dim=(2, 3)), y)", "not the pooled values"),
 ])
 def test_what_follows_a_pool_must_be_a_constant_scale_or_a_view(tmp_path, tail, why):
     p = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 20, 21)", tail)

@@ -160,6 +160,8 @@ def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
                             result=rest[pooled[0]].args[0])
     if isinstance(epi, str):
         return epi
+    if pooled and tuple(problem.graph_outputs) != (problem.graph[-1].out,):
+        return "the forward's output is not the pooled values"
     pool = (pooled[1], tuple(problem.graph[-1].shape)) if pooled else (0.0, ())
     if pooled and (pool[0] == 0 or not math.isfinite(pool[0])):
         return f"the pooling is scaled by {pool[0]}"
