@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 from _common import write_result
@@ -36,13 +37,12 @@ def load_sweep(path: str) -> list | dict:
 def parse_vary(text: str) -> tuple[str, list]:
     """--vary KNOB=V1,V2 -> (KNOB, [V1, V2]); a malformed value exits with the cause."""
     knob, sep, values = text.partition("=")
-    try:
-        parsed = [json.loads(v) for v in values.split(",")]
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"--vary {text}: {e}") from None
     if not sep or not knob or not values:
         raise SystemExit(f"--vary {text}: expected KNOB=V1,V2")
-    return knob, parsed
+    try:
+        return knob, [json.loads(v) for v in values.split(",")]
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--vary {text}: {e}") from None
 
 
 def knob_keys(fam, problem, knob: str) -> list[str]:
@@ -59,7 +59,8 @@ def knob_keys(fam, problem, knob: str) -> list[str]:
 def varied(configs: list[dict], fam, problem, knob: str, values: list) -> list[dict]:
     """Each config once per value of `knob` (every stage's that has it), where valid."""
     keys = knob_keys(fam, problem, knob)
-    if not keys:
+    if not keys:  # said, so that a misspelt knob is not read as an A/B that changed nothing
+        print(f"--vary: {fam.name} has no knob {knob} on {problem.id}: its seeds run once each", file=sys.stderr)
         return list(configs)
     out: list[dict] = []
     for c in configs:
