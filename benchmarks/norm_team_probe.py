@@ -9,7 +9,8 @@ apply to the before rendering.
 
 Edits are of two kinds. Variants must still be right: each is checked against eager PyTorch first.
 Diagnostics are wrong by design and only say what a phase costs: `no_wait` passes every team barrier
-without waiting (the time of the barriers), `no_stats` drops the statistics' arithmetic, `no_reread`
+without waiting (the time of the barriers), `no_stats` drops the statistics' arithmetic (in batch norm
+also the tail's first read, whose only use they are: the compiler drops those loads), `no_reread`
 writes batch norm's tail without reading it again.
 
     python benchmarks/norm_team_probe.py --name norm_team_probe
