@@ -7,6 +7,7 @@ import pytest
 from cuforge.kernels.chains import channel_kind
 from cuforge.kernels.conv import ConvTf32x3Sm90, match_conv
 from cuforge.kernels.families import families_for
+from cuforge.runtime import compile_cuda
 from template_helpers import conv_problem, smoke_compile
 
 FAM = ConvTf32x3Sm90()
@@ -115,3 +116,39 @@ def test_seeds_and_random_configs_compile(tmp_path, layer, x_shape):
         td, th, tw = FAM.tile(c, x_shape.count(",") - 1)
         assert td * th * tw == 128 and FAM.valid(c, p)
     smoke_compile(FAM, p, 2)
+
+
+def test_the_input_read_as_it_lies_needs_no_planes(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(20, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 20, 40, 44)")
+    c = {**FAM.seeds(p)[0], "DIRECT": 1, "FOLD": 0}
+    assert FAM.valid(c, p)
+    launch = FAM.render(c, p).launch
+    _, th, tw = FAM.tile(c, 2)
+    # x itself, innermost first (W densely with 4 floats of slack for the aligned start, H strided, its channels,
+    # the image), unswizzled; only the weight is split before
+    assert launch.args[0] == f"tma_nd(in0, ({tw + 4}, {th * 2}, 32, 1), (1, 2, 1, 1), 0)"
+    assert [pre[0] for pre in launch.pre] == ["conv_tf32x3_sm90_split"] and launch.scratch[0][0] == "(1,)"
+    assert "#define DIRECT 1" in FAM.render(c, p).source
+    # a stage: the weight's two tiles and the raw boxes (32 channels x TH rows of TW + 4 floats, to whole KiB);
+    # the split tiles (2 x 128 rows x 128 bytes) past the ring
+    raw = -(-32 * th * (tw + 4) * 4 // 1024) * 1024
+    assert int(launch.shared_mem) == c["STAGES"] * (2 * c["BN"] * 128 + raw) + 2 * 128 * 128 + 1024 + 16 * c["STAGES"]
+    assert not FAM.valid({**c, "FOLD": 1}, p)  # folded planes are built from x
+    odd = conv_problem(tmp_path, "nn.Conv2d(20, 16, 3)", "(2, 20, 30, 30)")  # rows of 120 bytes: no TMA stride
+    assert not FAM.valid({**FAM.seeds(odd)[0], "DIRECT": 1, "FOLD": 0}, odd)
+    strided = conv_problem(tmp_path, "nn.Conv1d(40, 16, 3, stride=5)", "(2, 40, 2000)")  # W read every 5th
+    assert not any(FAM.valid({**c, "DIRECT": 1}, strided) for c in FAM.seeds(strided))
+
+
+@pytest.mark.parametrize("layer, x_shape", [
+    ("nn.Conv1d(40, 16, 5, padding=2, dilation=3)", "(2, 40, 2000)"),
+    ("nn.Conv3d(9, 32, 3, padding=1)", "(2, 9, 9, 10, 12)"),
+    ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)"),
+])
+def test_direct_configs_compile(tmp_path, layer, x_shape):
+    p = conv_problem(tmp_path, layer, x_shape)
+    direct = [d for d in ({**c, "DIRECT": 1, "FOLD": 0} for c in FAM.seeds(p)) if FAM.valid(d, p)]
+    assert direct
+    for d in direct:
+        cand = FAM.render(d, p)
+        assert FAM.name in compile_cuda(cand.source, arch="sm_90a").signatures

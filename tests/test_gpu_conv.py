@@ -38,3 +38,28 @@ def test_implicit_gemm_convolution(sup, tmp_path, layer, x_shape, tail, n_random
     for c in family_configs(fam, p, n_random):
         ev = sup.evaluate(p, fam.render(c, p), CFG)
         assert ev.status == "ok", (layer, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("layer, x_shape, tail", [
+    ("nn.Conv2d(64, 128, 3)", "(2, 64, 34, 36)", "torch.relu(y) + self.bias"),
+    ("nn.Conv2d(37, 50, 3, padding=1, bias=False)", "(3, 37, 20, 24)", "y * 2"),  # a channel tail past 32
+    ("nn.Conv2d(20, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 20, 40, 44)", "torch.tanh(y)"),
+    ("nn.Conv1d(40, 16, 5, padding=2, dilation=3)", "(2, 40, 2000)", "y"),  # boxes of a 1-D tile, each tap's own start
+    ("nn.Conv2d(32, 64, (1, 3))", "(2, 32, 16, 64)", "y"),  # W taps: windows 1 and 2 floats past a 16-byte boundary
+    ("nn.Conv3d(9, 32, 3, padding=1)", "(2, 9, 9, 10, 12)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)"),
+    ("nn.Conv2d(256, 192, 1)", "(2, 256, 17, 20)", "y"),
+    ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)", "torch.tanh(y) - self.bias"),
+    ("nn.ConvTranspose3d(8, 16, 3, stride=2, padding=1, output_padding=1)", "(2, 8, 6, 7, 8)", "y * 2"),
+])
+def test_the_input_read_as_it_lies(sup, tmp_path, layer, x_shape, tail):
+    # DIRECT: no channels-last planes; TMA reads x's NCHW boxes from a 16-byte boundary before each window and
+    # the consumers split the window in shared memory.
+    fam = ConvTf32x3Sm90()
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
+    p = conv_problem(tmp_path, layer, x_shape, tail)
+    configs = [d for d in ({**c, "DIRECT": 1, "FOLD": 0} for c in family_configs(fam, p, 1)) if fam.valid(d, p)]
+    configs += [d for d in ({**configs[0], "PERSIST": 1, "OVERLAP": o} for o in (0, 1)) if fam.valid(d, p)]
+    assert configs, layer
+    for c in configs:
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (layer, c, ev.status, ev.message)

@@ -176,6 +176,21 @@ def axes(dims: int) -> tuple[str, ...]:
     return _AXES[3 - dims:]
 
 
+def direct_reads(f: ConvMatch) -> float:
+    """How often the convolution reads each input value: taps per output pixel (of its phase, transposed)
+    times output pixels over input pixels."""
+    taps = f.taps / (math.prod(f.stride) if f.transposed else 1)
+    return taps * math.prod(f.out_spatial) / math.prod(f.spatial)
+
+
+def reads_x_directly(f: ConvMatch) -> bool:
+    """Whether TMA can read x as it lies (DIRECT): rows of whole 16 bytes (TMA's global strides) and W read
+    densely (stride 1, or transposed), since each box starts on a 16-byte boundary before the window and the
+    split skips the floats ahead of it (a box starting anywhere else stops the H100 with an illegal
+    instruction: measured with a (1, 3) kernel)."""
+    return f.spatial[-1] % 4 == 0 and (f.transposed or f.stride[-1] == 1)
+
+
 class ConvTf32x3Sm90(GraphFamily):
     """Implicit-GEMM convolution, sm_90a: tiles of 128 output pixels (TD x TH x TW of one image) by BN
     output channels; per k-tile, one tap and 32 input channels; the wgmma consumers, TMA producer and
@@ -190,7 +205,8 @@ class ConvTf32x3Sm90(GraphFamily):
     def __init__(self) -> None:
         super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
                                                  "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
-                                                 "FOLD": (0, 1, 2), "PERSIST": (0, 1)})
+                                                 "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1),
+                                                 "DIRECT": (0, 1)})
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
@@ -216,9 +232,14 @@ class ConvTf32x3Sm90(GraphFamily):
         return math.prod(f.kernel[len(f.kernel) - c.get("FOLD", 0):])
 
     @classmethod
-    def smem_bytes(cls, c: dict[str, Any]) -> int:
-        """The dynamic shared memory: the stages, alignment slack and the barriers."""
-        return c["STAGES"] * 2 * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+    def smem_bytes(cls, c: dict[str, Any], dims: int = 2) -> int:
+        """The dynamic shared memory: the stages, alignment slack and the barriers; DIRECT, a stage holds the
+        weight's tiles and the raw input boxes (rows of TW + 4 floats), the split tiles lie past the ring."""
+        if not c.get("DIRECT", 0):
+            return c["STAGES"] * 2 * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+        td, th, tw = cls.tile(c, dims)
+        raw = -(-(tw // c["TW"]) * cls.BK * td * th * (c["TW"] + 4) * 4 // 1024) * 1024
+        return c["STAGES"] * (2 * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"]
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = self.match(problem)
@@ -229,10 +250,16 @@ class ConvTf32x3Sm90(GraphFamily):
             return False
         if c.get("FOLD", 0) > min(f.dims, 2) or (c.get("FOLD", 0) and f.transposed):
             return False
+        # A tile's epilogue beside the next tile's first wgmmas: only where a block walks tiles, and with both
+        # tiles' accumulators in registers only 64-channel tiles compile without spills (ptxas -v, sm_90a).
+        if c.get("OVERLAP", 0) and (not c.get("PERSIST", 0) or c["BN"] > 64):
+            return False
+        if c.get("DIRECT", 0) and (c.get("FOLD", 0) or not reads_x_directly(f)):
+            return False
         box = dict(zip(("D", "H", "W"), (td, th, c["TW"])))
         if any(box[a] * s > 256 for a, s in zip(axes(f.dims), self.box_strides(f))):  # TMA boxes span <= 256 elements
             return False
-        return self.smem_bytes(c) + (4 * c["BN"] if f.pool else 0) <= SMEM_LIMIT  # + a pooled tile's sums
+        return self.smem_bytes(c, f.dims) + (4 * c["BN"] if f.pool else 0) <= SMEM_LIMIT  # + a pooled tile's sums
 
     @staticmethod
     def box_strides(f: ConvMatch) -> tuple[int, ...]:
@@ -277,8 +304,23 @@ class ConvTf32x3Sm90(GraphFamily):
         # The persistent grid (a block per SM; the next tile's loads overlap this one's epilogue): on the H100
         # (session 29) 1.10-1.13x where the output is pooled (level2/67, 44) and 1.08x on level1/87, but 0.96x and
         # 0.90x where a larger output is written (level2/19, 65): it leads for a pooled output, else comes third.
+        # A tile's epilogue beside the next tile's first wgmmas (OVERLAP), A/B on the H100 (session 30): 1.035x on
+        # level2/67 (pooled, GELU), 0.96x on level1/54: with the pooled persistent seed only.
         if out:
-            out.insert(0 if f.pool else min(2, len(out)), {**out[0], "PERSIST": 1})
+            persist = {**out[0], "PERSIST": 1}
+            if f.pool and self.valid({**persist, "OVERLAP": 1}, problem):
+                persist["OVERLAP"] = 1
+            out.insert(0 if f.pool else min(2, len(out)), persist)
+        # x read as it lies (DIRECT: no planes of twice the input written and read again), A/B on the H100
+        # (session 30): where each input value is read for few outputs (taps x output / input pixels) it wins,
+        # level1/87 (1) 1.58x, 64 and 67 (3) 1.27x and 1.22x; at 9 it is even (level1/55, 57: 1.00x, 1.06x;
+        # level2/16 0.94x), at 29 it loses (level1/70 0.87x): the second seed up to 5, else the last.
+        direct = {**out[0], "DIRECT": 1} if out else {}
+        if out and self.valid(direct, problem):
+            if direct_reads(f) <= 5:
+                out.insert(1, direct)
+            else:
+                out.append(direct)
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
@@ -288,7 +330,7 @@ class ConvTf32x3Sm90(GraphFamily):
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
                 "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool)}
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
@@ -329,15 +371,21 @@ class ConvTf32x3Sm90(GraphFamily):
             x_pre = (f"{self.name}_fold_x", f"(min(cdiv(NB * {' * '.join(f'X{a}' for a in names)} * CP, 256), 1 << 20),)", "(256,)",
                      f"({f.x}, scratch0, NB, C, CP, {', '.join(ext[a][0] for a in _AXES)}, {', '.join(ext[a][1] for a in _AXES)})")
             w_pre = (f"{self.name}_fold_w", f"(min(cdiv(CO * {outer} * CP, 256), 1 << 20),)", "(256,)", f"({f.w}, scratch1, CO, C, CP)")
+        x_map = f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))"
+        x_planes = f"(2 * NB, {', '.join(f'X{a}' for a in names)}, CP)"
+        pre = (x_pre, w_pre)
+        if c.get("DIRECT"):  # x itself, innermost first: W (TW + 4, densely), H, D, its channels, the image; unswizzled
+            x_map = (f"tma_nd({f.x}, ({', '.join((str(c['TW'] + 4),) + x_box[2:-1])}, 32, 1), "
+                     f"({', '.join(('1',) + x_strides[2:-1])}, 1, 1), 0)")
+            x_planes, pre = "(1,)", (w_pre,)
         blocks = f"NB * {tiles} * cdiv(CO, {c['BN']})"  # one a tile; persistent, one an SM
         out_shape = repr(f.pooled_shape) if f.pool else f"(NB, CO, {out_dims})"
         return LaunchSpec(
             entry=self.name, grid=f"(min({blocks}, SMS),)" if c.get("PERSIST") else f"({blocks},)", block="(384,)",
-            shared_mem=str(self.smem_bytes(c)),
+            shared_mem=str(self.smem_bytes(c, f.dims)),
             bindings=tuple(bindings),
-            scratch=((f"(2 * NB, {', '.join(f'X{a}' for a in names)}, CP)", "float32", "empty"),
-                     (f"(2 * CO, {outer}, CP)", "float32", "empty")),
-            pre=(x_pre, w_pre),
-            args=(f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))", f"tma_nd(scratch1, (32, 1, {c['BN']}))",
+            scratch=((x_planes, "float32", "empty"), (f"(2 * CO, {outer}, CP)", "float32", "empty")),
+            pre=pre,
+            args=(x_map, f"tma_nd(scratch1, (32, 1, {c['BN']}))",
                   "out0", "NB", "CO", "CP", *outs, *f.epilogue.launch_args()),
             outputs=((out_shape, "float32", "zeros") if f.pool else (out_shape, "float32"),))
