@@ -57,15 +57,15 @@ EDITS: dict[str, tuple[str, dict[str, tuple[dict[str, str], bool]]]] = {
 }
 
 
-def model_call(cand: Any, mod: Any, inputs: list[Any], tag: str) -> tuple[Callable[[], Any], Any]:
-    """The candidate module's ModelNew, built as the judge builds it, and a call of it on `inputs`."""
+def model_call(cand: Any, mod: Any, inputs: list[Any], tag: str) -> Callable[[], Any]:
+    """A call on `inputs` of the candidate module's ModelNew, built as the judge builds it."""
     import torch
 
     from cuforge.sandbox.loading import candidate_class
 
     torch.manual_seed(1)
     model = candidate_class(cand.module_source(), mod, tag)(*mod.get_init_inputs()).cuda()
-    return (lambda: model(*inputs)), model
+    return lambda: model(*inputs)
 
 
 def apply_edits(source: str, edits: dict[str, str], name: str) -> str:
@@ -116,7 +116,7 @@ def probe_file(path: Path, rounds: int, before: str | None) -> dict[str, Any]:
     with torch.no_grad():
         for name, (edit, diagnostic) in variants.items():
             cand = now if name == "as_rendered" else replace(base, source=apply_edits(base.source, edit, name))
-            call, _ = model_call(cand, mod, inputs, f"probe_{path.stem}_{name}")
+            call = model_call(cand, mod, inputs, f"probe_{path.stem}_{name}")
             got = call()
             torch.cuda.synchronize()
             errors[name] = (got - want).abs().max().item()

@@ -2,13 +2,14 @@
 fp32 tolerance: 1-D, 2-D and 3-D; ragged output tiles and channel tiles; few input channels (padded
 to TMA's 16-byte rows); stride, padding, dilation and rectangular kernels; no bias; a fused chain with
 a per-channel parameter; few channels with the inner taps folded into the channel vector; transposed
-convolutions by output phase, including phases no tap reaches."""
+convolutions by output phase, including phases no tap reaches; the input read as it lies (DIRECT), its
+boxes starting on a 16-byte boundary before each window, also on persistent grids with OVERLAP."""
 
 import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import conv_problem, family_configs, skip_unless_sm90
+from template_helpers import assert_all_ok, conv_problem, family_configs, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
@@ -58,8 +59,6 @@ def test_the_input_read_as_it_lies(sup, tmp_path, layer, x_shape, tail):
     skip_unless_sm90(sup, "wgmma needs sm_90a")
     p = conv_problem(tmp_path, layer, x_shape, tail)
     configs = [d for d in ({**c, "DIRECT": 1, "FOLD": 0} for c in family_configs(fam, p, 1)) if fam.valid(d, p)]
-    configs += [d for d in ({**configs[0], "PERSIST": 1, "OVERLAP": o} for o in (0, 1)) if fam.valid(d, p)]
     assert configs, layer
-    for c in configs:
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (layer, c, ev.status, ev.message)
+    configs += [d for d in ({**configs[0], "PERSIST": 1, "OVERLAP": o} for o in (0, 1)) if fam.valid(d, p)]
+    assert_all_ok(sup, fam, p, configs, CFG)
