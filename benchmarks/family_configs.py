@@ -7,7 +7,9 @@ where a family's search space is good or bad on a problem, config by config.
         --config '{"BM": 128, "BN": 128, "GROUP_M": 8, "SPLIT_K": 2, "REDUCE": "atomic", "EPI": "tma", "STAGES": 6}'
     python benchmarks/family_configs.py hgemm/64_64_1024 hgemm/256_256_4096 --baseline cublas --configs sweep.json
     python benchmarks/family_configs.py .kb/level1/87_conv_pointwise_2D.py --vary PERSIST=0,1 --seeds 2
+    python benchmarks/family_configs.py .kb/level1/54_conv_standard_3D__square_input__square_kernel.py --family conv_direct
 
+--family NAME times a family other than the preferred one (any that covers the problem).
 --vary KNOB=V1,V2 times each seed once per value of KNOB (in a staged or pipeline family, the stage knob
 ending in .KNOB), side by side in one worker: an A/B of one knob over real problems.
 """
@@ -82,9 +84,10 @@ def main() -> None:
     ap.add_argument("--baseline", action="append", default=[], help="baselines (default torch, torch.compile)")
     ap.add_argument("--vary", help="KNOB=V1,V2: each seed once per value of KNOB (values parsed as JSON)")
     ap.add_argument("--seeds", type=int, default=0, help="only the first N seeds (0: all)")
+    ap.add_argument("--family", help="a covering family other than the preferred one (its name)")
     ap.add_argument("--name", default="family_configs")
     a = ap.parse_args()
-    from cuforge.kernels.families import family_for
+    from cuforge.kernels.families import families_for
     from cuforge.problems.suites import load_problem
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.supervisor import Supervisor
@@ -97,10 +100,15 @@ def main() -> None:
     with Supervisor(gpu=0) as sup:
         for ref in a.problems:
             p = load_problem(ref)
-            fam, why = family_for(p)
-            if fam is None:
+            fams, why = families_for(p)
+            if a.family:
+                fams = [f for f in fams if f.name == a.family]
+                why = why or f"{a.family} does not cover it (covering: {', '.join(f.name for f in families_for(p)[0])})"
+            if not fams:
                 rows.append({"problem": ref, "status": "not covered", "message": why})
+                print(rows[-1], flush=True)
                 continue
+            fam = fams[0]
             configs, rng = ([] if a.no_seeds else fam.seeds(p)[:a.seeds or None]), random.Random(0)
             if vary:
                 configs = varied(configs, fam, p, *vary)

@@ -26,9 +26,12 @@ class GemmTf32x3Sm90(GraphFamily):
         super().__init__("gemm_tf32x3_sm90", {"BN": (64, 128, 192), "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
                                                  "SPLIT_K": (1, 2, 4, 8, 16, 32, 64), "SPLIT": ("pass", "smem")})
 
-    # SPLIT "smem": operands already K-major (rows of K floats, K % 4 == 0 for TMA's 16-byte rows) are
-    # split by the consumers in shared memory instead of by a preparing pass over global memory: the
-    # pass over a large weight is what costs the M = 128 linear layers (level2 56, 59, 68) their win.
+    # SPLIT "smem": operands whose rows TMA can read (16-byte aligned) are split by the consumers in shared
+    # memory instead of by a preparing pass over global memory. A K-major operand (rows of K floats) is
+    # split in place; an R-major one (stored [K, R]: B of a plain A @ B, A used transposed) arrives as a
+    # raw [32 k][rows] tile and is transposed as it is split. The pass over a large weight is what costs
+    # the M = 128 linear layers (level2 56, 59, 68) their win, and over both 512 MB operands of
+    # level1/6 (K = 524288) as much as cuBLAS's whole product.
     DEFAULTS = {"SPLIT_K": 1, "SPLIT": "pass"}
 
     @staticmethod
@@ -36,10 +39,21 @@ class GemmTf32x3Sm90(GraphFamily):
         """Whether A and B are stored K-major with TMA-aligned rows."""
         return (not f.ta and f.k % 4 == 0), (f.tb and f.k % 4 == 0)
 
+    @staticmethod
+    def rmajor(f: GemmMatch) -> tuple[bool, bool]:
+        """Whether A and B are stored R-major ([K, M] / [K, N]) with TMA-aligned rows."""
+        return (f.ta and f.m % 4 == 0), (not f.tb and f.n % 4 == 0)
+
+    def modes(self, c: dict[str, Any], f: GemmMatch) -> tuple[int, int]:
+        """How A and B reach the wgmmas: 0 planes from the preparing pass, 1 split in place in shared
+        memory, 2 transposed and split in shared memory."""
+        if c.get("SPLIT", "pass") != "smem":
+            return 0, 0
+        return tuple(1 if k else 2 if r else 0 for k, r in zip(self.kmajor(f), self.rmajor(f)))  # type: ignore[return-value]
+
     def in_smem(self, c: dict[str, Any], f: GemmMatch) -> tuple[bool, bool]:
-        a, b = self.kmajor(f)
-        smem = c.get("SPLIT", "pass") == "smem"
-        return smem and a, smem and b
+        a, b = self.modes(c, f)
+        return bool(a), bool(b)
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
@@ -64,7 +78,10 @@ class GemmTf32x3Sm90(GraphFamily):
         f = self.match(problem)
         if isinstance(f, str):
             return False
-        if c.get("SPLIT", "pass") == "smem" and not any(self.kmajor(f)):  # else the same kernel as "pass"
+        modes = self.modes(c, f)
+        if c.get("SPLIT", "pass") == "smem" and not any(modes):  # else the same kernel as "pass"
+            return False
+        if modes[1] == 2 and c["BN"] > 128:  # ptxas -v: 192 columns' transposing split uses a stack frame
             return False
         if c.get("SPLIT_K", 1) > 1:  # partial sums added into C: only where C is the product itself
             if f.epilogue.body.strip() or f.epilogue.rowsum or c["SPLIT_K"] > -(-f.k // self.BK):
@@ -78,38 +95,49 @@ class GemmTf32x3Sm90(GraphFamily):
         for bn in (128, 64, 192):
             stages = max(s for s in self.knobs["STAGES"] if self.valid({"BN": bn, "STAGES": s, "GROUP_M": 8, "SPLIT_K": 1}, problem))
             out.append({"BN": bn, "STAGES": stages, "GROUP_M": 8, "SPLIT_K": 1, "SPLIT": "pass"})
+        wide = out[0]
         # Fewer, wider tiles when the output is large; narrower first when 128-wide ones leave SMs idle.
         if tiles(f.m, f.n, self.BM, 128) * batch < SEED_SMS:
             out[0], out[1] = out[1], out[0]
-        # A few tiles over a long K: split K until the splits fill the GPU (each keeps >= 8 k-tiles).
-        few = tiles(f.m, f.n, self.BM, out[0]["BN"]) * batch
+        # A few tiles over a long K: split K until the splits fill the GPU (each keeps >= 8 k-tiles), on
+        # 128-wide tiles (each operand is read N / BN or M / BM times over). Such a product moves far more
+        # bytes per flop than a square one, and a preparing pass moves each operand three more times
+        # (level1/6, K = 524288: 2.71 ms with it, 0.84 without, H100), so it goes first without the pass.
+        few = tiles(f.m, f.n, self.BM, 128) * batch
         split = 1
         while few * split * 2 <= SEED_SMS and -(-f.k // self.BK) // (split * 2) >= 8 and split * 2 in self.knobs["SPLIT_K"]:
             split *= 2
-        if split > 1 and self.valid({**out[0], "SPLIT_K": split}, problem):
-            out.insert(0, {**out[0], "SPLIT_K": split})
-        # Operands already K-major: the same tiles without the preparing pass, tried second.
-        if any(self.kmajor(f)):
+        if split > 1 and self.valid({**wide, "SPLIT_K": split}, problem):
+            lead = {**wide, "SPLIT_K": split}
+            out.insert(0, lead)
+            if self.valid({**lead, "SPLIT": "smem"}, problem):
+                out.insert(0, {**lead, "SPLIT": "smem"})
+                return out
+        # Operands TMA can read as they lie: the same tiles without the preparing pass, tried second
+        # (on square products the consumers' split costs more than the pass: 1.64 against 1.10 ms, 4096^3).
+        if self.valid({**out[0], "SPLIT": "smem"}, problem):
             out.insert(1, {**out[0], "SPLIT": "smem"})
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
-        a, b = self.kmajor(f)
-        return {"EPI": f.epilogue, "A_KMAJOR": a, "B_KMAJOR": b}
+        return {"EPI": f.epilogue, "KMAJOR": self.kmajor(f), "RMAJOR": self.rmajor(f)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
         bindings, out = gemm_launch_names(f)
         bindings.append(("KP", "(K + 3) // 4 * 4"))  # TMA: rows of the planes 16-byte aligned
         split = f"{self.name}_split"
-        a_smem, b_smem = self.in_smem(c, f)
-        # Each operand: its raw K-major rows (split in shared memory), or planes from a preparing pass.
+        a_mode, b_mode = self.modes(c, f)
+        # Each operand: its raw rows (split in shared memory), or planes from a preparing pass.
         # A is read K-major unless stored [K, M]; B is [K, N] (N-major) unless stored [N, K].
         pre, scratch, descs = [], [], []
-        for ref, rows, smem, r_major, box in ((f.a, "M", a_smem, f.ta, self.BM), (f.b, "N", b_smem, not f.tb, c["BN"])):
-            if smem:
+        for ref, rows, mode, r_major, box in ((f.a, "M", a_mode, f.ta, self.BM), (f.b, "N", b_mode, not f.tb, c["BN"])):
+            if mode == 1:
                 descs.append(f"tma_2d({ref}, {self.BK}, {box})")  # rows of K: a batch is one tall matrix
+                continue
+            if mode == 2:
+                descs.append(f"tma_2d({ref}, {box}, {self.BK}, 0)")  # rows of R, k-tiles of 32, no swizzle
                 continue
             name = f"scratch{len(scratch)}"
             scratch.append((f"(2 * BATCH * {rows}, KP)", "float32", "empty"))
@@ -120,6 +148,6 @@ class GemmTf32x3Sm90(GraphFamily):
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {self.BM}) * cdiv(N, {c['BN']}) * {split_k}, BATCH)", block="(384,)",
                           shared_mem=str(self.smem_bytes(c)),
                           args=(*descs, "out0",
-                                "M", "N", "KP", "BATCH * M", "BATCH * N", *f.epilogue.launch_args()),
+                                "M", "N", "K", "KP", "BATCH * M", "BATCH * N", *f.epilogue.launch_args()),
                           outputs=((*out, "zeros"),) if zeros else (out,), bindings=tuple(bindings),
                           scratch=tuple(scratch), pre=tuple(pre))
