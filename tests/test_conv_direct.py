@@ -38,16 +38,26 @@ def test_grouped_and_depthwise_convolutions_go_to_the_direct_kernel(tmp_path):
     assert "not a grouped convolution, and more than 8 input channels" in FAM.supports(ungrouped)
 
 
-def test_few_input_channels_are_direct_in_3d_and_offered_beside_the_implicit_gemm_in_2d(tmp_path):
+def test_few_input_channels_are_direct_and_lead_the_implicit_gemm_unless_transposed_or_pooled(tmp_path):
     rgb3d = conv_problem(tmp_path, "nn.Conv3d(3, 16, 3)", "(2, 3, 6, 8, 8)", "torch.sigmoid(y)")
-    assert [f.name for f in families_for(rgb3d)[0]] == [FAM.name]
+    assert [f.name for f in families_for(rgb3d)[0]] == [FAM.name]  # 3-D into few channels: direct alone
     assert "conv_direct's case" in ConvTf32x3Sm90().supports(rgb3d)
     rgb2d = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)")
-    assert [f.name for f in families_for(rgb2d)[0]] == [ConvTf32x3Sm90().name, FAM.name]
+    assert [f.name for f in families_for(rgb2d)[0]] == [FAM.name, ConvTf32x3Sm90().name]
+    wide = conv_problem(tmp_path, "nn.Conv3d(3, 64, 3)", "(2, 3, 6, 8, 8)")
+    assert [f.name for f in families_for(wide)[0]][:2] == [FAM.name, ConvTf32x3Sm90().name]
     transposed = conv_problem(tmp_path, "nn.ConvTranspose3d(3, 16, 3)", "(2, 3, 6, 8, 8)")
     assert [f.name for f in families_for(transposed)[0]][:2] == [ConvTf32x3Sm90().name, FAM.name]
-    wide = conv_problem(tmp_path, "nn.Conv3d(3, 64, 3)", "(2, 3, 6, 8, 8)")  # full tensor-core tiles
-    assert [f.name for f in families_for(wide)[0]][:2] == [ConvTf32x3Sm90().name, FAM.name]
+    many = conv_problem(tmp_path, "nn.Conv2d(16, 32, 3)", "(2, 16, 10, 10)")
+    assert [f.name for f in families_for(many)[0]] == [ConvTf32x3Sm90().name]
+    # Pooled in the implicit GEMM's epilogue: one kernel ahead of a direct head and a reduction after it.
+    pooled = conv_problem(tmp_path, "nn.Conv2d(8, 64, 3)", "(2, 8, 20, 21)", "torch.mean(torch.relu(y), dim=(2, 3))")
+    assert [f.name for f in families_for(pooled)[0]][:2] == [ConvTf32x3Sm90().name, "staged:conv_direct+reduce_dim"]
+    # Two kernels: a direct head leads the implicit GEMM's with the same tail.
+    init = "        self.conv = nn.Conv2d(8, 32, 3)\n        self.bn = nn.BatchNorm2d(32)"
+    staged = problem_from_expr(tmp_path, "self.bn(self.conv(a)) * 2", "torch.randn(2, 8, 20, 20)", args="a", init=init)
+    names = [f.name for f in families_for(staged)[0]]
+    assert names.index("staged:conv_direct+batch_norm") < names.index("staged:conv_tf32x3_sm90+batch_norm"), names
     f = FAM.matched(rgb3d)
     assert (f.groups, f.c, f.c_out) == (1, 3, 16)
 
@@ -61,6 +71,20 @@ def test_output_channels_per_thread_divide_a_group_and_transposed_ones_take_one_
     launch = FAM.render(FAM.seeds(p)[0], p).launch
     assert launch.outputs == ((repr((2, 24, 19, 21)), "float32"),)
     assert ("items", str(2 * (24 // 4) * 19 * 21)) in launch.bindings
+
+
+def test_windowed_blocks_share_output_channels_and_keep_their_weights_in_shared_memory(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(3, 96, 11, stride=4, padding=2)", "(2, 3, 63, 61)")
+    c = dict(BLOCK=256, OCT=8, PW=4, WIN=1)
+    assert FAM.valid(c, p)
+    launch = FAM.render(c, p).launch
+    assert launch.grid == "(cdiv(items, 256), 12)" and launch.shared_mem == str(8 * 3 * 121 * 4)
+    assert ("items", str(2 * 15 * 4)) in launch.bindings  # images x output rows x groups of 4 pixels (15 wide)
+    assert "SPAN = 23;" in FAM.render(c, p).source  # 3 x stride 4 + 10 taps + 1 values under a thread's pixels
+    transposed = conv_problem(tmp_path, "nn.ConvTranspose2d(4, 12, 3, stride=2)", "(2, 4, 7, 9)")
+    assert not FAM.valid(dict(BLOCK=256, OCT=4, PW=1, WIN=1), transposed)
+    huge = conv_problem(tmp_path, "nn.Conv3d(8, 32, 15)", "(1, 8, 16, 16, 16)")  # 16 x 8 x 3375 x 4 bytes of weights
+    assert FAM.valid(dict(BLOCK=256, OCT=1, PW=1, WIN=1), huge) and not FAM.valid(dict(BLOCK=256, OCT=16, PW=1, WIN=1), huge)
 
 
 def test_a_depthwise_separable_pair_runs_as_two_kernels(tmp_path):

@@ -1,7 +1,9 @@
 """The direct grouped / depthwise convolution on a real GPU against the float64 reference at the
 harness's fp32 tolerance: depthwise with and without a channel multiplier, 1-D, 2-D and 3-D grouped,
 stride, padding, dilation, transposed grouped (taps the stride skips), a fused per-channel chain,
-several pixels and output channels per thread; and the depthwise-separable pair as two kernels."""
+several pixels and output channels per thread, the weights kept in shared memory and each input row slid
+over in registers (WIN: strided, padded, dilated, a ragged last pixel group); and the depthwise-separable
+pair as two kernels."""
 
 import pytest
 
@@ -21,6 +23,24 @@ def test_direct_convolution(sup, tmp_path, layer, x_shape):
     tail = "torch.relu(y) - self.bias" if "2d(" in layer else "torch.relu(y) * 2"  # self.bias is (C, 1, 1)
     p = conv_problem(tmp_path, layer, x_shape, tail)
     assert_all_ok(sup, fam, p, family_configs(fam, p, 2), CFG)
+
+
+WINDOWED = [s for s in SHAPES if "Transpose" not in s[0]] + [
+    ("nn.Conv2d(3, 16, 11, stride=4, padding=2)", "(2, 3, 63, 61)"),  # level1/50's layer, smaller
+    ("nn.Conv3d(3, 16, (3, 3, 1))", "(2, 3, 12, 13, 10)"),            # level1/59's: W of 10, one tap along it
+    ("nn.Conv1d(4, 8, 7, padding=3, dilation=3)", "(2, 4, 101)"),
+]
+
+
+@pytest.mark.parametrize("layer, x_shape", WINDOWED)
+def test_direct_convolution_with_weights_shared_and_rows_slid(sup, tmp_path, layer, x_shape):
+    fam = ConvDirect()
+    p = conv_problem(tmp_path, layer, x_shape, "torch.tanh(y) * 2")
+    shapes = ((256, 8, 4), (128, 4, 2), (256, 16, 1), (512, 2, 4), (128, 1, 4), (256, 1, 2), (256, 4, 1))
+    seeds = [c for c in fam.seeds(p) if c.get("WIN")]
+    configs = seeds + [c for b, o, pw in shapes if fam.valid(c := dict(BLOCK=b, OCT=o, PW=pw, WIN=1), p) and c not in seeds]
+    assert len(seeds) == 2 and len(configs) >= 3, configs
+    assert_all_ok(sup, fam, p, configs, CFG)
 
 
 def test_depthwise_then_pointwise(sup, tmp_path):

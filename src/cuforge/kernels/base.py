@@ -51,6 +51,11 @@ class Family:
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def leads(self, problem: Problem) -> bool:
+        """Whether this family goes ahead of those listed before it where both cover the problem
+        (measured faster there)."""
+        return False
+
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
         raise NotImplementedError
 

@@ -79,6 +79,15 @@ def few_channels(f: ConvMatch) -> bool:
     return f.groups == 1 and f.c <= FEW_CHANNELS
 
 
+def direct_first(f: ConvMatch) -> bool:
+    """Where conv_direct leads the implicit GEMM: few input channels, not transposed, not pooled (the
+    implicit GEMM's epilogue sums pooled outputs). Measured on the H100 (docs/benchmarks.md, session 31):
+    with its weights in shared memory and input rows slid over in registers (WIN), conv_direct beat the
+    implicit GEMM's best on every such KernelBench convolution, 2-D and 3-D, 3 or 8 channels into 64 or
+    96 (level1/50, 54, 59, 60, 66: 1.1x to 4x; level2/57, 69, 71, 87, 90: 1.1x to 2x)."""
+    return few_channels(f) and not f.transposed and not f.pool
+
+
 def direct_only(f: ConvMatch) -> bool:
     """Where conv_direct alone is offered: a 3-D convolution of few input and output channels."""
     return few_channels(f) and f.dims == 3 and not f.transposed and f.c_out <= FEW_OUT_CHANNELS

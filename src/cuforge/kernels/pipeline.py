@@ -28,6 +28,11 @@ class Stage:
     feed: tuple[tuple[str, int], ...]  # where each of its inputs comes from: ("in", j) or ("stage", k)
 
 
+def by_lead(families: list[Family], problem: Problem) -> list[Family]:
+    """`families` with those that lead on this problem (Family.leads) first, otherwise in order."""
+    return sorted(families, key=lambda f: not f.leads(problem))
+
+
 def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tuple[tuple[str, int], ...],
           first: int, room: int) -> list[Stage] | None:
     """The problem as `first`-numbered stages, at most `room` of them, the first from `heads`, the rest from
@@ -36,7 +41,7 @@ def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tu
         cut = cut_at(problem, k)
         if isinstance(cut, str):
             continue
-        head = next((f for f in heads if f.supports(cut.head) is None), None)
+        head = next((f for f in by_lead(heads, cut.head) if f.supports(cut.head) is None), None)
         if head is None:
             continue
         tail_feed = (("stage", first),) + tuple(feed[j] for j in cut.tail_inputs)

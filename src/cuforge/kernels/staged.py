@@ -107,6 +107,10 @@ class Staged(GraphFamily):
     def runs_on(self, compute_capability: str) -> bool:
         return self.head.runs_on(compute_capability) and self.tail.runs_on(compute_capability)
 
+    def leads(self, problem: Problem) -> bool:
+        cut = self.match(problem)
+        return not isinstance(cut, str) and self.head.leads(cut.head)
+
     def match(self, problem: Problem) -> Cut | str:
         key = (problem.id, problem.inputs, problem.graph, problem.graph_outputs)
         cache: dict[Any, Cut | str] = self.__dict__.setdefault("_matches", {})
