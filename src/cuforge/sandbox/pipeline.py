@@ -49,6 +49,9 @@ class Context:
     correctness: dict[str, Any]
     timings: dict[str, TimingStats]
     profile: Profile | None = None
+    # Per output, the largest relative error norm of eager's own output against float64 over the sets
+    # judged so far: the error-norm bound's floor (see Judge).
+    native_rel: dict[int, float] = field(default_factory=dict)
 
 
 def sync(device: torch.device) -> None:
@@ -152,7 +155,12 @@ class Judge:
 
     def __call__(self, i: int, o: Any, r: torch.Tensor, n: torch.Tensor) -> verify.Comparison:
         float64 = self.ref_kind == "float64"
-        cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n if float64 else None)
+        # Eager's error on an output that cancels (a mean of a normalised tensor) is rounding noise over
+        # a tiny norm, and varies set to set; the bound rests on the largest seen in this evaluation, not
+        # on the one set's draw (an honest pipeline was once called a cheat on a set where eager was lucky).
+        floor = self.ctx.native_rel.get(i, 0.0)
+        cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n if float64 else None, native_floor=floor)
+        self.ctx.native_rel[i] = max(floor, cmp.native_rel_norm)
         if cmp.ok or not cmp.on_tolerance or not float64:
             return cmp
         if self._scales is None:
