@@ -51,10 +51,6 @@ class GemmTf32x3Sm90(GraphFamily):
             return 0, 0
         return tuple(1 if k else 2 if r else 0 for k, r in zip(self.kmajor(f), self.rmajor(f)))  # type: ignore[return-value]
 
-    def in_smem(self, c: dict[str, Any], f: GemmMatch) -> tuple[bool, bool]:
-        a, b = self.modes(c, f)
-        return bool(a), bool(b)
-
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"  # wgmma and setmaxnreg exist only on sm_90a
 
