@@ -332,6 +332,58 @@ def test_the_error_norm_bound_of_a_cancelling_output_rests_on_eager_s_largest_er
     assert not verdict.ok and verdict.kind == "precision_downgrade" and NATIVE_NORM_FACTOR * floor < 3e-4
 
 
+def _cancelling_model():
+    """An output of norm ~1e-9 that eager computes as a sum cancelling to it: fp32 leaves ~1e-7 of
+    rounding in every element, float64 none."""
+    import torch
+
+    class Cancelling(torch.nn.Module):
+        def forward(self, x):
+            return x[:4] * 1e-9 + ((x[4:8] * 3 + x[8:12]) - x[8:12] - x[4:8] * 3)
+
+    return Cancelling()
+
+
+def test_an_error_norm_accusation_on_the_first_set_waits_for_eager_s_error_on_fresh_sets():
+    """On the evaluation's first set there is no earlier set to take eager's error from: where eager happened
+    to be accurate on it, the error-norm bound alone would accuse an honest candidate. Before it does, the
+    judge measures eager's error on three fresh sets only eager and float64 see, once per output; an output
+    wrong past atol is named without that."""
+    import types
+
+    import torch
+
+    from cuforge.problems.problem import Tolerance
+    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.pipeline import Context, Judge, Models
+    from cuforge.sandbox.verify import compare
+
+    tol = Tolerance.for_dtype("float32")
+    module = types.SimpleNamespace(get_inputs=lambda: [torch.randn(12)])
+    eager = _cancelling_model()
+    models = Models(reference=eager, reference64=_cancelling_model().double(), candidate=None)
+    torch.manual_seed(3)
+    x = torch.randn(12)
+    ref = models.reference64(x.double())
+    lucky = (ref + torch.randn_like(ref) * 1e-10).float()  # eager's error on this set, ~1000x below its usual
+    honest = (ref + torch.randn_like(ref) * 3e-7).float()
+    assert not compare(honest, ref, torch.float32, tol, native=lucky).ok  # this draw alone accuses it
+    ctx = Context({}, {}, EvalConfig(), torch.device("cpu"), module, tol, 0, {}, {})
+    judge = Judge(ctx, models, [x], "float64")
+    verdict = judge(0, honest, ref, lucky)
+    assert verdict.ok, verdict.reason
+    assert ctx.calibrated == {0} and ctx.correctness["calibrated_native_rel_norm"]["0"] > 1.0
+    # Calibrated once per output; an error past atol is named without it (no fresh sets to wait for).
+    wrong = (ref + 1e-3).float()
+    again = Judge(Context({}, {}, EvalConfig(), torch.device("cpu"), module, tol, 0, {}, {}), models, [x], "float64")
+    verdict = again(0, wrong, ref, lucky)
+    assert not verdict.ok and not again.ctx.calibrated
+    # Reduced precision whose error norm exceeds even the calibrated floor is still named.
+    coarse = (ref + torch.randn_like(ref) * 5e-5).float()
+    verdict = judge(0, coarse, ref, lucky)
+    assert not verdict.ok and verdict.kind == "precision_downgrade" and verdict.norm_only, verdict.reason
+
+
 def test_escaped_work_needs_the_host_to_wait_for_the_device():
     from cuforge.sandbox.timing import EscapeCheck, escaped_work
 
@@ -421,6 +473,59 @@ def test_training_mode_dropout_reference_passes_pytorch_itself(tmp_path):
         no_dropout = DROPOUT_PROBLEM + ("\nclass ModelNew(Model):\n    def forward(self, x):\n"
                                         "        return torch.softmax(self.linear(x), dim=1)\n")
         ev = s.evaluate(problem, Candidate(no_dropout), CFG)
+        assert ev.status == "wrong_output", ev.message
+
+
+NOISE_PROBLEM = '''
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        keep = torch.rand_like(x) > 0.3
+        return torch.tanh(x * keep + 0.1 * torch.randn_like(x))
+def get_inputs():
+    return [torch.rand(32, 64)]
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_float64_reference_replays_the_eager_reference_s_random_draws(tmp_path):
+    """A float64 forward draws other numbers than a float32 one after the same seed (rand_like, randn_like;
+    on a GPU a dropout's mask too), so the float64 reference of a stochastic problem disagreed with eager
+    PyTorch itself, and the judge's allowance for eager's own misses let almost anything through (or, by
+    chance, accused an honest kernel). The float64 reference now replays the eager forward's draws:
+    PyTorch itself matches it to rounding, and a candidate drawing other numbers is wrong."""
+    import torch
+
+    from cuforge.sandbox.random_tape import RandomTape, ReplayMismatch
+
+    tape = RandomTape()
+    torch.manual_seed(5)
+    with tape.recording():
+        a, da = torch.rand(4, 3), torch.nn.functional.dropout(torch.arange(1.0, 65.0), 0.5)
+    with tape.replaying():
+        b, db = torch.rand(4, 3, dtype=torch.float64), torch.nn.functional.dropout(torch.arange(1.0, 65.0, dtype=torch.float64), 0.5)
+    assert [name for name, _ in tape.draws][0] == "rand" and torch.equal(a.double(), b) and torch.equal(da.double(), db)
+    with pytest.raises(ReplayMismatch):
+        with tape.replaying():
+            torch.rand(5, 3, dtype=torch.float64)
+    with pytest.raises(ReplayMismatch, match="were not made"):
+        with tape.replaying():
+            torch.rand(4, 3, dtype=torch.float64)
+
+    (tmp_path / "noise.py").write_text(NOISE_PROBLEM)
+    (problem,), skipped = load_files([tmp_path / "noise.py"])
+    assert not skipped
+    with Supervisor(cpu_mode=True) as s:
+        own = s.evaluate(problem, Candidate(NOISE_PROBLEM + "\nclass ModelNew(Model):\n    pass\n"), CFG)
+        assert own.status == "ok", own.message
+        # Ok because the draws agree, not because eager's own misses against float64 excuse everything (they
+        # did: a relative error norm of 0.8 passed as "within the reference's misses").
+        assert own.correctness["reference"] == "float64" and own.correctness["rel_norm_err"] < 1e-6, own.correctness
+        assert "misses_within_reference" not in own.correctness
+        other = NOISE_PROBLEM + ("\nclass ModelNew(Model):\n    def forward(self, x):\n        torch.rand(1)\n"
+                                 "        return super().forward(x)\n")
+        ev = s.evaluate(problem, Candidate(other), CFG)
         assert ev.status == "wrong_output", ev.message
 
 
