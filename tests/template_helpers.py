@@ -73,6 +73,8 @@ def smoke_compile(fam, p, n_random):
             stages = [(s.family, sc, s.problem) for s, sc in zip(parts, fam.stage_configs(fam.complete(c), parts))]
         for family, config, part in stages:
             stage = family.render(config, part)
+            if "torch_call" in stage.meta:  # a PyTorch call between the kernels (a dropout): nothing to compile
+                continue
             mod = compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options)
             assert family.name in mod.signatures and len(mod.cubin) > 0, config
 

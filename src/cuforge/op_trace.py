@@ -71,6 +71,22 @@ class OpRecorder(TorchDispatchMode):
         self._literals[id(t)] = value
         self._alive.append(t)
 
+    def collapse(self, start: int, ref: str | None, p: float, out: Any) -> None:
+        """The nodes recorded since `start` are one training-mode dropout, of the tensor named `ref` before
+        the call (an in-place dropout renames it), with drop probability `p`: they become the one node
+        dropout(ref, p, True) whose result is `out`. Traced on the meta device or
+        the CPU, dropout dispatches as empty_like, bernoulli_, div_ and mul; on a GPU as native_dropout,
+        whose random draws only that op reproduces, so the graph names the op (aten::dropout(input, p, train)),
+        not its decomposition."""
+        import torch
+
+        if not self.graph or ref is None or not isinstance(out, torch.Tensor):
+            return
+        del self.nodes[start:]
+        node = f"t{len(self.nodes)}"
+        self.nodes.append(OpNode("dropout", (ref, float(p), True), (), node, tuple(out.shape)))  # aten::dropout's arguments
+        self._bind(out, node)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         name = op_name(func, args, kwargs)
@@ -147,10 +163,31 @@ class OpRecorder(TorchDispatchMode):
 _LITERAL_DTYPES = ("torch.float32", "torch.float64", "torch.int64", "torch.int32")
 
 
+def _dropout_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, float] | None:
+    """(input, p) where `func(*args, **kwargs)` is a training-mode dropout that draws (0 < p < 1), else None."""
+    import torch
+    import torch.nn.functional as F
+
+    if func is F.dropout:
+        names = ("input", "p", "training", "inplace")
+        defaults = {"p": 0.5, "training": True}
+    elif func in (torch.dropout, torch.dropout_):
+        names = ("input", "p", "train")
+        defaults = {}
+    else:
+        return None
+    bound = {**defaults, **dict(zip(names, args)), **kwargs}
+    p, train = bound.get("p"), bound.get("training", bound.get("train"))
+    if not isinstance(bound.get("input"), torch.Tensor) or not isinstance(p, (int, float)) or train is not True:
+        return None
+    return (bound["input"], float(p)) if 0 < p < 1 else None
+
+
 class LiteralCapture(TorchFunctionMode):
     """Tells a graph recorder the value of each 0-dim tensor the forward makes from a Python number
-    (torch.tensor(0.5), torch.tensor(0.0, device=x.device)), which dispatch alone never sees. Enter it
-    inside the recorder. Only dtypes whose arithmetic with an fp32 tensor is the number's own."""
+    (torch.tensor(0.5), torch.tensor(0.0, device=x.device)), which dispatch alone never sees; and which
+    recorded ops are one training-mode dropout (OpRecorder.collapse). Enter it inside the recorder. Only
+    dtypes whose arithmetic with an fp32 tensor is the number's own."""
 
     def __init__(self, recorder: OpRecorder) -> None:
         super().__init__()
@@ -159,7 +196,11 @@ class LiteralCapture(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         import torch
 
+        dropout = _dropout_call(func, args, kwargs or {})
+        start, src = len(self.recorder.nodes), None if dropout is None else self.recorder.ref(dropout[0])
         out = func(*args, **(kwargs or {}))
+        if dropout is not None:
+            self.recorder.collapse(start, src, dropout[1], out)
         if func in (torch.tensor, torch.as_tensor, torch.scalar_tensor) and args and type(args[0]) in (int, float) \
                 and isinstance(out, torch.Tensor) and out.dim() == 0 and str(out.dtype) in _LITERAL_DTYPES:
             self.recorder.literal(out, args[0])

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import jinja2
 
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import Candidate, LaunchSpec
+from cuforge.sandbox.candidate import Candidate, LaunchSpec, TorchCall
 
 # CUDA's inline assembly uses {%, {{ and [%, so the kernel templates use [[ ]] and {| |} instead.
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent)), undefined=jinja2.StrictUndefined,
@@ -23,6 +23,15 @@ SMEM_LIMIT = 227 * 1024  # Hopper's per-block opt-in maximum; checked against th
 
 
 PY_CONFIG_TAG = "# cuforge-config: "  # the same tag on a Python module (a staged candidate's)
+
+
+def as_stage(candidate: Candidate) -> tuple[str, LaunchSpec] | TorchCall:
+    """A rendered stage as `wrap_stages` takes it: a kernel and its launch, or a PyTorch call."""
+    if "torch_call" in candidate.meta:
+        return TorchCall(candidate.meta["torch_call"])
+    if candidate.launch is None:
+        raise ValueError("a stage is a format-B kernel or a PyTorch call")
+    return candidate.source, candidate.launch
 
 
 def config_of(source: str) -> dict[str, Any] | None:

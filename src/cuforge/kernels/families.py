@@ -536,13 +536,15 @@ from cuforge.kernels.batch_norm_team import BatchNormTeam  # noqa: E402
 from cuforge.kernels.row_loss import RowLoss  # noqa: E402
 from cuforge.kernels.staged import Staged, staged_families  # noqa: E402
 from cuforge.kernels.pipeline import Pipeline  # noqa: E402
+from cuforge.kernels.dropout import TorchDropout  # noqa: E402
 
 FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), LayerNormTeam(), NormRows(), Elementwise(),
                           RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), SoftmaxDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
                           ConvTf32x3Sm90(), ConvDirect(), BatchNormTeam(), BatchNorm(), RowLoss()]
 # Last: two kernels where no one family covers the graph (a convolution or GEMM head, any tail).
 _HEADS = [f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm90", "conv_direct")]
-_SINGLES = list(FAMILIES)
+# A training-mode dropout is PyTorch's own call (its mask is random): a stage between kernels, never alone.
+_SINGLES = list(FAMILIES) + [TorchDropout()]
 FAMILIES += staged_families(_HEADS, _SINGLES)
 # Three or four kernels, tried only where nothing above covers the graph (its search is the slowest).
 PIPELINE = Pipeline(_HEADS, _SINGLES)

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily
+from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
 from cuforge.kernels.staged import cut_at, first_computed
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
@@ -141,6 +141,5 @@ class Pipeline(GraphFamily):
         rendered = [s.family.render(c, s.problem) for c, s in zip(self.stage_configs(cfg, stages), stages)]
         names = "+".join(s.family.name for s in stages)
         header = PY_CONFIG_TAG + json.dumps({"family": self.name, "stages": names, **cfg}, sort_keys=True) + "\n"
-        source = wrap_stages([(r.source, r.launch) for r in rendered],  # type: ignore[misc]
-                             [list(s.feed) for s in stages], header)
+        source = wrap_stages([as_stage(r) for r in rendered], [list(s.feed) for s in stages], header)
         return Candidate(source, "module", proposer="template", meta={"family": self.name, "stages": names, "config": cfg})

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily
+from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem, TensorSpec
 from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
@@ -164,7 +164,7 @@ class Staged(GraphFamily):
         head, tail = self.head.render(h, cut.head), self.tail.render(t, cut.tail)
         feeds = [[("in", i) for i in range(len(problem.inputs))], [("stage", 0)] + [("in", i) for i in cut.tail_inputs]]
         header = PY_CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
-        source = wrap_stages([(head.source, head.launch), (tail.source, tail.launch)], feeds, header)  # type: ignore[list-item]
+        source = wrap_stages([as_stage(head), as_stage(tail)], feeds, header)
         return Candidate(source, "module", proposer="template", meta={"family": self.name, "config": cfg})
 
 

@@ -209,6 +209,17 @@ class _Stage:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+class _TorchStage:
+    # One PyTorch call as a stage: an op whose result only PyTorch's own kernel reproduces (the random
+    # draws of a training-mode dropout).
+    def __init__(self, expr):
+        self.expr = compile(expr, "<torch stage>", "eval")
+
+    def __call__(self, inputs, params):
+        # Normal builtins: torch's Python layers run from this frame and may import.
+        return eval(self.expr, {{"torch": torch}}, {{f"in{{i}}": x for i, x in enumerate(inputs)}})
+
+
 _STAGES = [{stages}]
 # Per stage, where each of its inputs comes from: ("in", i) the forward's input i, ("stage", j) stage j's
 # output; None: the forward's inputs as they are.
@@ -231,22 +242,41 @@ class ModelNew(torch.nn.Module):
 '''
 
 
-def wrap_stages(stages: list[tuple[str, LaunchSpec]], feeds: list[list[tuple[str, int]] | None], header: str = "") -> str:
-    """A format-A module running format-B kernels one after another: stage i's launch spec sees its
-    inputs, as listed in feeds[i] (None: the forward's inputs), as in0, in1, ... and the model's
-    parameters as usual. A malformed expression fails when the module is imported, like any
-    candidate's syntax error."""
+@dataclass(frozen=True)
+class TorchCall:
+    """A stage of a staged candidate that is one PyTorch call: `expr`, a Python expression over its
+    inputs in0, in1, ... and `torch` (torch.dropout(in0, 0.2, True): random draws only PyTorch's own
+    kernel reproduces). Allowed where the problem's policy allows PyTorch ops beside own kernels."""
+
+    expr: str
+
+    def __post_init__(self) -> None:
+        compile(self.expr, "<torch stage>", "eval")  # a SyntaxError here, not when the module is imported
+
+
+def _stage_text(stage: tuple[str, LaunchSpec] | TorchCall) -> str:
+    if isinstance(stage, TorchCall):
+        return f"_TorchStage({stage.expr!r})"
+    source, launch = stage
+    return (f"_Stage({source!r}, {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
+            f"{[(entry, args) for entry, _, _, args in launch.pre]!r}, {launch_plan(launch)!r}, {launch_args(launch)!r})")
+
+
+def wrap_stages(stages: list[tuple[str, LaunchSpec] | TorchCall], feeds: list[list[tuple[str, int]] | None],
+                header: str = "") -> str:
+    """A format-A module running format-B kernels (and PyTorch calls, TorchCall) one after another:
+    stage i's launch spec sees its inputs, as listed in feeds[i] (None: the forward's inputs), as in0,
+    in1, ... and the model's parameters as usual. A malformed expression fails when the module is
+    imported, like any candidate's syntax error."""
     if len(stages) != len(feeds) or not stages:
         raise ValueError("a staged candidate needs one feed list per stage, and at least one stage")
     for i, feed in enumerate(feeds):
         for kind, j in feed or ():
             if kind not in ("in", "stage") or (kind == "stage" and not 0 <= j < i):
                 raise ValueError(f"stage {i} is fed from {(kind, j)!r}: an input, or an earlier stage")
-    rendered = ", ".join(
-        f"_Stage({source!r}, {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
-        f"{[(entry, args) for entry, _, _, args in launch.pre]!r}, {launch_plan(launch)!r}, {launch_args(launch)!r})"
-        for source, launch in stages)
-    entries = " then ".join(repr(launch.entry) for _, launch in stages)
+    rendered = ", ".join(_stage_text(stage) for stage in stages)
+    entries = " then ".join(f"torch call {stage.expr!r}" if isinstance(stage, TorchCall) else repr(stage[1].entry)
+                            for stage in stages)
     return header + _WRAPPER.format(entries=f"kernel {entries}" if len(stages) == 1 else f"kernels {entries}",
                                     stages=rendered, feeds=[None if f is None else list(f) for f in feeds])
 
