@@ -304,7 +304,8 @@ def test_the_error_norm_bound_of_a_cancelling_output_rests_on_eager_s_largest_er
     import torch
 
     from cuforge.problems.problem import Tolerance
-    from cuforge.sandbox.pipeline import Context, Judge
+    from cuforge.sandbox.output_judge import Judge
+    from cuforge.sandbox.pipeline import Context
     from cuforge.sandbox.evaluation import EvalConfig
     from cuforge.sandbox.verify import NATIVE_NORM_FACTOR, compare
 
@@ -355,7 +356,8 @@ def test_an_error_norm_accusation_on_the_first_set_waits_for_eager_s_error_on_fr
 
     from cuforge.problems.problem import Tolerance
     from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.pipeline import Context, Judge, Models
+    from cuforge.sandbox.output_judge import Judge
+    from cuforge.sandbox.pipeline import Context, Models
     from cuforge.sandbox.verify import compare
 
     tol = Tolerance.for_dtype("float32")

@@ -74,17 +74,16 @@ class OpRecorder(TorchDispatchMode):
     def collapse(self, start: int, ref: str | None, p: float, out: Any) -> None:
         """The nodes recorded since `start` are one training-mode dropout, of the tensor named `ref` before
         the call (an in-place dropout renames it), with drop probability `p`: they become the one node
-        dropout(ref, p, True) whose result is `out`. Traced on the meta device or
-        the CPU, dropout dispatches as empty_like, bernoulli_, div_ and mul; on a GPU as native_dropout,
-        whose random draws only that op reproduces, so the graph names the op (aten::dropout(input, p, train)),
-        not its decomposition."""
+        dropout(ref, p, True) (aten::dropout's arguments) whose result is `out`. Traced on the meta device
+        or the CPU, dropout dispatches as empty_like, bernoulli_, div_ and mul; on a GPU as native_dropout,
+        whose random draws only that op reproduces: the graph names the op, not its decomposition."""
         import torch
 
         if not self.graph or ref is None or not isinstance(out, torch.Tensor):
             return
         del self.nodes[start:]
         node = f"t{len(self.nodes)}"
-        self.nodes.append(OpNode("dropout", (ref, float(p), True), (), node, tuple(out.shape)))  # aten::dropout's arguments
+        self.nodes.append(OpNode("dropout", (ref, float(p), True), (), node, tuple(out.shape)))
         self._bind(out, node)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001

@@ -26,8 +26,8 @@ from cuforge.sandbox.evaluation import (
     cheat,
 )
 from cuforge.sandbox.loading import problem_module
+from cuforge.sandbox.output_judge import Judge, Trials
 from cuforge.sandbox.pipeline import (
-    Judge,
     _check_outputs,
     _check_roofline,
     _eager_footprint,
@@ -211,7 +211,7 @@ def check_correctness(ctx: Context, models: Models) -> None:
     """Trials on fresh inputs. The reference runs first, on inputs the host cannot yet have touched;
     the host's memory and the judge's are apart, so no result of the judge's can reach the candidate."""
     assert ctx.host is not None
-    record = pipeline.Trials()
+    record = Trials()
     out_bytes = sum(t["nbytes"] for t in _output_specs(ctx))
     for trial in range(ctx.config.trials):
         inputs = draw_inputs(ctx, ctx.seed + 1000 * (trial + 1), gaussian=trial % 2 == 1)
