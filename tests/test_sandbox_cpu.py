@@ -531,6 +531,20 @@ def test_the_float64_reference_replays_the_eager_reference_s_random_draws(tmp_pa
         assert ev.status == "wrong_output", ev.message
 
 
+def test_a_forward_that_is_the_worker_s_first_parallel_cpu_op_is_not_a_thread_cheat(tmp_path):
+    """PyTorch's CPU softmax of 32 x 64 started the intra-op thread pool when it was the worker's first
+    parallel op, and the first trial's thread census called the honest candidate cheat:thread. The worker
+    starts its pools before any candidate runs."""
+    src = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"
+           "def get_inputs():\n    return [torch.rand(32, 64)]\ndef get_init_inputs():\n    return []\n")
+    (tmp_path / "softmax.py").write_text(src)
+    (problem,), skipped = load_files([tmp_path / "softmax.py"])
+    assert not skipped
+    with Supervisor(cpu_mode=True) as s:
+        ev = s.evaluate(problem, Candidate(src + "class ModelNew(Model):\n    pass\n"), CFG)
+        assert ev.status == "ok", (ev.status, ev.message)
+
+
 def test_blocking_probe_spins_longer_than_a_launch_bound_call_takes_on_the_host():
     """KernelBench's CViT in training mode spends 5.7 ms per call on the host: a 5 ms probe spin made
     it look as if it waited for the device. The spin now lasts at least 4x the call's host time."""
