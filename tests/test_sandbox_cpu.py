@@ -463,14 +463,25 @@ def get_init_inputs():
 '''
 
 
+def _problem_file(tmp_path, name, source):
+    """The problem of a written file, loaded as the CLI loads it."""
+    (tmp_path / name).write_text(source)
+    (problem,), skipped = load_files([tmp_path / name])
+    assert not skipped, skipped
+    return problem
+
+
+def _itself(source):
+    """PyTorch itself as the candidate: the problem's Model as ModelNew."""
+    return Candidate(source + "\nclass ModelNew(Model):\n    pass\n")
+
+
 def test_training_mode_dropout_reference_passes_pytorch_itself(tmp_path):
     """KernelBench's level2/66 keeps Dropout in training mode: candidate and reference draw their
     masks after one reseed, so PyTorch's own implementation is ok and a mask-free one is not."""
-    (tmp_path / "dropout.py").write_text(DROPOUT_PROBLEM)
-    (problem,), skipped = load_files([tmp_path / "dropout.py"])
-    assert not skipped
+    problem = _problem_file(tmp_path, "dropout.py", DROPOUT_PROBLEM)
     with Supervisor(cpu_mode=True) as s:
-        own = s.evaluate(problem, Candidate(DROPOUT_PROBLEM + "\nclass ModelNew(Model):\n    pass\n"), CFG)
+        own = s.evaluate(problem, _itself(DROPOUT_PROBLEM), CFG)
         assert own.status == "ok", own.message
         no_dropout = DROPOUT_PROBLEM + ("\nclass ModelNew(Model):\n    def forward(self, x):\n"
                                         "        return torch.softmax(self.linear(x), dim=1)\n")
@@ -515,11 +526,9 @@ def test_the_float64_reference_replays_the_eager_reference_s_random_draws(tmp_pa
         with tape.replaying():
             torch.rand(4, 3, dtype=torch.float64)
 
-    (tmp_path / "noise.py").write_text(NOISE_PROBLEM)
-    (problem,), skipped = load_files([tmp_path / "noise.py"])
-    assert not skipped
+    problem = _problem_file(tmp_path, "noise.py", NOISE_PROBLEM)
     with Supervisor(cpu_mode=True) as s:
-        own = s.evaluate(problem, Candidate(NOISE_PROBLEM + "\nclass ModelNew(Model):\n    pass\n"), CFG)
+        own = s.evaluate(problem, _itself(NOISE_PROBLEM), CFG)
         assert own.status == "ok", own.message
         # Ok because the draws agree, not because eager's own misses against float64 excuse everything (they
         # did: a relative error norm of 0.8 passed as "within the reference's misses").
@@ -537,11 +546,9 @@ def test_a_forward_that_is_the_worker_s_first_parallel_cpu_op_is_not_a_thread_ch
     starts its pools before any candidate runs."""
     src = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"
            "def get_inputs():\n    return [torch.rand(32, 64)]\ndef get_init_inputs():\n    return []\n")
-    (tmp_path / "softmax.py").write_text(src)
-    (problem,), skipped = load_files([tmp_path / "softmax.py"])
-    assert not skipped
+    problem = _problem_file(tmp_path, "softmax.py", src)
     with Supervisor(cpu_mode=True) as s:
-        ev = s.evaluate(problem, Candidate(src + "class ModelNew(Model):\n    pass\n"), CFG)
+        ev = s.evaluate(problem, _itself(src), CFG)
         assert ev.status == "ok", (ev.status, ev.message)
 
 
