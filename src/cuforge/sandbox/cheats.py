@@ -149,6 +149,18 @@ def library_ops(ops: list[str]) -> list[str]:
     return sorted({op for op in ops if is_compute(op)})
 
 
+def start_thread_pools() -> None:
+    """Start torch's CPU thread pools before any candidate runs (worker and candidate host alike): the
+    first trial's census counts the threads a forward leaves running, and an honest candidate whose
+    forward was the process's first parallel CPU op (a softmax of 32 x 64 on the CPU) was called
+    cheat:thread for the pool it started."""
+    import torch
+
+    x = torch.randn(1 << 20)
+    x.relu_().sum().item()
+    torch.softmax(torch.rand(32, 64), dim=1).sum().item()
+
+
 def thread_census() -> tuple[int, int]:
     """(Python threads alive, OS threads of this process)."""
     try:

@@ -102,17 +102,6 @@ def self_test(device: str, info: dict[str, Any]) -> str:
     return "ok" if ev.ok else f"{ev.status}: {ev.message}"
 
 
-def start_thread_pools() -> None:
-    """Start torch's CPU thread pools before any candidate runs: the first trial's census counts the
-    threads a forward leaves running, and an honest candidate whose forward was the process's first
-    parallel CPU op (a softmax of 32 x 64 on the CPU) was called cheat:thread for the pool it started."""
-    import torch
-
-    x = torch.randn(1 << 20)
-    x.relu_().sum().item()
-    torch.softmax(torch.rand(32, 64), dim=1).sum().item()
-
-
 def exit_with_parent(poll_s: float = 1.0) -> None:
     """A worker must never outlive its supervisor (a killed Ray actor, a crashed driver) and keep a
     GPU busy: a daemon thread ends the process once it is orphaned, even mid-evaluation."""
@@ -224,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     device = "cpu" if "--cpu" in argv else "cuda"
     import torch
 
-    from cuforge.sandbox.cheats import set_strict_precision
+    from cuforge.sandbox.cheats import set_strict_precision, start_thread_pools
     from cuforge.sandbox.evaluation import EvalConfig
     try:
         evaluate_request = evaluator()
