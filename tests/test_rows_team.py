@@ -87,3 +87,21 @@ def test_export_refuses_a_cooperative_kernel_by_name(tmp_path):
     fam = RowsTeam()
     with pytest.raises(NotExportable, match="cooperative"):
         lower(p, fam.render(fam.seeds(p)[0], p), 132)
+
+
+def test_bulk_copies_are_a_knob_for_rows_on_16_byte_boundaries(tmp_path):
+    from cuforge.runtime import compile_cuda
+
+    fam = RowsTeam()
+    gn = problem_from_expr(tmp_path, "self.gn(a)", "torch.randn(3, 8, 512, 512)", args="a", init=AFFINE_GN)
+    seed = fam.seeds(gn)[0]
+    assert seed.get("BULK", 0) == 0 or seed["UNROLL"] == fam.knobs["UNROLL"][0]
+    bulk = dict(seed, BULK=8, UNROLL=fam.knobs["UNROLL"][0])
+    assert fam.valid(bulk, gn) and not fam.valid(dict(bulk, UNROLL=8), gn)  # UNROLL means nothing there
+    # A config stored before the knob existed renders as it did: loads through registers.
+    assert "cp.async.bulk" not in fam.render({k: v for k, v in seed.items() if k != "BULK"}, gn).source
+    cand = fam.render(bulk, gn)
+    assert "cp.async.bulk.shared::cluster.global" in cand.source
+    assert "rows_team" in compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options).signatures
+    odd = problem_from_expr(tmp_path, "F.instance_norm(a)", "torch.randn(2, 2, 1023, 1025)", args="a")
+    assert not fam.valid(dict(fam.seeds(odd)[0], BULK=8, UNROLL=fam.knobs["UNROLL"][0]), odd)

@@ -7,7 +7,7 @@ matches in its norm mode; softmax rows that long are left to it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from cuforge.kernels.base import Family, sm_count
 from cuforge.kernels.chains import Epilogue
@@ -52,10 +52,16 @@ def team_size(cols: int, sms: int, teams: int) -> int:
 
 
 class RowsTeam(Family):
-    """TEAMS teams of (SMs / TEAMS) blocks, BLOCK threads each, UNROLL float4 loads a thread in flight."""
+    """TEAMS teams of (SMs / TEAMS) blocks, BLOCK threads each, UNROLL float4 loads a thread in flight, or the
+    slice brought in BULK pieces by bulk copies."""
 
     def __init__(self) -> None:
-        super().__init__("rows_team", {"TEAMS": (1, 2, 3, 4, 6), "BLOCK": (256, 512, 1024), "UNROLL": (2, 4, 8)})
+        super().__init__("rows_team", {"TEAMS": (1, 2, 3, 4, 6), "BLOCK": (256, 512, 1024), "UNROLL": (2, 4, 8),
+                                       "BULK": (0, 8, 16, 32)})
+
+    # BULK: the slice brought in that many bulk copies (TMA) where rows lie on 16-byte boundaries; 0: loads
+    # through registers, UNROLL float4s a thread in flight (the only way before the knob).
+    DEFAULTS: ClassVar[dict[str, Any]] = {"BULK": 0}
 
     def supports(self, problem: Problem) -> str | None:
         found = match_team_rows(problem)
@@ -69,14 +75,25 @@ class RowsTeam(Family):
         if isinstance(f, str):
             return False
         team = team_size(f.cols, MIN_SMS, c["TEAMS"])
+        if c.get("BULK", 0) and (f.cols % 4 or c["UNROLL"] != self.knobs["UNROLL"][0]):
+            return False  # rows off 16-byte boundaries take the loads anyway; UNROLL is unused with BULK
         return team * c["TEAMS"] <= MIN_SMS and slice_bytes(f.cols, team) <= SLICE_LIMIT
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         # The most teams first: rows side by side keep the memory busy while one team waits at its barrier.
         teams = [t for t in self.knobs["TEAMS"][::-1] if self.valid(dict(TEAMS=t, BLOCK=1024, UNROLL=4), problem)] or [1]
-        # KernelBench's group norm on the H100 (kb_s22_team3): 5.89 ms at 512 x 8, 6.02 at 1024 x 4, 6.38 at 256 x 8.
-        return ([dict(TEAMS=teams[0], BLOCK=512, UNROLL=8), dict(TEAMS=teams[0], BLOCK=1024, UNROLL=4),
-                 dict(TEAMS=teams[0], BLOCK=256, UNROLL=8)] + [dict(TEAMS=t, BLOCK=512, UNROLL=8) for t in teams[1:3]])
+        # KernelBench's group norm on the H100 (kb_s22_team3): 5.89 ms at 512 x 8, 6.02 at 1024 x 4, 6.38 at 256 x 8;
+        # in 16 bulk copies 5.70 / 5.85 ms against 5.93 / 6.08 for 512 x 8 in the same runs, 8 copies 6.00, 32
+        # copies 6.23 (norm_bulk_probe_s33, _s33_b; 4 and 64 were slower still and are not offered); in the
+        # judge's timing 5.52 against 5.75 ms, 0.908 of the copy bandwidth (kb_bw_s33).
+        first = [dict(TEAMS=teams[0], BLOCK=512, UNROLL=self.knobs["UNROLL"][0], BULK=16)] if self.bulk_rows(problem) else []
+        return first + ([dict(TEAMS=teams[0], BLOCK=512, UNROLL=8), dict(TEAMS=teams[0], BLOCK=1024, UNROLL=4),
+                         dict(TEAMS=teams[0], BLOCK=256, UNROLL=8)] + [dict(TEAMS=t, BLOCK=512, UNROLL=8) for t in teams[1:3]])
+
+    def bulk_rows(self, problem: Problem) -> bool:
+        """Whether rows lie on 16-byte boundaries (whole float4s), where BULK applies."""
+        f = match_team_rows(problem)
+        return not isinstance(f, str) and f.cols % 4 == 0
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = match_team_rows(problem)
