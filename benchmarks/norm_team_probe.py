@@ -3,6 +3,10 @@ norm (`batch_norm_team`) and layer norm (`layer_norm_team`), each family's first
 text edits of it, every variant timed in one process, interleaved round by round with torch's copy of the
 same bytes (CUDA events; median, p20, p80).
 
+With --config FILE:NAME='{"KNOB": value}' (repeatable; FILE: the start of a file's name, as "35"), that file's
+first seed with those knobs changed is rendered from the current template and timed beside it as variant
+NAME (it must still be right).
+
 With --before REV, the family's template at that git revision (or in a folder of templates) is rendered beside
 the current one ("before" and "as_rendered"), and the edits below, written for the templates of 480882c,
 apply to the before rendering.
@@ -22,6 +26,7 @@ Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import tempfile
@@ -39,11 +44,6 @@ EDITS: dict[str, tuple[str, dict[str, tuple[dict[str, str], bool]]]] = {
     "35_GroupNorm_.py": ("rows_team", {
         "no_wait": (NO_WAIT, True),
         "no_stats": ({"s1 += v; s2 += (double)v * v;": ""}, True),
-        # The four values of a float4 share a channel where the channel's span is a multiple of 4 (it is
-        # here): the affine parameters loaded once a vector instead of once a value.
-        "affine_once": ({"make_float4(OUT_VALUE(v.x, c), OUT_VALUE(v.y, c + 1), OUT_VALUE(v.z, c + 2), OUT_VALUE(v.w, c + 3))":
-                         "make_float4(apply(v.x, coef, AFFINE(c)), apply(v.y, coef, AFFINE(c)), "
-                         "apply(v.z, coef, AFFINE(c)), apply(v.w, coef, AFFINE(c)))"}, False),
     }),
     "33_BatchNorm.py": ("batch_norm_team", {
         "no_wait": (NO_WAIT, True),
@@ -85,7 +85,8 @@ def template_at(before: str, family: Any) -> str:
                           check=True).stdout
 
 
-def probe_file(path: Path, rounds: int, before: str | None) -> dict[str, Any]:
+def probe_file(path: Path, rounds: int, before: str | None, configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    configs = {name: knobs for (prefix, name), knobs in configs.items() if path.name.startswith(prefix + "_")}
     import torch
 
     from cuforge.kernels.families import families_for
@@ -112,10 +113,17 @@ def probe_file(path: Path, rounds: int, before: str | None) -> dict[str, Any]:
     src = inputs[0]
     dst = torch.empty_like(src)
     calls["torch_copy"] = lambda: dst.copy_(src)
-    variants = {"as_rendered": ({}, False), **({"before": ({}, False)} if before else {}), **edits}
+    variants = {"as_rendered": ({}, False), **({"before": ({}, False)} if before else {}), **edits,
+                **{name: ({}, False) for name in configs}}
+    for name, knobs in configs.items():
+        if not fam.valid({**config, **knobs}, problem):
+            raise SystemExit(f"--config {name}: {fam.name} calls {dict(config, **knobs)} invalid for {path.name}")
     with torch.no_grad():
         for name, (edit, diagnostic) in variants.items():
-            cand = now if name == "as_rendered" else replace(base, source=apply_edits(base.source, edit, name))
+            if name in configs:
+                cand = fam.render({**config, **configs[name]}, problem)
+            else:
+                cand = now if name == "as_rendered" else replace(base, source=apply_edits(base.source, edit, name))
             call = model_call(cand, mod, inputs, f"probe_{path.stem}_{name}")
             got = call()
             torch.cuda.synchronize()
@@ -134,7 +142,7 @@ def probe_file(path: Path, rounds: int, before: str | None) -> dict[str, Any]:
             v["diagnostic"] = variants[name][1]
         print(f"{path.name:20s} {name:14s} {v['median_ms']:.4f} ms ({v['p20_ms']:.4f}-{v['p80_ms']:.4f})"
               + (f"  {v['vs_copy']:.3f} of copy" if "vs_copy" in v else ""), flush=True)
-    return {"file": path.name, "family": fam.name, "config": now.meta["config"], "before": before, "copy_gbs": copy_gbs,
+    return {"file": path.name, "family": fam.name, "config": now.meta["config"], "configs": configs, "before": before, "copy_gbs": copy_gbs,
             "bytes": need, "timed": timed}
 
 
@@ -144,8 +152,21 @@ def main() -> None:
     ap.add_argument("--files", nargs="*", default=list(EDITS))
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--before", help="a git revision, or a folder of templates, whose template is timed beside the current one")
+    ap.add_argument("--config", action="append", default=[], metavar='FILE:NAME={"KNOB": value}',
+                    help="FILE:NAME={...}: that file's first seed with these knobs changed, timed as variant NAME")
     ap.add_argument("--name", default="norm_team_probe")
     a = ap.parse_args()
+    configs: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in a.config:
+        head, sep, text = item.partition("=")
+        prefix, colon, name = head.partition(":")
+        try:
+            knobs = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"--config {item!r}: not FILE:NAME=<json object> ({e})") from None
+        if not sep or not colon or not isinstance(knobs, dict):
+            raise SystemExit(f"--config {item!r}: not FILE:NAME=<json object>")
+        configs[(prefix, name)] = knobs
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     import torch
 
@@ -154,7 +175,7 @@ def main() -> None:
         raise SystemExit(f"--files: no edits for {', '.join(unknown)} (known: {', '.join(EDITS)})")
     rows = []
     for f in a.files:
-        rows.append(probe_file(Path(a.kb) / f, a.rounds, a.before))
+        rows.append(probe_file(Path(a.kb) / f, a.rounds, a.before, configs))
         torch.cuda.empty_cache()
     write_result(a.name, {"rounds": a.rounds, "before": a.before, "files": rows})
 
