@@ -53,6 +53,12 @@ EDITS: dict[str, tuple[str, dict[str, tuple[dict[str, str], bool]]]] = {
     "40_LayerNorm.py": ("layer_norm_team", {
         "no_wait": (NO_WAIT, True),
         "no_stats": ({"s1 += v; s2 += (double)v * v;": ""}, True),
+        # The grid's 132 partials: 2 a lane loaded at once, the rest one round trip after another (the
+        # weight's registers set TEAM_LOADS to 2); 3 or 5 at once instead.
+        "team_loads3": ({"for (int j = 0; j < 2; ++j) {": "for (int j = 0; j < 3; ++j) {",
+                         "for (int k = lane + 64; k < team; k += 32)": "for (int k = lane + 96; k < team; k += 32)"}, False),
+        "team_loads5": ({"for (int j = 0; j < 2; ++j) {": "for (int j = 0; j < 5; ++j) {",
+                         "for (int k = lane + 64; k < team; k += 32)": "for (int k = lane + 160; k < team; k += 32)"}, False),
     }),
 }
 
