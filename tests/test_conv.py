@@ -136,14 +136,22 @@ def test_the_input_read_as_it_lies_needs_no_planes(tmp_path):
     assert not FAM.valid({**c, "FOLD": 1}, p)  # folded planes are built from x
     odd = conv_problem(tmp_path, "nn.Conv2d(20, 16, 3)", "(2, 20, 30, 30)")  # rows of 120 bytes: no TMA stride
     assert not FAM.valid({**FAM.seeds(odd)[0], "DIRECT": 1, "FOLD": 0}, odd)
-    strided = conv_problem(tmp_path, "nn.Conv1d(40, 16, 3, stride=5)", "(2, 40, 2000)")  # W read every 5th
-    assert not any(FAM.valid({**c, "DIRECT": 1}, strided) for c in FAM.seeds(strided))
+    # W read every 5th: the box reads W densely from the boundary, 5 floats an output (5 x 31 + 4 to 16 bytes),
+    # and a tile of 64 outputs would need rows past TMA's 256
+    strided = conv_problem(tmp_path, "nn.Conv1d(40, 16, 3, stride=5)", "(2, 40, 2000)")
+    direct = [c for c in FAM.seeds(strided) if c.get("DIRECT")]
+    assert direct == [{**direct[0], "TW": 32}], FAM.seeds(strided)
+    assert FAM.render(direct[0], strided).launch.args[0] == "tma_nd(in0, (160, 32, 1), (1, 1, 1), 0)"
+    assert "#define XW (TRANSPOSED ? 1 : SW)" in FAM.render(direct[0], strided).source
+    assert not FAM.valid({**direct[0], "TW": 64}, strided)
 
 
 @pytest.mark.parametrize("layer, x_shape", [
     ("nn.Conv1d(40, 16, 5, padding=2, dilation=3)", "(2, 40, 2000)"),
     ("nn.Conv3d(9, 32, 3, padding=1)", "(2, 9, 9, 10, 12)"),
     ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)"),
+    ("nn.Conv1d(64, 128, 3, stride=3, dilation=4)", "(2, 64, 4000)"),  # W every 3rd (KernelBench level1/76's)
+    ("nn.Conv2d(32, 32, 3, stride=2)", "(2, 32, 33, 68)"),
 ])
 def test_direct_configs_compile(tmp_path, layer, x_shape):
     p = conv_problem(tmp_path, layer, x_shape)

@@ -46,6 +46,11 @@ def test_implicit_gemm_convolution(sup, tmp_path, layer, x_shape, tail, n_random
     ("nn.Conv2d(37, 50, 3, padding=1, bias=False)", "(3, 37, 20, 24)", "y * 2"),  # a channel tail past 32
     ("nn.Conv2d(20, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 20, 40, 44)", "torch.tanh(y)"),
     ("nn.Conv1d(40, 16, 5, padding=2, dilation=3)", "(2, 40, 2000)", "y"),  # boxes of a 1-D tile, each tap's own start
+    # W strided: dense rows from the boundary, every S-th float taken (an element stride along W hung the H100)
+    ("nn.Conv1d(40, 16, 3, stride=5, dilation=2)", "(2, 40, 2000)", "y"),
+    ("nn.Conv1d(64, 128, 3, stride=3, dilation=4)", "(2, 64, 6000)", "y * 2"),  # level1/76's conv, shorter
+    ("nn.Conv1d(40, 24, 5, stride=3, padding=2)", "(3, 40, 1000)", "y"),  # windows starting before the input
+    ("nn.Conv2d(32, 64, 3, stride=2, padding=1)", "(2, 32, 33, 68)", "torch.relu(y)"),
     ("nn.Conv2d(32, 64, (1, 3))", "(2, 32, 16, 64)", "y"),  # W taps: windows 1 and 2 floats past a 16-byte boundary
     ("nn.Conv3d(9, 32, 3, padding=1)", "(2, 9, 9, 10, 12)", "torch.sigmoid(y) * self.bias.unsqueeze(-1)"),
     ("nn.Conv2d(256, 192, 1)", "(2, 256, 17, 20)", "y"),

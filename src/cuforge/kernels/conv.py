@@ -193,11 +193,18 @@ def direct_reads(f: ConvMatch) -> float:
 
 
 def reads_x_directly(f: ConvMatch) -> bool:
-    """Whether TMA can read x as it lies (DIRECT): rows of whole 16 bytes (TMA's global strides) and W read
-    densely (stride 1, or transposed), since each box starts on a 16-byte boundary before the window and the
-    split skips the floats ahead of it (a box starting anywhere else stops the H100 with an illegal
-    instruction: measured with a (1, 3) kernel)."""
-    return f.spatial[-1] % 4 == 0 and (f.transposed or f.stride[-1] == 1)
+    """Whether TMA can read x as it lies (DIRECT): rows of whole 16 bytes (TMA's global strides). Each box
+    starts on a 16-byte boundary before the window and reads W densely, and the split skips the floats ahead
+    of it and, for a stride S along W, takes every S-th (a box starting anywhere else stops the H100 with an
+    illegal instruction, measured with a (1, 3) kernel; a box with an element stride along W hung, session 30)."""
+    return f.spatial[-1] % 4 == 0
+
+
+def raw_row(c: dict[str, Any], f: ConvMatch) -> int:
+    """DIRECT: the floats of one box row, a whole number of 16 bytes: up to 3 before the window's first and
+    the window of TW outputs, S apart along W (1 apart for a transposed convolution's phase)."""
+    step = 1 if f.transposed else f.stride[-1]
+    return (step * (c["TW"] - 1) + 4 + 3) // 4 * 4
 
 
 class ConvTf32x3Sm90(GraphFamily):
@@ -241,13 +248,13 @@ class ConvTf32x3Sm90(GraphFamily):
         return math.prod(f.kernel[len(f.kernel) - c.get("FOLD", 0):])
 
     @classmethod
-    def smem_bytes(cls, c: dict[str, Any], dims: int = 2) -> int:
+    def smem_bytes(cls, c: dict[str, Any], dims: int = 2, row: int = 0) -> int:
         """The dynamic shared memory: the stages, alignment slack and the barriers; DIRECT, a stage holds the
-        weight's tiles and the raw input boxes (rows of TW + 4 floats), the split tiles lie past the ring."""
+        weight's tiles and the raw input boxes (rows of `row` floats), the split tiles lie past the ring."""
         if not c.get("DIRECT", 0):
             return c["STAGES"] * 2 * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
         td, th, tw = cls.tile(c, dims)
-        raw = -(-(tw // c["TW"]) * cls.BK * td * th * (c["TW"] + 4) * 4 // 1024) * 1024
+        raw = -(-(tw // c["TW"]) * cls.BK * td * th * row * 4 // 1024) * 1024
         return c["STAGES"] * (2 * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"]
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
@@ -263,12 +270,12 @@ class ConvTf32x3Sm90(GraphFamily):
         # tiles' accumulators in registers only 64-channel tiles compile without spills (ptxas -v, sm_90a).
         if c.get("OVERLAP", 0) and (not c.get("PERSIST", 0) or c["BN"] > 64):
             return False
-        if c.get("DIRECT", 0) and (c.get("FOLD", 0) or not reads_x_directly(f)):
+        if c.get("DIRECT", 0) and (c.get("FOLD", 0) or not reads_x_directly(f) or raw_row(c, f) > 256):
             return False
         box = dict(zip(("D", "H", "W"), (td, th, c["TW"])))
         if any(box[a] * s > 256 for a, s in zip(axes(f.dims), self.box_strides(f))):  # TMA boxes span <= 256 elements
             return False
-        return self.smem_bytes(c, f.dims) + (4 * c["BN"] if f.pool else 0) <= SMEM_LIMIT  # + a pooled tile's sums
+        return self.smem_bytes(c, f.dims, raw_row(c, f)) + (4 * c["BN"] if f.pool else 0) <= SMEM_LIMIT  # + a pooled tile's sums
 
     @staticmethod
     def box_strides(f: ConvMatch) -> tuple[int, ...]:
@@ -324,8 +331,13 @@ class ConvTf32x3Sm90(GraphFamily):
         # (session 30): where each input value is read for few outputs (taps x output / input pixels) it wins,
         # level1/87 (1) 1.58x, 64 and 67 (3) 1.27x and 1.22x; at 9 it is even (level1/55, 57: 1.00x, 1.06x;
         # level2/16 0.94x), at 29 it loses (level1/70 0.87x): the second seed up to 5, else the last.
-        direct = {**out[0], "DIRECT": 1} if out else {}
-        if out and self.valid(direct, problem):
+        # A strided W widens the box's rows (S floats an output): the widest TW whose rows fit TMA's 256 (a 2-D
+        # tile keeps its 128 pixels by growing TH, a 3-D one by growing TD), with the most stages that fit.
+        narrower = ({**out[0], "DIRECT": 1, "TW": tw, "TH": 128 // tw if f.dims == 2 else out[0]["TH"], "STAGES": st}
+                    for tw in sorted(self.knobs["TW"], reverse=True) if tw <= out[0]["TW"]
+                    for st in sorted(self.knobs["STAGES"], reverse=True)) if out else ()
+        direct = next((d for d in narrower if self.valid(d, problem)), None)
+        if direct:
             if direct_reads(f) <= 5:
                 out.insert(1, direct)
             else:
@@ -383,15 +395,15 @@ class ConvTf32x3Sm90(GraphFamily):
         x_map = f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))"
         x_planes = f"(2 * NB, {', '.join(f'X{a}' for a in names)}, CP)"
         pre = (x_pre, w_pre)
-        if c.get("DIRECT"):  # x itself, innermost first: W (TW + 4, densely), H, D, its channels, the image; unswizzled
-            x_map = (f"tma_nd({f.x}, ({', '.join((str(c['TW'] + 4),) + x_box[2:-1])}, 32, 1), "
+        if c.get("DIRECT"):  # x itself, innermost first: W (densely), H, D, its channels, the image; unswizzled
+            x_map = (f"tma_nd({f.x}, ({', '.join((str(raw_row(c, f)),) + x_box[2:-1])}, 32, 1), "
                      f"({', '.join(('1',) + x_strides[2:-1])}, 1, 1), 0)")
             x_planes, pre = "(1,)", (w_pre,)
         blocks = f"NB * {tiles} * cdiv(CO, {c['BN']})"  # one a tile; persistent, one an SM
         out_shape = repr(f.pooled_shape) if f.pool else f"(NB, CO, {out_dims})"
         return LaunchSpec(
             entry=self.name, grid=f"(min({blocks}, SMS),)" if c.get("PERSIST") else f"({blocks},)", block="(384,)",
-            shared_mem=str(self.smem_bytes(c, f.dims)),
+            shared_mem=str(self.smem_bytes(c, f.dims, raw_row(c, f))),
             bindings=tuple(bindings),
             scratch=((x_planes, "float32", "empty"), (f"(2 * CO, {outer}, CP)", "float32", "empty")),
             pre=pre,
