@@ -5,7 +5,7 @@ compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded 
 import pytest
 
 from cuforge.kernels.chains import channel_kind
-from cuforge.kernels.conv import ConvTf32x3Sm90, match_conv
+from cuforge.kernels.conv import ConvTf32x3Sm90, macs_per_output, match_conv
 from cuforge.kernels.families import families_for
 from cuforge.runtime import compile_cuda
 from template_helpers import conv_problem, smoke_compile
@@ -144,6 +144,32 @@ def test_the_input_read_as_it_lies_needs_no_planes(tmp_path):
     assert FAM.render(direct[0], strided).launch.args[0] == "tma_nd(in0, (160, 32, 1), (1, 1, 1), 0)"
     assert "#define XW (TRANSPOSED ? 1 : SW)" in FAM.render(direct[0], strided).source
     assert not FAM.valid({**direct[0], "TW": 64}, strided)
+
+
+def test_dense_w_tiles_span_every_phase_of_w(tmp_path):
+    # DENSE_W: a transposed convolution's tile is TW consecutive pixels along W (all phases), one box of the
+    # inputs they reach ((TW - 1) / S + 2 floats and the aligned start's 3, to 16 bytes); H keeps its phases.
+    p = conv_problem(tmp_path, "nn.ConvTranspose2d(32, 64, 3, stride=5, padding=1, dilation=2)", "(2, 32, 12, 16)")
+    c = {"BN": 64, "TW": 128, "TH": 1, "GROUP_M": 8, "FOLD": 0, "STAGES": 4, "DIRECT": 1, "DENSE_W": 1}
+    assert FAM.valid(c, p)
+    launch = FAM.render(c, p).launch
+    assert launch.args[0] == "tma_nd(in0, (32, 1, 32, 1), (1, 1, 1, 1), 0)"
+    assert launch.grid == "(NB * cdiv(cdiv(OH, 5), 1) * 5 * cdiv(OW, 128) * cdiv(CO, 64),)"
+    assert "#define DENSE_W 1" in FAM.render(c, p).source
+    assert not FAM.valid({**c, "DIRECT": 0}, p)  # the split gives unreached pixels their zeros
+    assert FAM.valid({**c, "TW": 32, "TH": 4}, p)  # a 2-D tile is one box whatever its width
+    one_d = conv_problem(tmp_path, "nn.ConvTranspose1d(32, 64, 3, stride=2, padding=1, dilation=2)", "(2, 32, 1000)")
+    assert FAM.valid(c, one_d) and not FAM.valid({**c, "TW": 64}, one_d)  # a 1-D tile is one box of 128
+    plain = conv_problem(tmp_path, "nn.ConvTranspose1d(32, 64, 3)", "(2, 32, 1000)")  # stride 1: no phases
+    assert not FAM.valid(c, plain)
+    assert not FAM.valid(c, conv_problem(tmp_path, "nn.Conv1d(32, 64, 3, stride=2)", "(2, 32, 1000)"))
+    for q in (p, one_d):
+        assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
+    # Seeded second where an output value takes few multiply-adds (32 channels x 9 / 25 taps here): its stores,
+    # not its MACs, bound it; not where it takes many (64 x 9 / 4)
+    assert macs_per_output(FAM.matched(p)) == 32 * 9 / 25 and FAM.seeds(p)[1].get("DENSE_W") == 1
+    heavy = conv_problem(tmp_path, "nn.ConvTranspose2d(64, 64, 3, stride=2, padding=1)", "(2, 64, 16, 16)")
+    assert macs_per_output(FAM.matched(heavy)) == 144 and not any(s.get("DENSE_W") for s in FAM.seeds(heavy))
 
 
 @pytest.mark.parametrize("layer, x_shape", [

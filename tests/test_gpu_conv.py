@@ -3,7 +3,8 @@ fp32 tolerance: 1-D, 2-D and 3-D; ragged output tiles and channel tiles; few inp
 to TMA's 16-byte rows); stride, padding, dilation and rectangular kernels; no bias; a fused chain with
 a per-channel parameter; few channels with the inner taps folded into the channel vector; transposed
 convolutions by output phase, including phases no tap reaches; the input read as it lies (DIRECT), its
-boxes starting on a 16-byte boundary before each window, also on persistent grids with OVERLAP."""
+boxes starting on a 16-byte boundary before each window, also on persistent grids with OVERLAP; strided W read
+densely; transposed tiles spanning every phase along W (DENSE_W)."""
 
 import pytest
 
@@ -67,3 +68,24 @@ def test_the_input_read_as_it_lies(sup, tmp_path, layer, x_shape, tail):
     assert configs, layer
     configs += [d for d in ({**configs[0], "PERSIST": 1, "OVERLAP": o} for o in (0, 1)) if fam.valid(d, p)]
     assert_all_ok(sup, fam, p, configs, CFG)
+
+
+@pytest.mark.parametrize("layer, x_shape, tail", [
+    ("nn.ConvTranspose1d(32, 64, 3, stride=2, padding=1, dilation=2)", "(2, 32, 1000)", "y"),  # half the pixels unreached
+    ("nn.ConvTranspose1d(6, 10, 1, stride=2)", "(2, 6, 52)", "y"),  # odd outputs: no tap reaches them (the bias)
+    ("nn.ConvTranspose2d(32, 64, 3, stride=5, padding=1, dilation=2)", "(2, 32, 12, 16)", "y"),
+    ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)", "torch.tanh(y) - self.bias"),
+    ("nn.ConvTranspose2d(16, 24, (4, 3), stride=(2, 3), padding=(1, 0), dilation=(1, 2))", "(2, 16, 9, 12)", "y"),
+    ("nn.ConvTranspose3d(8, 16, 3, stride=2, padding=1, output_padding=1)", "(2, 8, 6, 7, 8)", "y * 2"),
+])
+def test_transposed_tiles_spanning_every_phase_of_w(sup, tmp_path, layer, x_shape, tail):
+    # DENSE_W: a tile is TW consecutive output pixels along W; each tap's split gives the pixels of other
+    # phases zeros. With and without persistent grids.
+    fam = ConvTf32x3Sm90()
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
+    p = conv_problem(tmp_path, layer, x_shape, tail)
+    direct = [c for c in family_configs(fam, p, 2) if c.get("DIRECT")]
+    configs = [d for c in direct for d in ({**c, "DENSE_W": 1}, {**c, "DENSE_W": 1, "PERSIST": 1}) if fam.valid(d, p)]
+    configs = [c for i, c in enumerate(configs) if c not in configs[:i]]
+    assert configs, layer
+    assert_all_ok(sup, fam, p, configs[:4], CFG)

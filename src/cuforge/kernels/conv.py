@@ -200,11 +200,25 @@ def reads_x_directly(f: ConvMatch) -> bool:
     return f.spatial[-1] % 4 == 0
 
 
+def macs_per_output(f: ConvMatch) -> float:
+    """Multiply-adds per output value on average: input channels (a group's) times the taps that reach it
+    (each tap reaches one of a transposed convolution's S phases per dim)."""
+    return f.c // f.groups * f.taps / (math.prod(f.stride) if f.transposed else 1)
+
+
 def raw_row(c: dict[str, Any], f: ConvMatch) -> int:
     """DIRECT: the floats of one box row, a whole number of 16 bytes: up to 3 before the window's first and
-    the window of TW outputs, S apart along W (1 apart for a transposed convolution's phase)."""
+    the window of TW outputs, S apart along W (1 apart for a transposed convolution's phase; DENSE_W, TW
+    outputs of all phases reach (TW - 1) / S + 2 inputs)."""
+    if c.get("DENSE_W", 0):
+        return ((c["TW"] - 1) // f.stride[-1] + 2 + 3 + 3) // 4 * 4
     step = 1 if f.transposed else f.stride[-1]
     return (step * (c["TW"] - 1) + 4 + 3) // 4 * 4
+
+
+def dense_w(c: dict[str, Any], f: ConvMatch) -> bool:
+    """DENSE_W: a transposed convolution's tiles span all of W's phases (needs DIRECT, one box a tile)."""
+    return bool(c.get("DENSE_W", 0)) and f.transposed
 
 
 class ConvTf32x3Sm90(GraphFamily):
@@ -222,7 +236,7 @@ class ConvTf32x3Sm90(GraphFamily):
         super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
                                                  "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
                                                  "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1),
-                                                 "DIRECT": (0, 1)})
+                                                 "DIRECT": (0, 1), "DENSE_W": (0, 1)})
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
@@ -271,6 +285,8 @@ class ConvTf32x3Sm90(GraphFamily):
         if c.get("OVERLAP", 0) and (not c.get("PERSIST", 0) or c["BN"] > 64):
             return False
         if c.get("DIRECT", 0) and (c.get("FOLD", 0) or not reads_x_directly(f) or raw_row(c, f) > 256):
+            return False
+        if c.get("DENSE_W", 0) and (not f.transposed or f.stride[-1] == 1 or not c.get("DIRECT", 0) or c["TW"] != tw):
             return False
         box = dict(zip(("D", "H", "W"), (td, th, c["TW"])))
         if any(box[a] * s > 256 for a, s in zip(axes(f.dims), self.box_strides(f))):  # TMA boxes span <= 256 elements
@@ -342,6 +358,12 @@ class ConvTf32x3Sm90(GraphFamily):
                 out.insert(1, direct)
             else:
                 out.append(direct)
+        # Tiles spanning W's phases (DENSE_W), A/B against DIRECT on the H100 (session 34): where an output value
+        # takes few multiply-adds (macs_per_output) the phase tiles' scattered stores bound the kernel, level1/81
+        # (11.5) 1.63x, 79 (48) 1.03x; with more, the S-fold MACs lose: level1/73, 77 (108) 0.74x, 0.64x, level2/16,
+        # 5, 93 (144) 0.81-0.91x. Seeded second where at most 64.
+        if direct and macs_per_output(f) <= 64 and self.valid({**direct, "DENSE_W": 1}, problem):
+            out.insert(1, {**direct, "DENSE_W": 1})
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
@@ -351,7 +373,7 @@ class ConvTf32x3Sm90(GraphFamily):
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
                 "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool)}
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
@@ -377,8 +399,9 @@ class ConvTf32x3Sm90(GraphFamily):
         split = f"{self.name}_split"
         # A phase of a transposed convolution covers every S-th output pixel; there are S^dims phases.
         span = dict(zip(("D", "H", "W"), (td, th, tw)))
-        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {span[a]}) * {s}" if f.transposed else f"cdiv(O{a}, {span[a]})"
-                           for a, s in zip(names, f.stride))
+        # DENSE_W: W's tiles span every phase.
+        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {span[a]}) * {s}" if f.transposed and not (a == "W" and dense_w(c, f))
+                           else f"cdiv(O{a}, {span[a]})" for a, s in zip(names, f.stride))
         outs = tuple(f"O{a}" if a in names else "1" for a in _AXES)
         # The weight as [C_out][tap][C] planes: from [C_out][C][taps] per output channel, or, transposed,
         # from [C][C_out * taps] as one matrix.
