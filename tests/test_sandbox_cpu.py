@@ -404,6 +404,29 @@ def test_escaped_work_needs_the_host_to_wait_for_the_device():
     assert "waited for" in escaped_work(launch_bound, kernels_per_call=20)
 
 
+def test_an_escaped_work_accusation_stands_only_if_every_check_makes_it():
+    from cuforge.sandbox.timing import ESCAPE_TRIES, EscapeCheck, confirmed_escape
+
+    clean = EscapeCheck(wall_ms=0.02, host_ms=0.05, event_ms=0.019, blocked_ms=0.05, spin_ms=5.0)
+    # Session 34's false accusation: one check whose host blocked 0.63 ms a call for a 19 us kernel.
+    paused = EscapeCheck(wall_ms=0.64, host_ms=0.634, event_ms=0.0186, blocked_ms=3.0, spin_ms=5.0)
+
+    def checks(*seq):
+        runs = iter(seq)
+        return lambda: next(runs)
+
+    escape, msg, runs = confirmed_escape(checks(paused, clean))
+    assert msg is None and escape is clean and runs == 2
+    escape, msg, runs = confirmed_escape(checks(clean))
+    assert msg is None and runs == 1  # a clean first check is not repeated
+    # A real escape repeats on every check: the accusation stands, named, after all of them.
+    escape, msg, runs = confirmed_escape(checks(*[paused] * ESCAPE_TRIES))
+    assert "waited for" in msg and runs == ESCAPE_TRIES == 3
+    # A launch-bound model is judged by its kernels per call on each run.
+    launch_bound = EscapeCheck(wall_ms=7.3, host_ms=7.2, event_ms=1.4, blocked_ms=5.1, spin_ms=5.0)
+    assert confirmed_escape(checks(launch_bound), kernels_per_call=400)[1] is None
+
+
 def test_kernel_signatures_see_past_launch_attributes():
     """__launch_bounds__, __cluster_dims__ and the like, before or after void, are not the kernel."""
     from cuforge.runtime import kernel_signatures
