@@ -327,7 +327,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
     escape, msg, runs = timing.confirmed_escape(lambda: timing.escape_check(cand_fn, len(sets), estimate),
                                                 int(ctx.correctness.get("kernels_per_call", 0)))
     if msg:
-        raise Stop(cheat("escaped_work"), f"{msg} ({runs} checks of {runs})")
+        raise Stop(cheat("escaped_work"), f"{msg} (in each of {runs} checks)")
     ctx.correctness["escape_check"] = {**vars(escape), "runs": runs}
     # Event times of short kernels include host launch gaps; the profiler's device time of the first
     # call decides instead when it is known.
