@@ -216,10 +216,6 @@ def raw_row(c: dict[str, Any], f: ConvMatch) -> int:
     return (step * (c["TW"] - 1) + 4 + 3) // 4 * 4
 
 
-def dense_w(c: dict[str, Any], f: ConvMatch) -> bool:
-    """DENSE_W: a transposed convolution's tiles span all of W's phases (needs DIRECT, one box a tile)."""
-    return bool(c.get("DENSE_W", 0)) and f.transposed
-
 
 class ConvTf32x3Sm90(GraphFamily):
     """Implicit-GEMM convolution, sm_90a: tiles of 128 output pixels (TD x TH x TW of one image) by BN
@@ -400,7 +396,7 @@ class ConvTf32x3Sm90(GraphFamily):
         # A phase of a transposed convolution covers every S-th output pixel; there are S^dims phases.
         span = dict(zip(("D", "H", "W"), (td, th, tw)))
         # DENSE_W: W's tiles span every phase.
-        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {span[a]}) * {s}" if f.transposed and not (a == "W" and dense_w(c, f))
+        tiles = " * ".join(f"cdiv(cdiv(O{a}, {s}), {span[a]}) * {s}" if f.transposed and not (a == "W" and c.get("DENSE_W", 0))
                            else f"cdiv(O{a}, {span[a]})" for a, s in zip(names, f.stride))
         outs = tuple(f"O{a}" if a in names else "1" for a in _AXES)
         # The weight as [C_out][tap][C] planes: from [C_out][C][taps] per output channel, or, transposed,
