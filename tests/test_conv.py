@@ -172,6 +172,24 @@ def test_dense_w_tiles_span_every_phase_of_w(tmp_path):
     assert macs_per_output(FAM.matched(heavy)) == 144 and not any(s.get("DENSE_W") for s in FAM.seeds(heavy))
 
 
+def test_the_first_seed_tile_covers_the_output_with_least_waste(tmp_path):
+    # level1/69's width: a 128-wide tile computes 384 pixels a row for 260 output pixels; 32 x 4 tiles compute
+    # 288 (and 12 rows for 10). The widest shape leads only while no other covers the output 5% better.
+    p = conv_problem(tmp_path, "nn.ConvTranspose2d(64, 128, (3, 5))", "(1, 64, 8, 256)")
+    f = FAM.matched(p)
+    assert f.out_spatial == (10, 260)
+    assert FAM.covered_share({"TW": 128, "TH": 1}, f) == pytest.approx(260 / 384)
+    assert FAM.covered_share({"TW": 32, "TH": 4}, f) == pytest.approx(260 / 288 * 10 / 12)
+    assert FAM.tile_shapes(f, 128) == [(32, 4), (128, 1), (16, 8)]
+    assert (FAM.seeds(p)[0]["TW"], FAM.seeds(p)[0]["TH"]) == (32, 4)
+    # 3-D (level1/61's 66-wide phases): 16 x 4 x 2 tiles cover 80%, 128-wide rows 52%
+    cube = FAM.matched(conv_problem(tmp_path, "nn.ConvTranspose3d(8, 16, 3)", "(1, 8, 64, 64, 64)"))
+    assert FAM.tile_shapes(cube, 128)[0] == (16, 4)
+    # a width the wide tile divides keeps it first
+    even = FAM.matched(conv_problem(tmp_path, "nn.Conv2d(32, 64, 3, padding=1)", "(1, 32, 16, 256)"))
+    assert FAM.covered_share({"TW": 128, "TH": 1}, even) == 1.0 and FAM.tile_shapes(even, 128)[0] == (128, 1)
+
+
 @pytest.mark.parametrize("layer, x_shape", [
     ("nn.Conv1d(40, 16, 5, padding=2, dilation=3)", "(2, 40, 2000)"),
     ("nn.Conv3d(9, 32, 3, padding=1)", "(2, 9, 9, 10, 12)"),
