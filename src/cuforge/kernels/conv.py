@@ -313,10 +313,10 @@ class ConvTf32x3Sm90(GraphFamily):
         32, 16, then 128; a 1-D tile is one row of 128. The first whose tiles cover the output within 5% of
         the best leads. On the H100 (session 35, the first two seeds before and after): level1/69's 128-wide
         tiles (68% of their pixels are output) 7.12 ms, 32 x 4 (89%) 5.36 ms; level1/58 1.57x, 68 1.24x, 61 1.17x,
-        77 1.17x, level2/93 1.40x, no file of the twelve it reorders slower."""
-        shapes = []
-        for tw in dict.fromkeys((widest, 32, 16, 128)):
-            shapes.append((tw, 1 if f.dims == 1 else min(128 // tw, 16) if f.dims == 2 else min(max(1, 128 // tw // 2), 16)))
+        77 1.17x, level2/93 1.40x, no file of the twelve it reorders slower (nor, searched again, the six level2
+        pipelines whose convolution stage it reaches)."""
+        shapes = [(tw, 1 if f.dims == 1 else min(128 // tw, 16) if f.dims == 2 else min(max(1, 128 // tw // 2), 16))
+                  for tw in dict.fromkeys((widest, 32, 16, 128))]
         share = [self.covered_share({"TW": tw, "TH": th}, f) for tw, th in shapes]
         lead = next(i for i, s in enumerate(share) if s >= 0.95 * max(share))
         return [shapes[lead]] + shapes[:lead] + shapes[lead + 1:]
