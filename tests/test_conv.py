@@ -5,7 +5,7 @@ compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded 
 import pytest
 
 from cuforge.kernels.chains import channel_kind
-from cuforge.kernels.conv import ConvTf32x3Sm90, macs_per_output, match_conv
+from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_pitch, macs_per_output, match_conv
 from cuforge.kernels.families import families_for
 from cuforge.runtime import compile_cuda
 from template_helpers import conv_problem, smoke_compile
@@ -29,9 +29,13 @@ def test_a_conv_with_bias_and_a_per_channel_chain_is_matched(tmp_path):
     assert (f.n, f.c, f.c_out, f.spatial, f.kernel, f.out_spatial, f.taps) == (2, 64, 128, (34, 35), (3, 3), (32, 33), 9)
     assert [kind for _, kind in f.epilogue.tensors] == ["ch", "ch"]  # the conv's bias, then self.bias
     assert f.epilogue.body.splitlines()[0] == "v = v + e0[(r % 128)];"
-    launch = FAM.render(FAM.seeds(p)[0], p).launch
+    seeds = FAM.seeds(p)
+    launch = FAM.render(next(c for c in seeds if not c.get("FLAT")), p).launch
     assert [pre[0] for pre in launch.pre] == ["conv_tf32x3_sm90_split"] * 2
     assert launch.outputs == (("(NB, CO, OH, OW)", "float32"),)
+    # a 32 x 33 output: FLAT tiles (35-column planes) cover 92% of their pixels, TH x TW ones at most 69%
+    assert seeds[0]["FLAT"] == 1
+    assert [pre[0] for pre in FAM.render(seeds[0], p).launch.pre] == ["conv_tf32x3_sm90_pad_x", "conv_tf32x3_sm90_split"]
 
 
 @pytest.mark.parametrize("layer, x_shape, tail, why", [
@@ -181,7 +185,8 @@ def test_the_first_seed_tile_covers_the_output_with_least_waste(tmp_path):
     assert FAM.covered_share({"TW": 128, "TH": 1}, f) == pytest.approx(260 / 384)
     assert FAM.covered_share({"TW": 32, "TH": 4}, f) == pytest.approx(260 / 288 * 10 / 12)
     assert FAM.tile_shapes(f, 128) == [(32, 4), (128, 1), (16, 8)]
-    assert (FAM.seeds(p)[0]["TW"], FAM.seeds(p)[0]["TH"]) == (32, 4)
+    # (FLAT tiles over padded planes cover 2600 of 2688 and lead; the TH x TW tiles follow)
+    assert [(s["TW"], s["TH"], s.get("FLAT", 0)) for s in FAM.seeds(p)[:2]] == [(128, 1, 1), (32, 4, 0)]
     # 3-D (level1/61's 66-wide phases): 16 x 4 x 2 tiles cover 80%, 128-wide rows 52%
     cube = FAM.matched(conv_problem(tmp_path, "nn.ConvTranspose3d(8, 16, 3)", "(1, 8, 64, 64, 64)"))
     assert FAM.tile_shapes(cube, 128)[0] == (16, 4)
@@ -204,3 +209,41 @@ def test_direct_configs_compile(tmp_path, layer, x_shape):
     for d in direct:
         cand = FAM.render(d, p)
         assert FAM.name in compile_cuda(cand.source, arch="sm_90a").signatures
+
+
+def test_flat_tiles_run_over_padded_planes(tmp_path):
+    # level2/11's transposed convolution, fewer images: a 34 x 34 output fills at most 60% of any TH x TW tile's
+    # pixels; FLAT tiles are 128 flat indices of planes padded to 38 columns (34 + the kernel's reach), of which
+    # the columns past 34 and the last tile's end are dropped: 1156 of 1408 computed pixels are outputs.
+    p = conv_problem(tmp_path, "nn.ConvTranspose2d(64, 128, 5, stride=1, padding=1)", "(2, 64, 32, 32)")
+    f = FAM.matched(p)
+    seed = FAM.seeds(p)[0]
+    assert seed["FLAT"] == 1 and (seed["TW"], seed["TH"]) == (128, 1) and FAM.valid(seed, p)
+    assert FAM.covered_share(seed, f) == pytest.approx(1156 / 1408)
+    assert max(FAM.covered_share(c, f) for c in FAM.seeds(p)[1:]) == pytest.approx(34 / 48 * 34 / 40)
+    # the transposed tap k reaches output o from x[o + P - k D]: the plane starts D (K - 1) - P = 3 before x
+    assert (flat_pitch(f), flat_lead(f, 0), flat_lead(f, 1)) == (38, 3, 3)
+    launch = FAM.render(seed, p).launch
+    assert launch.pre[0] == ("conv_tf32x3_sm90_pad_x", "(cdiv(1444, 32), cdiv(CP, 32), NB)", "(32, 8)",
+                             "(in0, scratch0, C, CP, IH, IW, 38, 3, 3)")
+    assert launch.scratch[0][0] == "(2 * NB, 1444, CP)" and launch.args[0] == "tma_nd(scratch0, (32, 128, 1))"
+    assert launch.grid == "(NB * cdiv(OH * 38, 128) * cdiv(CO, 64),)"
+    assert "#define FLAT 1" in FAM.render(seed, p).source and "#define WP 38" in FAM.render(seed, p).source
+    # an ordinary convolution's plane starts P before x; a tile of four boxes of 32 pixels
+    plain = conv_problem(tmp_path, "nn.Conv2d(16, 24, (3, 5), padding=(2, 1), dilation=(2, 3))", "(2, 16, 19, 23)")
+    g = FAM.matched(plain)
+    assert (flat_pitch(g), flat_lead(g, 0), flat_lead(g, 1)) == (g.out_spatial[1] + 12, 2, 1)
+    four = {**seed, "TW": 32, "BN": 32}
+    assert FAM.valid(four, plain) and FAM.render(four, plain).launch.args[0] == "tma_nd(scratch0, (32, 32, 1))"
+    for c, q in ((seed, p), (four, plain), ({**four, "PERSIST": 1, "OVERLAP": 1}, plain)):
+        assert FAM.name + "_pad_x" in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
+    # not where a stride, a third dim, folded channels or x read as it lies breaks the fixed tap offsets
+    for layer, x_shape in (("nn.Conv2d(16, 24, 3, stride=(1, 2))", "(2, 16, 20, 24)"),
+                           ("nn.ConvTranspose2d(16, 24, 3, stride=2)", "(2, 16, 20, 24)"),
+                           ("nn.Conv3d(16, 24, 3)", "(2, 16, 6, 20, 24)"), ("nn.Conv1d(16, 24, 3)", "(2, 16, 200)")):
+        assert not FAM.valid({**seed, "BN": 32}, conv_problem(tmp_path, layer, x_shape)), layer
+    assert not FAM.valid({**four, "DIRECT": 1}, plain) and not FAM.valid({**four, "FOLD": 1}, plain)
+    assert not FAM.valid({**seed, "TH": 2, "TW": 64}, p)
+    # where TH x TW tiles already fill the output, no FLAT seed
+    even = conv_problem(tmp_path, "nn.Conv2d(32, 64, 3, padding=1)", "(1, 32, 16, 256)")
+    assert not any(c.get("FLAT") for c in FAM.seeds(even))

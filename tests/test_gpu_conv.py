@@ -4,7 +4,7 @@ to TMA's 16-byte rows); stride, padding, dilation and rectangular kernels; no bi
 a per-channel parameter; few channels with the inner taps folded into the channel vector; transposed
 convolutions by output phase, including phases no tap reaches; the input read as it lies (DIRECT), its
 boxes starting on a 16-byte boundary before each window, also on persistent grids with OVERLAP; strided W read
-densely; transposed tiles spanning every phase along W (DENSE_W)."""
+densely; transposed tiles spanning every phase along W (DENSE_W); flat tiles over zero-padded planes (FLAT)."""
 
 import pytest
 
@@ -89,3 +89,24 @@ def test_transposed_tiles_spanning_every_phase_of_w(sup, tmp_path, layer, x_shap
     configs = [c for i, c in enumerate(configs) if c not in configs[:i]]
     assert configs, layer
     assert_all_ok(sup, fam, p, configs[:4], CFG)
+
+
+@pytest.mark.parametrize("layer, x_shape, tail", [
+    ("nn.ConvTranspose2d(64, 48, 5, stride=1, padding=1)", "(3, 64, 14, 13)", "torch.relu(y) + self.bias"),  # level2/11's
+    ("nn.Conv2d(37, 50, 3, padding=1, bias=False)", "(3, 37, 20, 21)", "y * 2"),  # a channel tail past 32
+    ("nn.Conv2d(16, 24, (3, 5), padding=(2, 1), dilation=(2, 3))", "(2, 16, 19, 23)", "torch.tanh(y)"),
+    ("nn.ConvTranspose2d(32, 40, (3, 4), padding=(2, 0), dilation=(1, 2), output_padding=(0, 1))", "(2, 32, 11, 15)", "y"),
+    ("nn.ConvTranspose2d(16, 24, 3, padding=3)", "(2, 16, 12, 17)", "y"),  # the plane starts past x's first row
+    ("nn.Conv2d(32, 64, 3)", "(4, 32, 18, 18)", "torch.relu(y).mean(dim=(2, 3))"),  # pooled: dropped pixels unsummed
+])
+def test_flat_tiles_over_padded_planes(sup, tmp_path, layer, x_shape, tail):
+    # FLAT: 128 flat indices of planes padded to the output's width plus the kernel's reach, a box a tap (or four of
+    # 32); the indices past each row's outputs and the planes' end are computed and dropped. Also persistent.
+    fam = ConvTf32x3Sm90()
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
+    p = conv_problem(tmp_path, layer, x_shape, tail)
+    first = fam.seeds(p)[0]
+    flat = {**first, "FLAT": 1, "TW": 128, "TH": 1, "FOLD": 0, "DIRECT": 0, "DENSE_W": 0, "STAGES": 3}
+    configs = [flat, {**flat, "TW": 32, "BN": 64}, {**flat, "BN": 64, "PERSIST": 1, "OVERLAP": 1}]
+    assert all(fam.valid(c, p) for c in configs), layer
+    assert_all_ok(sup, fam, p, configs, CFG)
