@@ -224,8 +224,8 @@ def test_flat_tiles_run_over_padded_planes(tmp_path):
     # the transposed tap k reaches output o from x[o + P - k D]: the plane starts D (K - 1) - P = 3 before x
     assert (flat_pitch(f), flat_lead(f, 0), flat_lead(f, 1)) == (38, 3, 3)
     launch = FAM.render(seed, p).launch
-    assert launch.pre[0] == ("conv_tf32x3_sm90_pad_x", "(cdiv(1444, 32), cdiv(CP, 32), NB)", "(32, 8)",
-                             "(in0, scratch0, C, CP, IH, IW, 38, 3, 3)")
+    assert launch.pre[0] == ("conv_tf32x3_sm90_pad_x", "(cdiv(1444, 32), cdiv(CP, 32), NB * 1)", "(32, 8)",
+                             "(in0, scratch0, C, CP, 1, IH, IW, 1, 38, 0, 3, 3)")
     assert launch.scratch[0][0] == "(2 * NB, 1444, CP)" and launch.args[0] == "tma_nd(scratch0, (32, 128, 1))"
     assert launch.grid == "(NB * cdiv(OH * 38, 128) * cdiv(CO, 64),)"
     assert "#define FLAT 1" in FAM.render(seed, p).source and "#define WP 38" in FAM.render(seed, p).source
@@ -237,10 +237,22 @@ def test_flat_tiles_run_over_padded_planes(tmp_path):
     assert FAM.valid(four, plain) and FAM.render(four, plain).launch.args[0] == "tma_nd(scratch0, (32, 32, 1))"
     for c, q in ((seed, p), (four, plain), ({**four, "PERSIST": 1, "OVERLAP": 1}, plain)):
         assert FAM.name + "_pad_x" in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
-    # not where a stride, a third dim, folded channels or x read as it lies breaks the fixed tap offsets
+    # 3-D: planes of padded depths, a tile 128 flat pixels of one depth (the depth a TMA coordinate of its own)
+    cube = conv_problem(tmp_path, "nn.ConvTranspose3d(16, 24, (2, 3, 3), padding=(0, 1, 1))", "(2, 16, 5, 20, 24)")
+    h = FAM.matched(cube)
+    assert h.out_spatial == (6, 20, 24) and (flat_lead(h, 0), flat_lead(h, 1), flat_lead(h, 2)) == (1, 1, 1)
+    flat3 = {**seed, "BN": 32}
+    assert FAM.valid(flat3, cube) and FAM.covered_share(flat3, h) == pytest.approx(480 / 640)
+    launch = FAM.render(flat3, cube).launch
+    assert launch.pre[0][1:] == ("(cdiv(572, 32), cdiv(CP, 32), NB * 7)", "(32, 8)",
+                                 "(in0, scratch0, C, CP, ID, IH, IW, 7, 22, 1, 1, 1)")
+    assert launch.scratch[0][0] == "(2 * NB, 7, 572, CP)" and launch.args[0] == "tma_nd(scratch0, (32, 128, 1, 1))"
+    assert launch.grid == "(NB * OD * cdiv(OH * 26, 128) * cdiv(CO, 32),)"
+    assert FAM.name + "_pad_x" in compile_cuda(FAM.render(flat3, cube).source, arch="sm_90a").signatures
+    # not where a stride, a single dim, folded channels or x read as it lies breaks the fixed tap offsets
     for layer, x_shape in (("nn.Conv2d(16, 24, 3, stride=(1, 2))", "(2, 16, 20, 24)"),
                            ("nn.ConvTranspose2d(16, 24, 3, stride=2)", "(2, 16, 20, 24)"),
-                           ("nn.Conv3d(16, 24, 3)", "(2, 16, 6, 20, 24)"), ("nn.Conv1d(16, 24, 3)", "(2, 16, 200)")):
+                           ("nn.Conv3d(16, 24, 3, stride=(2, 1, 1))", "(2, 16, 6, 20, 24)"), ("nn.Conv1d(16, 24, 3)", "(2, 16, 200)")):
         assert not FAM.valid({**seed, "BN": 32}, conv_problem(tmp_path, layer, x_shape)), layer
     assert not FAM.valid({**four, "DIRECT": 1}, plain) and not FAM.valid({**four, "FOLD": 1}, plain)
     assert not FAM.valid({**seed, "TH": 2, "TW": 64}, p)

@@ -98,10 +98,13 @@ def test_transposed_tiles_spanning_every_phase_of_w(sup, tmp_path, layer, x_shap
     ("nn.ConvTranspose2d(32, 40, (3, 4), padding=(2, 0), dilation=(1, 2), output_padding=(0, 1))", "(2, 32, 11, 15)", "y"),
     ("nn.ConvTranspose2d(16, 24, 3, padding=3)", "(2, 16, 12, 17)", "y"),  # the plane starts past x's first row
     ("nn.Conv2d(32, 64, 3)", "(4, 32, 18, 18)", "torch.relu(y).mean(dim=(2, 3))"),  # pooled: dropped pixels unsummed
+    ("nn.Conv3d(16, 24, 3, padding=1)", "(2, 16, 5, 9, 11)", "torch.relu(y) + self.bias.unsqueeze(-1)"),  # depths
+    ("nn.ConvTranspose3d(16, 24, (2, 3, 3), padding=(0, 1, 1), dilation=(2, 1, 1))", "(2, 16, 5, 8, 10)", "y"),
 ])
 def test_flat_tiles_over_padded_planes(sup, tmp_path, layer, x_shape, tail):
-    # FLAT: 128 flat indices of planes padded to the output's width plus the kernel's reach, a box a tap (or four of
-    # 32); the indices past each row's outputs and the planes' end are computed and dropped. Also persistent.
+    # FLAT: 128 flat indices (of one depth, 3-D) of planes padded to the output's width plus the kernel's reach, a box
+    # a tap (or four of 32); the indices past each row's outputs and the planes' end are computed and dropped. Also
+    # persistent.
     fam = ConvTf32x3Sm90()
     skip_unless_sm90(sup, "wgmma needs sm_90a")
     p = conv_problem(tmp_path, layer, x_shape, tail)

@@ -6,7 +6,7 @@ element strides are the convolution's stride, its zero fill past the edges the p
 traced elementwise chain on each output value before the one store - or, where the forward ends in a
 mean or sum over each image's pixels per channel (a global average pool), adds the chain's values up
 per channel in the tile and once per tile into the [N, C_out] output, which it never writes whole. A
-2-D convolution of stride 1 may instead run over zero-padded planes whose rows are the output's width
+2-D or 3-D convolution of stride 1 may instead run over zero-padded planes whose rows are the output's width
 plus the kernel's reach (FLAT): each tap is then one fixed offset from a pixel's flat index, so a tile is
 128 consecutive indices and a small image wastes only its padded columns."""
 
@@ -220,23 +220,26 @@ def raw_row(c: dict[str, Any], f: ConvMatch) -> int:
 
 
 def flat_fits(f: ConvMatch) -> bool:
-    """Whether FLAT can run it: 2-D, stride 1 (each output's taps lie at fixed offsets in the padded plane),
-    ungrouped, and a plane's flat index (a TMA coordinate) within an int."""
-    return f.dims == 2 and f.stride == (1, 1) and f.groups == 1 and flat_rows(f) * flat_pitch(f) < 2**31
+    """Whether FLAT can run it: 2-D or 3-D, stride 1 (each output's taps lie at fixed offsets in the padded
+    plane), ungrouped, a plane's flat index (a TMA coordinate) within an int and the padding kernel's grid
+    (an image's depths along z) within 65535."""
+    return (f.dims in (2, 3) and set(f.stride) == {1} and f.groups == 1 and flat_padded(f, -2) * flat_padded(f, -1) < 2**31
+            and f.n * (flat_padded(f, 0) if f.dims == 3 else 1) <= 65535)
+
+
+def flat_padded(f: ConvMatch, axis: int) -> int:
+    """FLAT: the padded planes' extent along a spatial axis, the output's plus the kernel's reach."""
+    return f.out_spatial[axis] + f.dilation[axis] * (f.kernel[axis] - 1)
 
 
 def flat_pitch(f: ConvMatch) -> int:
-    """FLAT: the padded plane's row, the output's width plus the kernel's reach along W."""
-    return f.out_spatial[1] + f.dilation[1] * (f.kernel[1] - 1)
-
-
-def flat_rows(f: ConvMatch) -> int:
-    return f.out_spatial[0] + f.dilation[0] * (f.kernel[0] - 1)
+    """FLAT: the padded plane's row."""
+    return flat_padded(f, -1)
 
 
 def flat_lead(f: ConvMatch, axis: int) -> int:
-    """FLAT: the zeros ahead of x's first row (axis 0) or column (1) in the padded plane; a transposed
-    convolution's output o reaches x[o + P - k D], so its plane starts D (K - 1) - P before x."""
+    """FLAT: the zeros ahead of x's first element along a spatial axis in the padded planes; a transposed
+    convolution's output o reaches x[o + P - k D], so its planes start D (K - 1) - P before x."""
     k, p, d = f.kernel[axis], f.padding[axis], f.dilation[axis]
     return d * (k - 1) - p if f.transposed else p
 
@@ -332,7 +335,7 @@ class ConvTf32x3Sm90(GraphFamily):
         partly past the edge (a 128-wide tile on W = 260 computes 384 pixels a row for 260); FLAT, the
         padded columns and the last tile's end are computed too."""
         if c.get("FLAT", 0):
-            oh, ow = f.out_spatial
+            oh, ow = f.out_spatial[-2:]
             return oh * ow / (-(-oh * flat_pitch(f) // self.BM) * self.BM)
         share = 1.0
         for extent, size in zip(self.tile_extent(f), self.tile(c, f.dims)[3 - f.dims:]):
@@ -414,7 +417,8 @@ class ConvTf32x3Sm90(GraphFamily):
         # Flat tiles over padded planes (FLAT) lead where they cover the output 5% better than the first seed's.
         # On the H100 (session 36, against that seed side by side): level2/11 (34 x 34 outputs, 82% covered against
         # 60%) 4.50 -> 3.19 ms as a pipeline, level1/69 (98% against 89%) 5.36 -> 4.96, level2/19 (99% against 93%)
-        # 14.8 -> 13.6 ms, though the padded planes are larger than x (1.41x for level2/11's 32 x 32 images).
+        # 14.8 -> 13.6 ms, though the padded planes are larger than x (1.41x for level2/11's 32 x 32 images); 3-D (a tile
+        # of one depth): level1/61 8.54 -> 7.56 ms, 68 23.3 -> 19.6, 70 23.0 -> 18.8, level2/61 4.23 -> 2.91, 77 11.2 -> 8.27.
         flat = next(({**out[0], "FLAT": 1, "TW": 128, "TH": 1, "FOLD": 0, "STAGES": st} for st in sorted(self.knobs["STAGES"], reverse=True)
                      if self.valid({**out[0], "FLAT": 1, "TW": 128, "TH": 1, "FOLD": 0, "STAGES": st}, problem)), None) if out else None
         if flat and self.covered_share(flat, f) > 1.05 * self.covered_share(out[0], f):
@@ -472,13 +476,14 @@ class ConvTf32x3Sm90(GraphFamily):
             w_pre = (f"{self.name}_fold_w", f"(min(cdiv(CO * {outer} * CP, 256), 1 << 20),)", "(256,)", f"({f.w}, scratch1, CO, C, CP)")
         x_map = f"tma_nd(scratch0, ({', '.join(x_box)}), ({', '.join(x_strides)}))"
         x_planes = f"(2 * NB, {', '.join(f'X{a}' for a in names)}, CP)"
-        if c.get("FLAT", 0):  # padded planes [2 * NB][HP * WP][CP], a box TW pixels of one
-            hp, wp = flat_rows(f), flat_pitch(f)
-            x_pre = (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB)", "(32, 8)",
-                     f"({f.x}, scratch0, C, CP, IH, IW, {hp}, {flat_lead(f, 0)}, {flat_lead(f, 1)})")
-            x_map = f"tma_nd(scratch0, (32, {c['TW']}, 1))"
-            x_planes = f"(2 * NB, {hp * wp}, CP)"
-            tiles = f"cdiv(OH * {wp}, {self.BM})"
+        if c.get("FLAT", 0):  # padded planes [2 * NB][DP][HP * WP][CP] (2-D: no DP), a box TW pixels of one
+            hp, wp = flat_padded(f, -2), flat_padded(f, -1)
+            dp, ld, depth = (flat_padded(f, 0), flat_lead(f, 0), "ID") if f.dims == 3 else (1, 0, "1")
+            x_pre = (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB * {dp})", "(32, 8)",
+                     f"({f.x}, scratch0, C, CP, {depth}, IH, IW, {dp}, {hp}, {ld}, {flat_lead(f, -2)}, {flat_lead(f, -1)})")
+            x_map = f"tma_nd(scratch0, (32, {c['TW']}, 1{', 1' if f.dims == 3 else ''}))"
+            x_planes = f"(2 * NB, {f'{dp}, ' if f.dims == 3 else ''}{hp * wp}, CP)"
+            tiles = f"{'OD * ' if f.dims == 3 else ''}cdiv(OH * {wp}, {self.BM})"
         pre = (x_pre, w_pre)
         if c.get("DIRECT"):  # x itself, innermost first: W (densely), H, D, its channels, the image; unswizzled
             x_map = (f"tma_nd({f.x}, ({', '.join((str(raw_row(c, f)),) + x_box[2:-1])}, 32, 1), "
