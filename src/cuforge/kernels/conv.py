@@ -419,8 +419,8 @@ class ConvTf32x3Sm90(GraphFamily):
         # 60%) 4.50 -> 3.19 ms as a pipeline, level1/69 (98% against 89%) 5.36 -> 4.96, level2/19 (99% against 93%)
         # 14.8 -> 13.6 ms, though the padded planes are larger than x (1.41x for level2/11's 32 x 32 images); 3-D (a tile
         # of one depth): level1/61 8.54 -> 7.56 ms, 68 23.3 -> 19.6, 70 23.0 -> 18.8, level2/61 4.23 -> 2.91, 77 11.2 -> 8.27.
-        flat = next(({**out[0], "FLAT": 1, "TW": 128, "TH": 1, "FOLD": 0, "STAGES": st} for st in sorted(self.knobs["STAGES"], reverse=True)
-                     if self.valid({**out[0], "FLAT": 1, "TW": 128, "TH": 1, "FOLD": 0, "STAGES": st}, problem)), None) if out else None
+        flats = ({**out[0], "FLAT": 1, "TW": 128, "TH": 1, "FOLD": 0, "STAGES": st} for st in sorted(self.knobs["STAGES"], reverse=True)) if out else ()
+        flat = next((c for c in flats if self.valid(c, problem)), None)
         if flat and self.covered_share(flat, f) > 1.05 * self.covered_share(out[0], f):
             out.insert(0, flat)
         return out
