@@ -53,13 +53,17 @@ PATTERNS = {"copy": (1.0, 0.0), "softmax_like": (2.5e-6, 0.0), "log_softmax_like
 
 
 def time_interleaved(calls: dict[str, Callable[[], None]], rounds: int) -> dict[str, dict[str, float]]:
-    """Median, p20, p80 of each call's event time, the calls taken in turn every round."""
+    """Median, p20, p80 of each call's event time, the calls taken in turn every round. The GPU spins for
+    about 1 ms before each start event, so the host has queued the call's launches before the GPU reaches
+    them: the time between the events is the GPU's, not the host's launch path (which, on an idle GPU, the
+    events would count)."""
     import torch
 
     times: dict[str, list[float]] = {k: [] for k in calls}
     for r in range(rounds + 2):
         for k, f in calls.items():
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(2_000_000)  # cycles: about 1 ms at the H100's clocks
             a.record()
             f()
             b.record()
