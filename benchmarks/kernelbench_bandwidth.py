@@ -3,8 +3,8 @@
 For every level1 file whose preferred family is memory-bound, the family's first seed (the search's
 first candidate; with --seeds N, the fastest of its first N seeds, the search's first generation) is
 evaluated in the jailed worker, timed beside eager PyTorch; its effective
-bandwidth is the bytes the problem must move at least (every input read once, every output written
-once) over the kernel's median time. The device-to-device copy bandwidth (dst.copy_(src) of 2 GiB,
+bandwidth is the bytes the problem must move at least (every input and parameter read once, every output
+written once) over the kernel's median time. The device-to-device copy bandwidth (dst.copy_(src) of 2 GiB,
 events, median of 30) is measured in the same run, before and after the evaluations.
 
     python benchmarks/kernelbench_bandwidth.py --name kb_bandwidth_level1
@@ -54,7 +54,10 @@ def copy_bandwidth_gbs(nbytes: int = 2 << 30, reps: int = 30) -> float:
 def problem_bytes(problem: Any) -> int:
     from cuforge.problems.problem import dtype_size
 
-    return sum(math.prod(t.shape) * dtype_size(t.dtype) for t in (*problem.inputs, *problem.outputs))
+    # The module's parameters and buffers too: a layer norm's weight and bias are as long as its rows
+    # (32 MiB at level1/40), and a kernel must read them at least once like any input.
+    tensors = (*problem.inputs, *problem.outputs, *problem.params)
+    return sum(math.prod(t.shape) * dtype_size(t.dtype) for t in tensors if not t.is_scalar)
 
 
 def load_configs(path: str) -> dict[str, list[dict[str, Any]]]:
