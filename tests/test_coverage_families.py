@@ -422,5 +422,6 @@ def test_whole_tensor_l2_normalization_matches_and_compiles(tmp_path, expr, inpu
     seeds = fam.seeds(p)
     assert all(c["VEC"] == (4 if m.numel % 4 == 0 else 1) for c in seeds)
     launch = fam.render(seeds[0], p).launch
-    assert [k[0] for k in launch.pre] == ["norm_all_sumsq"] and launch.scratch == (("(PARTS,)", "float64", "empty"),)
+    assert [k[0] for k in launch.pre] == ["norm_all_sumsq"] and launch.scratch[0] == ("(PARTS,)", "float64", "empty")
+    assert launch.scratch[1] == ("(1,)", "int32", "zeros")  # the count of blocks done starts from zero every call
     smoke_compile(fam, p, 2)

@@ -217,4 +217,13 @@ def test_gemm_row_sums_with_keepdim_and_scale(sup, tmp_path, expr, inputs):
 def test_whole_tensor_l2_normalization(sup, tmp_path, expr, inputs):
     from cuforge.kernels.norm_all import NormAll
 
-    check(sup, NormAll(), problem_from_expr(tmp_path, expr, inputs, args="a"))
+    fam, p = NormAll(), problem_from_expr(tmp_path, expr, inputs, args="a")
+    check(sup, fam, p)
+    # Loads in flight a thread: steps of 8 and 2 vectors, then the vectors left past the last whole step
+    # (333333 floats: no whole number of steps at any grid); a block per 4 x 256 or 2 x 1024 vectors, the
+    # last block's partly past the end.
+    vec = fam.seeds(p)[0]["VEC"]
+    for c in (dict(BLOCK=256, VEC=vec, WAVES=1, UNROLL=8), dict(BLOCK=1024, VEC=vec, WAVES=4, UNROLL=2),
+              dict(BLOCK=256, VEC=vec, WAVES=1, UNROLL=4, ONCE=1), dict(BLOCK=1024, VEC=vec, WAVES=1, UNROLL=2, ONCE=1)):
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (c, ev.status, ev.message)
