@@ -37,6 +37,10 @@ def check(sup, fam, p, n_random=2):
     ("(a + b) * 0.5 - c", "torch.randn(4, 16, 6, 7, 9), torch.randn(16, 1, 1, 1), torch.randn(4, 1, 1, 7, 1)", "a, b, c"),
     # No input of the output's shape (level2/75's outer sum): every input read at its broadcast index.
     ("a + b", "torch.randn(1000, 1), torch.randn(1, 333, 1, 1)", "a, b"),
+    # A vector of four crosses a row's end (rows of 1001), or spans two rows (rows of 3): the element past
+    # the end takes the next row's operand.
+    ("a * b - 1", "torch.randn(100, 1001), torch.randn(1001)", "a, b"),
+    ("(a - b) * c", "torch.randn(1000, 3), torch.randn(1000, 1), torch.randn(3)", "a, b, c"),
 ])
 def test_pointwise_chains(sup, tmp_path, expr, inputs, args):
     check(sup, PointwiseChain(), problem_from_expr(tmp_path, expr, inputs, args=args))
@@ -133,6 +137,8 @@ def test_normalizations(sup, tmp_path, expr, inputs, init):
     ("torch.mean(torch.clamp(1 - a * b, min=0))", "torch.randn(512, 3000), torch.randn(3000)", "a, b"),
     ("F.kl_div(torch.log(a), b, reduction='batchmean')", "torch.rand(256, 999).softmax(-1), torch.rand(256, 999).softmax(-1)", "a, b"),
     ("a.sum() * 0.5 + 1", "torch.randn(7, 9, 11)", "a"),
+    ("torch.mean(torch.clamp(1 - a * b, min=0))", "torch.randn(64, 1001), torch.randn(1001)", "a, b"),
+    ("torch.sum((a - b) * c)", "torch.randn(1000, 3), torch.randn(1000, 1), torch.randn(3)", "a, b, c"),
 ])
 def test_whole_tensor_reductions(sup, tmp_path, expr, inputs, args):
     from cuforge.kernels.reduce_all import ReduceAll
