@@ -24,6 +24,14 @@ def stamp() -> dict[str, Any]:
     return out
 
 
+def spread(times_ms: list[float]) -> dict[str, float]:
+    """Median, p20 and p80 of a list of times (ms), as the result files name them."""
+    import statistics
+
+    q = statistics.quantiles(times_ms, n=5)
+    return {"median_ms": statistics.median(times_ms), "p20_ms": q[0], "p80_ms": q[3]}
+
+
 def write_result(name: str, data: dict[str, Any]) -> Path:
     """benchmarks/results/NAME.json, and a copy under $OUT when the device tool runs us."""
     data = {"benchmark": name, **stamp(), **data}

@@ -17,9 +17,8 @@ the kernel's launch and tail, cancels in both differences).
 from __future__ import annotations
 
 import argparse
-import statistics
 
-from _common import write_result
+from _common import spread, write_result
 
 MIB = 1 << 20
 
@@ -50,10 +49,8 @@ def timed_reads(size_mib: int, reps: int) -> dict[str, dict[str, float]]:
             times[k].append(ev[a].elapsed_time(ev[b]))
     out = {}
     for k, t in times.items():
-        t = t[2:]
-        q = statistics.quantiles(t, n=5)
-        med = statistics.median(t)
-        out[k] = {"median_ms": med, "p20_ms": q[0], "p80_ms": q[3], "gbs": size_mib * MIB / (med * 1e-3) / 1e9}
+        s = spread(t[2:])  # the first two: warm-up
+        out[k] = {**s, "gbs": size_mib * MIB / (s["median_ms"] * 1e-3) / 1e9}
     del flush, buf, other
     torch.cuda.empty_cache()
     return out

@@ -17,13 +17,12 @@ copy (CUDA events; median, p20, p80), each checked against torch first unless it
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import write_result
+from _common import spread, write_result
 
 STORE = "reinterpret_cast<Vec*>(ys)[i] = o;"
 LOAD = "a[u] = reinterpret_cast<const Vec*>(xs)[base + u * BLOCK];"
@@ -70,11 +69,7 @@ def time_interleaved(calls: dict[str, Callable[[], None]], rounds: int) -> dict[
             b.synchronize()
             if r >= 2:
                 times[k].append(a.elapsed_time(b))
-    out = {}
-    for k, t in times.items():
-        q = statistics.quantiles(t, n=5)
-        out[k] = {"median_ms": statistics.median(t), "p20_ms": q[0], "p80_ms": q[3]}
-    return out
+    return {k: spread(t) for k, t in times.items()}
 
 
 def kb_problem(path: Path) -> tuple[Any, Any]:

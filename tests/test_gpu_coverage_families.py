@@ -8,7 +8,7 @@ from cuforge.kernels.pointwise import PointwiseChain
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
 from cuforge.sandbox.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import assert_all_ok, family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
@@ -229,7 +229,6 @@ def test_whole_tensor_l2_normalization(sup, tmp_path, expr, inputs):
     # (333333 floats: no whole number of steps at any grid); a block per 4 x 256 or 2 x 1024 vectors, the
     # last block's partly past the end.
     vec = fam.seeds(p)[0]["VEC"]
-    for c in (dict(BLOCK=256, VEC=vec, WAVES=1, UNROLL=8), dict(BLOCK=1024, VEC=vec, WAVES=4, UNROLL=2),
-              dict(BLOCK=256, VEC=vec, WAVES=1, UNROLL=4, ONCE=1), dict(BLOCK=1024, VEC=vec, WAVES=1, UNROLL=2, ONCE=1)):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, [dict(BLOCK=256, VEC=vec, WAVES=1, UNROLL=8), dict(BLOCK=1024, VEC=vec, WAVES=4, UNROLL=2),
+                                dict(BLOCK=256, VEC=vec, WAVES=1, UNROLL=4, ONCE=1),
+                                dict(BLOCK=1024, VEC=vec, WAVES=1, UNROLL=2, ONCE=1)], CFG)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from cuforge.kernels.base import GraphFamily, sm_count
+from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import LaunchSpec
 
@@ -72,10 +72,9 @@ class NormAll(GraphFamily):
                 dict(BLOCK=512, VEC=vec, WAVES=2, UNROLL=1, ONCE=0)]
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        if c.get("ONCE", 0):
-            grid = f"(max(1, cdiv(N, {c['BLOCK'] * c['VEC'] * c.get('UNROLL', 1)})),)"
-        else:
-            grid = f"(max(1, min(cdiv(N, {c['BLOCK'] * c['VEC']}), SMS * {c['WAVES'] * 2048 // c['BLOCK']})),)"
+        # ONCE: a block per BLOCK x UNROLL vectors (waves 0); else at most WAVES full GPUs of blocks
+        once = c.get("ONCE", 0)
+        grid = grid_stride_grid(f"cdiv(N, {c['VEC'] * (c.get('UNROLL', 1) if once else 1)})", c["BLOCK"], 0 if once else c["WAVES"])
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)", args=("in0", "out0", "scratch2", "N"),
                           outputs=(("in0.shape", "float32"),), bindings=(sm_count("in0"), ("N", "in0.numel()"),
                                                                           ("PARTS", f"max(1, min(cdiv(N, {c['BLOCK']}), SMS * {PARTS_PER_SM}))")),
