@@ -306,6 +306,21 @@ def test_no_process_environment_shows_the_key_the_driver_started_with(tmp_path, 
     assert '"status": "ok"' in r.stdout and SECRET not in r.stdout + r.stderr
 
 
+def test_an_interpreter_started_by_a_relative_path_starts_its_jailed_worker(tmp_path, jail_kind):
+    """`../.venv/bin/python -m cuforge.cli ...` from a subdirectory: sys.executable then names that
+    subdirectory, which the jail does not bind; the worker must start all the same."""
+    (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
+    (tmp_path / "ok.py").write_text("import torch\n" + HONEST)
+    cwd = tmp_path / "sub"
+    cwd.mkdir()
+    relative = os.path.relpath(sys.executable, cwd)
+    assert ".." in relative
+    r = subprocess.run([relative, "-m", "cuforge.cli", "eval", str(tmp_path / "relu.py"), str(tmp_path / "ok.py"), "--cpu",
+                        "--json"], capture_output=True, text=True, timeout=300, cwd=cwd, env=dict(os.environ))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert '"status": "ok"' in r.stdout
+
+
 def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path, jail_kind):
     (tmp_path / "relu.py").write_text(relu_problem_source(policy="any"))
     (tmp_path / "ok.py").write_text("import torch\n" + HONEST)

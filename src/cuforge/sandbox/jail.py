@@ -182,6 +182,14 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def python_executable() -> str:
+    """The interpreter's path as a jail can start it. sys.executable keeps whatever path the user typed
+    (`../.venv/bin/python` run from a subdirectory gives `/work/sub/../.venv/bin/python`), and inside the
+    jail a directory it names on the way, not bound there, does not exist. The directory is resolved;
+    the file name is kept, as a venv's `python` link is how the interpreter finds its venv."""
+    return os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(sys.executable))), os.path.basename(sys.executable))
+
+
 def python_paths() -> list[str]:
     """What the worker's Python needs to see: its prefixes, its site-packages and the package's own
     source root (an editable install), and the CUDA toolkit named by CUDA_HOME. Not sys.path as a

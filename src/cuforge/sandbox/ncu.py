@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import subprocess
-import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -134,6 +133,7 @@ def ncu_profile(problem: Problem, candidate: Candidate, gpu: int = 0, timeout_s:
     ncu = find_ncu()
     if ncu is None:
         raise NcuError("ncu not found: install Nsight Compute")
+    from cuforge.sandbox.jail import python_executable
     from cuforge.sandbox.supervisor import problem_payload
 
     metrics = choose_metrics(available_metrics(ncu))
@@ -144,7 +144,7 @@ def ncu_profile(problem: Problem, candidate: Candidate, gpu: int = 0, timeout_s:
         env = scrubbed_env({"CUDA_VISIBLE_DEVICES": str(gpu), "PYTHONPATH": src_root, "TMPDIR": tmp, "HOME": tmp})
         cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--nvtx", "--nvtx-include", f"{RANGE}/",
                "--metrics", ",".join(metrics.values()), "--csv", "--page", "raw",
-               sys.executable, "-m", "cuforge.sandbox.ncu_target", str(req)]
+               python_executable(), "-m", "cuforge.sandbox.ncu_target", str(req)]
         cmd = jailed(cmd, tmp)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=tmp)

@@ -12,7 +12,6 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from cuforge.sandbox.gpu_turn import TurnAbandoned, gpu_turn
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
 from cuforge.sandbox.jail_landlock import jail_uid, unreadable_to
 from cuforge.sandbox.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
-                                  scratch_env, unconfined_allowed)
+                                  python_executable, scratch_env, unconfined_allowed)
 
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
@@ -139,7 +138,7 @@ class Supervisor:
             "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
         })
-        args = [sys.executable, "-m", "cuforge.sandbox.worker"]
+        args = [python_executable(), "-m", "cuforge.sandbox.worker"]
         if self.cpu_mode:
             args.append("--cpu")
         if self.compile_only:
