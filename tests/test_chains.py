@@ -124,6 +124,24 @@ def test_norm_and_gemm_variants_match(tmp_path):
     p = problem(tmp_path, "F.layer_norm(a, (8,))", "torch.randn(3, 8)", args="a")
     m = match_norm(p)
     assert (m.kind, m.weight, m.bias) == ("layernorm", None, None)
+
+
+def test_an_rmsnorm_of_one_column_matches_without_its_mean(tmp_path):
+    # The mean over a last dim of size 1 leaves the graph at load (an identity reduction); the
+    # rmsnorm is still one, weight and fused gate included.
+    p = problem(tmp_path, "a * torch.rsqrt(a.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * self.w * F.silu(g)",
+                "torch.randn(7, 1), torch.randn(7, 1)", args="a, g",
+                init="        self.w = nn.Parameter(torch.rand(1) + 0.5)")
+    assert "mean" not in [n.op for n in p.graph]
+    m = match_norm(p)
+    assert (m.kind, m.eps, m.weight, m.rows, m.cols) == ("rmsnorm", 1e-05, "param0", 7, 1)
+    assert NormRows().supports(p) is None
+    smoke_compile(NormRows(), p, 2)
+    p = problem(tmp_path, "a * torch.rsqrt(a.pow(2) + 1e-6)", "torch.randn(7, 2)", args="a")
+    assert "mean of the squares" in match_norm(p)  # without the mean, only one column is an rmsnorm
+
+
+def test_gemm_variants_match(tmp_path):
     p = problem(tmp_path, "torch.clamp(a @ b.T, min=-1.0, max=2.0) - b.sum()", "torch.randn(8, 16), torch.randn(24, 16)")
     assert "sum" in match_gemm(p)
     p = problem(tmp_path, "F.leaky_relu(a @ b, 0.2) * a[:, :1]", "torch.randn(8, 16), torch.randn(16, 16)")

@@ -37,18 +37,27 @@ def _vector(problem: Problem, ref: Any, cols: int) -> str | None | bool:
 
 def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...]) -> tuple[str, float, str | None, int] | str:
     """(x, eps, weight, nodes used) of x * rsqrt(mean(x^2, -1, keepdim) + eps) [* weight] at the graph's start."""
-    if len(g) < 5:
+    if len(g) < 4:
         return "too few ops for an rmsnorm"
-    sq, mean, add, root, scale = g[:5]
-    x = sq.args[0]
+    sq = g[0]
+    x = sq.args[0] if sq.args else None
     squares = (sq.op == "pow" and len(sq.args) == 2 and sq.args[1] == 2) or (sq.op == "mul" and sq.args[:2] == (x, x))
     if not squares or not is_ref(x) or leaf_spec(problem, x) is None:
         return "does not start with the square of an input"
     ndim = len(sq.shape)
-    if mean.op != "mean" or mean.args[0] != sq.out or not is_last_dim(mean.args[1], ndim) or not (
+    mean = g[1]
+    if mean.op != "mean" and sq.shape[-1] == 1:
+        # A mean over a last dim of one column left the graph at load (an identity reduction).
+        stat, used = sq.out, 1
+    elif mean.op != "mean" or mean.args[0] != sq.out or not is_last_dim(mean.args[1], ndim) or not (
             len(mean.args) > 2 and mean.args[2] is True or mean.kwarg("keepdim") is True):
         return "no mean of the squares over the last dim (keepdim)"
-    if add.op != "add" or add.args[0] != mean.out or len(add.args) < 2 or is_ref(add.args[1]) \
+    else:
+        stat, used = mean.out, 2
+    if len(g) < used + 3:
+        return "too few ops for an rmsnorm"
+    add, root, scale = g[used:used + 3]
+    if add.op != "add" or add.args[0] != stat or len(add.args) < 2 or is_ref(add.args[1]) \
             or not isinstance(add.args[1], (int, float)):
         return "no scalar eps added to the mean"
     eps = float(add.args[1]) * float(add.kwarg("alpha", 1))
@@ -59,12 +68,12 @@ def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...]) -> tuple[str, float
         pass
     else:
         return "the input is not scaled by rsqrt(mean + eps)"
-    used, weight = 5, None
-    if len(g) > 5 and g[5].op == "mul" and scale.out in g[5].args[:2]:
-        other = [a for a in g[5].args[:2] if a != scale.out]
+    used, weight = used + 3, None
+    if len(g) > used and g[used].op == "mul" and scale.out in g[used].args[:2]:
+        other = [a for a in g[used].args[:2] if a != scale.out]
         w = _vector(problem, other[0], sq.shape[-1]) if len(other) == 1 else False
         if w:
-            used, weight = 6, w
+            used, weight = used + 1, w
     return x, eps, weight, used  # type: ignore[return-value]
 
 
