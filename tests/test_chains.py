@@ -124,6 +124,12 @@ def test_norm_and_gemm_variants_match(tmp_path):
     p = problem(tmp_path, "F.layer_norm(a, (8,))", "torch.randn(3, 8)", args="a")
     m = match_norm(p)
     assert (m.kind, m.weight, m.bias) == ("layernorm", None, None)
+    p = problem(tmp_path, "torch.clamp(a @ b.T, min=-1.0, max=2.0) - b.sum()", "torch.randn(8, 16), torch.randn(24, 16)")
+    assert "sum" in match_gemm(p)
+    p = problem(tmp_path, "F.leaky_relu(a @ b, 0.2) * a[:, :1]", "torch.randn(8, 16), torch.randn(16, 16)")
+    assert isinstance(match_gemm(p), str)  # a slice of an input is not a leaf tensor
+    p = problem(tmp_path, "torch.mv(a, v) * 2.0", "torch.randn(8, 16), torch.randn(16)", args="a, v")
+    assert Gemv().supports(p) is None and Gemv.match(p).out_shape == (8,)
 
 
 def test_an_rmsnorm_of_one_column_matches_without_its_mean(tmp_path):
@@ -139,15 +145,6 @@ def test_an_rmsnorm_of_one_column_matches_without_its_mean(tmp_path):
     smoke_compile(NormRows(), p, 2)
     p = problem(tmp_path, "a * torch.rsqrt(a.pow(2) + 1e-6)", "torch.randn(7, 2)", args="a")
     assert "mean of the squares" in match_norm(p)  # without the mean, only one column is an rmsnorm
-
-
-def test_gemm_variants_match(tmp_path):
-    p = problem(tmp_path, "torch.clamp(a @ b.T, min=-1.0, max=2.0) - b.sum()", "torch.randn(8, 16), torch.randn(24, 16)")
-    assert "sum" in match_gemm(p)
-    p = problem(tmp_path, "F.leaky_relu(a @ b, 0.2) * a[:, :1]", "torch.randn(8, 16), torch.randn(16, 16)")
-    assert isinstance(match_gemm(p), str)  # a slice of an input is not a leaf tensor
-    p = problem(tmp_path, "torch.mv(a, v) * 2.0", "torch.randn(8, 16), torch.randn(16)", args="a, v")
-    assert Gemv().supports(p) is None and Gemv.match(p).out_shape == (8,)
 
 
 def test_gemv_rows_a_warp(tmp_path):
