@@ -46,6 +46,18 @@ def test_pointwise_chains(sup, tmp_path, expr, inputs, args):
     check(sup, PointwiseChain(), problem_from_expr(tmp_path, expr, inputs, args=args))
 
 
+@pytest.mark.parametrize("expr, inputs, args", [
+    ("F.gelu(a) * b", "torch.randn(1000, 1001), torch.randn(1001)", "a, b"),  # per-column operand
+    ("a + b", "torch.randn(300, 1), torch.randn(1, 257)", "a, b"),  # no anchor: VEC 1 only
+])
+def test_pointwise_steps_of_several_vectors_a_thread(sup, tmp_path, expr, inputs, args):
+    # A grid of one wave (128-thread blocks): the last step is partly past the vectors, and at VEC 1,
+    # UNROLL 2 the first case's loop takes two steps.
+    fam, p = PointwiseChain(), problem_from_expr(tmp_path, expr, inputs, args=args)
+    configs = [dict(VEC=v, BLOCK=128, WAVES=1, UNROLL=u) for v in (1, 2, 4) for u in (2, 8)]
+    assert_all_ok(sup, fam, p, [c for c in configs if fam.valid(c, p)], CFG)
+
+
 @pytest.mark.parametrize("expr, shape", [
     ("torch.sum(a, dim=1, keepdim=True)", "(16, 4096, 255)"),
     ("torch.mean(a, dim=1)", "(7, 300, 1000)"),

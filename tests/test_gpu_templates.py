@@ -132,7 +132,10 @@ def test_elementwise_family_is_correct_with_tails(sup, tmp_path):
             f.write_text(ELEMENTWISE.format(n=1000003, dtype=dtype, expr=expr))  # not a multiple of any vector width
             (p,), skipped = load_files([f])
             assert not skipped and e.supports(p) is None, (op, dtype)
-            for c in e.seeds(p)[:2]:
+            # Two seeds, then steps of several vectors a thread on a grid of one wave: the last step is
+            # partly past the vectors, and at VEC 1, UNROLL 2 the loop takes two steps (1M / 256 blocks).
+            steps = [dict(VEC=v, BLOCK=128, WAVES=1, UNROLL=u) for v, u in ((1, 2), (1, 8), (2, 4), (4, 2), (8, 4))]
+            for c in e.seeds(p)[:2] + steps:
                 if e.valid(c, p):
                     ev = sup.evaluate(p, e.render(c, p), CFG)
                     assert ev.status == "ok", (op, dtype, c, ev.status, ev.message)

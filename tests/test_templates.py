@@ -56,6 +56,22 @@ def test_constraints_prune_before_compiling():
     assert e.valid(dict(VEC=8, BLOCK=256, WAVES=0), load_problem("level1/gelu_fp16"))
 
 
+def test_steps_of_several_vectors_a_thread(tmp_path):
+    """UNROLL vectors a thread per step: the grid shrinks by that factor, and a config stored before the
+    knob existed renders the kernel of one vector a step."""
+    from cuforge.kernels.pointwise import PointwiseChain
+
+    gelu = load_problem("level1/gelu")
+    chain = problem_from_expr(tmp_path, "torch.tanh(a) * b", "torch.randn(17, 96), torch.randn(96)")
+    for fam, p in ((Elementwise(), gelu), (PointwiseChain(), chain)):
+        old = dict(VEC=4, BLOCK=256, WAVES=0)
+        assert fam.render(old, p).source == fam.render({**old, "UNROLL": 1}, p).source
+        assert fam.launch(fam.complete({**old, "UNROLL": 2}), p).grid == "(max(1, cdiv(cdiv(n, 8), 256)),)"
+        src = fam.render({**old, "UNROLL": 4}, p).source
+        assert "constexpr int UNROLL = 4;" in src and '"UNROLL": 4' in src.split("\n", 1)[0]
+        assert fam.seeds(p)[0] == dict(VEC=4, BLOCK=128, WAVES=0, UNROLL=2)  # eager's own kernel shape first
+
+
 def test_search_seeds_then_mutates_without_repeats():
     p = hgemm_problem(2048, 2048, 2048)
     tp = TemplateProposer(seed=3)

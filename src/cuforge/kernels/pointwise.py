@@ -54,7 +54,10 @@ class PointwiseChain(GraphFamily):
     loop; row and column are only computed when an operand is per-row or per-column."""
 
     def __init__(self) -> None:
-        super().__init__("pointwise", {"VEC": (1, 2, 4), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0)})
+        super().__init__("pointwise", {"VEC": (1, 2, 4), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0),
+                                       "UNROLL": (1, 2, 4, 8)})
+
+    DEFAULTS = {"UNROLL": 1}  # vectors a thread loads per step: configs stored before the knob loaded one
 
     def match(self, problem: Problem) -> PointwiseMatch | str:
         return match_pointwise(problem)
@@ -65,7 +68,9 @@ class PointwiseChain(GraphFamily):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         if self.matched(problem).anchor is None:
             return [dict(VEC=1, BLOCK=256, WAVES=0), dict(VEC=1, BLOCK=512, WAVES=8), dict(VEC=1, BLOCK=128, WAVES=0)]
-        return [dict(VEC=4, BLOCK=256, WAVES=0), dict(VEC=4, BLOCK=512, WAVES=8), dict(VEC=2, BLOCK=256, WAVES=0)]
+        # As the elementwise family's: eager's kernel shape first (two float4 a thread, 128 threads).
+        return [dict(VEC=4, BLOCK=128, WAVES=0, UNROLL=2), dict(VEC=4, BLOCK=256, WAVES=0, UNROLL=4),
+                dict(VEC=4, BLOCK=256, WAVES=0, UNROLL=1)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
@@ -74,7 +79,7 @@ class PointwiseChain(GraphFamily):
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
-        grid = grid_stride_grid(f"cdiv(n, {c['VEC']})", c["BLOCK"], c["WAVES"])
+        grid = grid_stride_grid(f"cdiv(n, {c['VEC'] * c['UNROLL']})", c["BLOCK"], c["WAVES"])
         if m.anchor is None:  # the output's shape is known from the trace alone
             shape, n, cols = repr(m.shape), str(math.prod(m.shape)), str(m.shape[-1])
         else:
