@@ -422,8 +422,8 @@ ELEMENTWISE_OPS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
 
 
 class Elementwise(Family):
-    """One activation over a tensor: 16-byte vector accesses where the width allows, grid-stride loop
-    with a grid capped at a number of waves over the SMs."""
+    """One activation over a tensor: 16-byte vector accesses where the width allows, UNROLL vectors a
+    thread a step, grid-stride loop with a grid capped at a number of waves over the SMs."""
 
     def __init__(self) -> None:
         super().__init__("elementwise", {"VEC": (1, 2, 4, 8), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0),
@@ -447,7 +447,7 @@ class Elementwise(Family):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         vec = 8 if problem.inputs[0].dtype == "float16" else 4
         # First the shape of eager PyTorch's own kernel (128 threads, two vectors each): on an H200 the
-        # erf and exp activations lose 3-5% to eager with one vector a thread (docs/benchmarks.md, session 40).
+        # erf and exp activations lose 2-5% to eager with one vector a thread (docs/benchmarks.md, session 40).
         return [dict(VEC=vec, BLOCK=128, WAVES=0, UNROLL=2), dict(VEC=vec, BLOCK=256, WAVES=0, UNROLL=4),
                 dict(VEC=vec, BLOCK=256, WAVES=0, UNROLL=1)]
 

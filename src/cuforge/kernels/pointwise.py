@@ -50,8 +50,8 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
 
 
 class PointwiseChain(GraphFamily):
-    """One thread per VEC consecutive elements (float4 loads and stores of the anchor), grid-stride
-    loop; row and column are only computed when an operand is per-row or per-column."""
+    """A thread takes UNROLL vectors of VEC consecutive elements a step (float4 loads and stores of the
+    anchor), grid-stride loop; row and column are only computed when an operand is per-row or per-column."""
 
     def __init__(self) -> None:
         super().__init__("pointwise", {"VEC": (1, 2, 4), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0),
