@@ -258,6 +258,44 @@ def _cmdline(pid: str) -> bytes:
         return b""
 
 
+FORK_BOMB = """
+import os, time
+forked = 0
+try:
+    for _ in range(5000):
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "120"])  # small: the supervisor's memory poll sums every process
+        forked += 1
+except OSError as e:
+    raise RuntimeError(f"forked {forked} then refused: {e.strerror}")
+raise RuntimeError(f"forked {forked}, never refused")
+"""
+
+
+def test_a_fork_bomb_is_bounded_in_count_even_as_root(world):
+    """As root the kernel exempts the jail from RLIMIT_NPROC; a pids cgroup bounds the count instead
+    (as any other user, the process limit does). The worker is given a small bound to keep this cheap."""
+    from cuforge.sandbox.isolation import Limits
+    from cuforge.sandbox.pids_cgroup import available
+
+    bound = 300
+    base = world["sup"].limits
+    with Supervisor(cpu_mode=True, limits=Limits(max_processes=bound, address_space_bytes=base.address_space_bytes)) as sup:
+        info = sup.start()
+        if os.geteuid() == 0:
+            assert available()[0], f"root without a pids cgroup here: {available()[1]}"
+            assert "pids cgroup" in info["processes"], info["processes"]
+        ev = sup.evaluate(world["problem"], Candidate(FORK_BOMB + HONEST), CFG)
+        assert "then refused" in ev.message, (ev.status, ev.message[-500:])
+        forked = int(ev.message.split("forked ", 1)[1].split()[0])
+        assert 0 < forked < bound, forked
+        assert ev.status != "ok"
+        cgroup = sup.cgroup.path if sup.cgroup is not None else None
+        after = sup.evaluate(world["problem"], Candidate("import torch\n" + HONEST), CFG)
+        assert after.status == "ok" and after.worker_restarted, (after.status, after.message[-800:])  # a fresh worker
+    assert cgroup is None or not cgroup.exists(), "the worker's cgroup outlived it"
+
+
 def test_a_worker_that_stops_itself_is_a_timeout_and_the_next_evaluation_runs(world):
     config = EvalConfig(**{**CFG.to_dict(), "timeout_s": 10})
     ev = evaluate(world, """

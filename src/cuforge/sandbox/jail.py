@@ -96,7 +96,8 @@ def jail_plan() -> JailPlan:
         else:
             ok, why = _bwrap_works(bwrap)
             if ok:
-                return JailPlan(NAMESPACES, f"bubblewrap {bwrap}: user, mount, pid, network, ipc, uts namespaces", bwrap)
+                return JailPlan(NAMESPACES, f"bubblewrap {bwrap}: user, mount, pid, network, ipc, uts namespaces"
+                                            f"{_root_process_bound()}", bwrap)
             why = f"bubblewrap refused to start: {why} (unprivileged user namespaces disabled?)"
         if wanted == NAMESPACES:
             raise JailError(f"CUFORGE_JAIL=namespaces but {why}")
@@ -117,6 +118,17 @@ def jail_plan() -> JailPlan:
     if gap:
         return JailPlan(NONE, f"{why}; the Landlock jail is not chosen by itself: {gap}")
     return JailPlan(LANDLOCK, f"{detail} ({why}); as root it drops to an unprivileged uid (CUFORGE_JAIL_UID)")
+
+
+def _root_process_bound() -> str:
+    """As root the process rlimit does not bind; say what bounds a fork bomb's count instead."""
+    if os.geteuid() != 0:
+        return ""
+    from cuforge.sandbox.pids_cgroup import available
+
+    ok, detail = available()
+    return f"; as root, processes bounded by a {detail}" if ok else \
+        f"; as root, processes bounded in lifetime only ({detail})"
 
 
 def landlock_gap() -> str | None:
@@ -246,8 +258,9 @@ def bwrap_argv(plan: JailPlan, argv: list[str], *, gpu: bool, shared_cache: Path
     return args
 
 
-def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool) -> dict[str, list[str]]:
-    """What a Landlock-confined worker may read, write and open as a device."""
+def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool, hosts: bool = False) -> dict[str, list[str]]:
+    """What a Landlock-confined worker may read, write and open as a device. `hosts`: the worker is
+    the split judge, whose candidate hosts are its children under a Landlock layer of their own."""
     read_only = [p for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys")]
     read_only += [f"/etc/{name}" for name in ETC_FILES] + python_paths()
     if shared_cache is not None:
@@ -258,7 +271,11 @@ def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool) -> dict[st
         devices += sorted(glob.glob("/dev/nvidia*"))
         # CUDA's initialisation writes under the process's own /proc/<pid> (error 304 without it, on
         # an H100); the worker applies this to itself, so "/proc/self" is its own directory only.
-        writable += ["/proc/self"]
+        # A candidate host is another process: under its parent's "/proc/self" its own directory is
+        # not writable and its CUDA start fails (error 304). The split judge runs no candidate code
+        # itself, so its layer leaves /proc writable and each host's own layer narrows that to the
+        # host's /proc/self; Landlock's ptrace scoping still keeps a host out of the judge's memory.
+        writable += ["/proc" if hosts else "/proc/self"]
     return {"read_only": read_only, "writable": writable, "devices": devices, "python": python_paths()}
 
 

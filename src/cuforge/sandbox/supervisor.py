@@ -26,6 +26,7 @@ from cuforge.sandbox.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.gpu_turn import TurnAbandoned, gpu_turn
 from cuforge.sandbox.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup, default_worker_memory_gib
 from cuforge.sandbox.jail_landlock import jail_uid, unreadable_to
+from cuforge.sandbox.pids_cgroup import CgroupError, PidsCgroup
 from cuforge.sandbox.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
                                   python_executable, scratch_env, unconfined_allowed)
 
@@ -112,6 +113,7 @@ class Supervisor:
         if judge is not None:  # the worker's judge (worker.judge_for); None: CUFORGE_JUDGE or in-process
             self.extra_env["CUFORGE_JUDGE"] = judge
         self.proc: subprocess.Popen[str] | None = None
+        self.cgroup: PidsCgroup | None = None
         self.info: dict[str, Any] = {}
         self.workdir: Path | None = None
         self.log_path: Path | None = None
@@ -151,7 +153,9 @@ class Supervisor:
         assert self.workdir is not None
         if jail.kind == LANDLOCK:
             # The worker confines itself first thing, before any thread or import (jail_landlock).
-            spec = landlock_spec(str(self.workdir), shared if shared.is_dir() else None, gpu=not self.cpu_mode)
+            split = (self.extra_env.get("CUFORGE_JUDGE") or os.environ.get("CUFORGE_JUDGE", "")).strip().lower() == "split"
+            spec = landlock_spec(str(self.workdir), shared if shared.is_dir() else None, gpu=not self.cpu_mode,
+                                 hosts=split)
             uid = jail_uid()
             if uid is not None:  # started as root: the worker drops to this uid, so its scratch is that uid's
                 blocked = next((b for b in map(lambda p: unreadable_to(uid, p), spec["python"]) if b), None)
@@ -178,21 +182,41 @@ class Supervisor:
         except NoJailError:
             self.close()
             raise
+        setup = child_setup(self.limits)
+        processes = f"at most {self.limits.max_processes} (rlimit)"
+        if os.geteuid() == 0 and self.jail.confined:
+            # The kernel exempts root from the process limit: a pids cgroup bounds the count instead.
+            try:
+                self.cgroup = PidsCgroup(self.limits.max_processes)
+                processes = f"at most {self.limits.max_processes} (pids cgroup)"
+            except CgroupError as e:
+                processes = f"not bounded in count as root ({e}); bounded in lifetime by the jail"
+        if self.cgroup is not None:
+            plain, join = setup, self.cgroup.join
+
+            def setup() -> None:
+                join()
+                plain()
         log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the worker
         try:
             self.proc = _spawner().submit(
                 subprocess.Popen, args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                env=env, cwd=self.workdir, preexec_fn=child_setup(self.limits)).result()
+                env=env, cwd=self.workdir, preexec_fn=setup).result()
         finally:
             log.close()
         self.spawns += 1
         reply = self._read(START_TIMEOUT_S)
         if reply is None or reply.get("op") != "hello" or "info" not in reply:
-            why = reply.get("error") if reply else f"no hello within {START_TIMEOUT_S:.0f} s"
+            if reply is None:
+                why = f"no hello within {START_TIMEOUT_S:.0f} s"
+            elif reply.get("op") == "eof":
+                why = f"it exited before its hello ({_describe_exit(self.proc.wait(), self.jail.confined)})"
+            else:
+                why = reply.get("error") or f"an unexpected first reply {str(reply)[:200]}"
             tail = self.log_tail()
             self.close()
             raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
-        self.info = reply["info"]
+        self.info = {**reply["info"], "processes": processes}
         # Made before the worker received any candidate: the only moment its output is trusted.
         trusted_cache.accept(_cache_dir(), reply.get("trusted") or {})
         self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
@@ -217,6 +241,9 @@ class Supervisor:
                 except OSError:
                     pass
             self.proc = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         if self.workdir is not None:  # the worker's scratch space, its log with it
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None

@@ -171,6 +171,30 @@ def stray_processes() -> list[int]:
     return [pid for pid, (state, ppid, _) in procs.items() if pid != 1 and ppid == 1 and state != "Z"]
 
 
+def child_pids() -> set[int]:
+    """This process's live children (of every thread), zombies left out."""
+    out: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out.update(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    alive = set()
+    for pid in out:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+        except (OSError, IndexError):
+            continue
+    return alive
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     isolation = "host network"
@@ -236,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
     trusted = {} if device != "cuda" or "--compile-only" in argv else trusted_artifacts()
     proto.write(json.dumps({"op": "hello", "info": info, "trusted": trusted}) + "\n")
+    children_at_start = child_pids()
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -261,6 +286,10 @@ def main(argv: list[str] | None = None) -> None:
                 if ev.ok:
                     ev.status, ev.message = "cheat:thread", (f"the candidate left {len(strays)} process(es) running "
                                                              "in the jail after its evaluation")
+            if not ev.ok and child_pids() - children_at_start:
+                # A failed candidate (one that raised while loading, say) left processes behind; they
+                # would hold the jail's process and memory budget against the next candidate.
+                restart = True
             reply = {"op": "result", "evaluation": ev.to_dict(), "restart": restart}
         except Exception as e:  # noqa: BLE001 - a harness bug must still produce a verdict
             traceback.print_exc()
