@@ -185,14 +185,13 @@ def test_a_read_only_store_can_be_read_and_is_not_converted(tmp_path):
     os.chmod(tmp_path, 0o555)
     try:
         for args in (["leaderboard", "--results", str(db), "--json"], ["results", "list", "--results", str(db)],
-                     ["report", "--results", str(db), "-o", "/dev/null", "--force"]):
+                     ["report", "--results", str(db), "-o", "-"]):
             r = cli(tmp_path, *args)
             assert r.returncode == 0, (args, r.stderr)
     finally:
         os.chmod(tmp_path, 0o755)
         os.chmod(db, 0o644)
     assert db.read_bytes() == before
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode), "a report written to /dev/null replaced the device"
     c = sqlite3.connect(db)
     assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     assert c.execute("PRAGMA user_version").fetchone()[0] == 3
@@ -279,20 +278,53 @@ def test_a_runaway_cpu_candidate_is_stopped_by_its_own_limit(tmp_path):
                                                            or "alloc" in ev["message"].lower()), ev["message"]
 
 
-def test_an_output_into_a_pipe_is_written_into_not_replaced(tmp_path):
-    """`-o /dev/stdout`, `-o /dev/null` or a FIFO: the output goes through it, and the device or
-    pipe is still there afterwards (an atomic rename would have replaced it with a file)."""
-    import threading
+def test_outputs_onto_devices_pipes_and_sockets_are_refused(tmp_path):
+    """Every output path is a regular file the user named, or - for standard output: a device, a
+    FIFO, a socket (or a link to one) is refused in one line, exit 2, and left as it was."""
+    import socket
 
     from fixture_store import build
 
     build(tmp_path / "r.db").close()
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
-    r = cli(tmp_path, "report", "--results", str(tmp_path / "r.db"), "-o", str(fifo))
-    reader.join(60)
-    assert r.returncode == 0, r.stderr
-    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and b"<!DOCTYPE html>" in got[0]
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "out.sock"))
+    (tmp_path / "link.html").symlink_to("/dev/null")
+    targets = {"/dev/null": "character device", "/dev/full": "character device", str(fifo): "FIFO",
+               str(tmp_path / "out.sock"): "socket", str(tmp_path / "link.html"): "character device"}
+    try:
+        for target, kind in targets.items():
+            for args in (["report", "-o", target], ["report", "-o", target, "--force"],
+                         ["results", "export", "run-fixture", "-o", target, "--force"]):
+                r = cli(tmp_path, *args, "--results", str(tmp_path / "r.db"))
+                lines = r.stderr.strip().splitlines()
+                assert r.returncode == 2 and len(lines) == 1 and kind in lines[0] and target in lines[0], (args, r.stderr)
+                assert "wrote" not in r.stdout + r.stderr
+    finally:
+        sock.close()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert stat.S_ISSOCK(os.stat(tmp_path / "out.sock").st_mode) and os.path.islink(tmp_path / "link.html")
+    r = cli(tmp_path, "report", "-o", "-", "--results", str(tmp_path / "r.db"))
+    assert r.returncode == 0 and r.stdout.startswith("<!DOCTYPE html>"), r.stderr
+    r = cli(tmp_path, "results", "export", "run-fixture", "-o", "-", "--results", str(tmp_path / "r.db"))
+    assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("candidate_id") or "problem_id" in r.stdout.splitlines()[0]
+
+
+def test_a_write_that_fails_names_the_path_and_leaves_nothing_half_written(tmp_path):
+    """A full disk, here a file-size limit: one line naming the output, exit 2, no file left."""
+    import resource
+
+    from fixture_store import build
+
+    build(tmp_path / "r.db").close()
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+    for args in (["report", "-o", "big.html"], ["results", "export", "run-fixture", "-o", "big.csv"]):
+        r = subprocess.run([sys.executable, "-m", "cuforge.cli", *args, "--results", str(tmp_path / "r.db")],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, preexec_fn=small_files,
+                           env={**ENV_NO_KEYS, "PYTHONPATH": str(ROOT / "src")})
+        assert r.returncode == 2 and f"cannot write {args[-1]}" in r.stderr and "too large" in r.stderr, (args, r.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r.db"], list(tmp_path.iterdir())

@@ -248,3 +248,28 @@ def test_evaluators_of_other_processes_sharing_the_gpu_accuse_no_one(tmp_path):
     assert len(results) == 9
     assert all(status == "ok" for status, _, _ in results), results
     assert any(wait for _, _, wait in results)  # someone waited for the turn
+
+
+@pytest.mark.parametrize("judge", ["inprocess", "split"])
+def test_the_landlock_jail_evaluates_on_the_gpu_under_either_judge(problems, judge, monkeypatch):
+    """The fallback jail where user namespaces are forbidden, as the machine's user (root on the GPU
+    image: the worker drops to an unprivileged uid). Under the split judge each candidate host starts
+    its own CUDA context beneath the judge's Landlock layer."""
+    from cuforge.sandbox.jail import jail_plan
+    from cuforge.sandbox.jail_landlock import available
+
+    if not available()[0]:
+        pytest.skip(f"no Landlock here: {available()[1]}")
+    monkeypatch.setenv("CUFORGE_JAIL", "landlock")
+    jail_plan.cache_clear()
+    try:
+        with Supervisor(gpu=0, judge=judge) as s:
+            info = s.start()
+            assert info["jail"] == "landlock" and info["self_test"] == "ok", info
+            ev = s.evaluate(problems["relu_custom"], cand("relu_runtime.py"), CFG)
+            assert ev.status == "ok", ev.message
+            bad = s.evaluate(problems["relu_custom"], cand("side_stream.py"), CFG)
+            assert bad.status == "cheat:side_stream", (bad.status, bad.message)
+    finally:
+        monkeypatch.delenv("CUFORGE_JAIL")
+        jail_plan.cache_clear()

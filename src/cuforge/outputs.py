@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
+import sys
 from pathlib import Path
 
 MANIFEST = ".cuforge-export.json"
+STDOUT = "-"  # an output file named "-" is standard output
 
 
 class OutputError(RuntimeError):
@@ -27,39 +30,65 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def is_stdout(path: Path | str) -> bool:
+    return str(path) == STDOUT
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def check_output_file(path: Path, force: bool = False, protected: tuple[Path, ...] = ()) -> None:
-    """Refuse an output path that is a protected file (the store being read, with its -wal/-shm),
-    a directory, an SQLite database, or an existing file without --force."""
+    """Refuse an output path that is not a regular file (a device, a FIFO, a socket, a directory,
+    followed through links), a protected file (the store being read, with its -wal/-shm), an SQLite
+    database, or an existing file without --force. "-" is standard output."""
     from cuforge.results.store import is_sqlite_file
 
+    if is_stdout(path):
+        return
     for p in protected:
         for q in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
             if _same_file(path, q):
                 raise OutputError(f"{path} is the results store being read; write the output elsewhere")
-    if path.is_dir():
-        raise OutputError(f"{path} is a directory; name an output file")
-    if path.exists() and not path.is_file():
-        return  # a device or a pipe (/dev/null, /dev/stdout, a FIFO): written into, never replaced
-    if path.exists() and is_sqlite_file(path):
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise OutputError(f"{path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"{path} is {_kind(mode)}; name a regular file (or - for standard output)")
+    if is_sqlite_file(path):
         raise OutputError(f"{path} is an SQLite database; cuforge never overwrites one, even with --force")
-    if path.exists() and not force:
+    if not force:
         raise OutputError(f"{path} exists; pass --force to replace it")
 
 
 def write_file(path: Path, data: str | bytes) -> None:
-    """Write through a temporary file so that a failure never leaves a half-written output. A device
-    or a pipe is written into: renaming over /dev/null would replace the device with a file."""
-    if path.exists() and not path.is_file() and not path.is_dir():
-        with open(path, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode())
+    """Write through a temporary file so that a failure never leaves a half-written output; "-"
+    writes to standard output. A write that fails (a full disk) raises OutputError naming the path."""
+    raw = data if isinstance(data, bytes) else data.encode()
+    if is_stdout(path):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(raw)
+        sys.stdout.buffer.flush()
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "xb") as f:
+            f.write(raw)
+        tmp.replace(path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _digest(data: str | bytes) -> str:
@@ -76,7 +105,10 @@ def _read_manifest(out: Path) -> dict[str, str]:
 
 
 def _file_digest(path: Path) -> str | None:
+    """A regular file's hash; None for anything else (reading a FIFO would block)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
@@ -85,7 +117,7 @@ def _file_digest(path: Path) -> str | None:
 def check_output_dir(out: Path) -> None:
     """Before any work: the directory is new, empty, or cuforge-made."""
     if out.exists() and not out.is_dir():
-        raise OutputError(f"{out} is a file, not a directory")
+        raise OutputError(f"{out} is {_kind(os.stat(out).st_mode)}, not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         entries = sorted(p.name for p in out.iterdir())
         shown = ", ".join(entries[:8]) + (f" (+{len(entries) - 8} more)" if len(entries) > 8 else "")

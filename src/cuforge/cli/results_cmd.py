@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import app, console, emit_json, fail, store_path
+from cuforge.cli.app import app, console, emit_json, err_console, fail, store_path
 from cuforge.cli.app import results_app
 
 
@@ -90,7 +90,8 @@ def leaderboard(
 @app.command()
 def report(
     run: Optional[str] = typer.Argument(None, metavar="RUN", help="Run id (default: the latest run)."),
-    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="Output HTML file (not replaced without --force)."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="Output HTML file (not replaced without --force; "
+                             "- for standard output)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file (never a results store)."),
     baseline: str = typer.Option("torch", help="Baseline for speedups."),
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
@@ -114,8 +115,11 @@ def report(
     evaluations = store.evaluations(row.id)
     board = build_leaderboard(evaluations, store.run_problems(row.id), row.id, baseline)
     text = render_report(row, board, evaluations, store.run_problem_metas(row.id), store.llm_usage(row.id))
-    write_file(out, text)
-    console.print(f"wrote {out} ({len(text) // 1024} KiB, {len(evaluations)} evaluations)")
+    try:
+        write_file(out, text)
+    except OutputError as e:
+        fail(str(e))
+    err_console.print(f"wrote {out} ({len(text) // 1024} KiB, {len(evaluations)} evaluations)", highlight=False)
 
 
 @results_app.command("list")
@@ -142,13 +146,13 @@ def results_export(
     run: str = typer.Argument(..., metavar="RUN", help="Run id."),
     fmt: str = typer.Option("csv", "--format", "-f", help="csv or parquet."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output file (default: RUN.FORMAT; not replaced "
-                                       "without --force)."),
+                                       "without --force; - for standard output)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file (never a results store)."),
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
 ) -> None:
     """Every evaluation of a run, joined with its candidate, as CSV or Parquet."""
-    from cuforge.outputs import OutputError, check_output_file
-    from cuforge.results.dump import FORMATS, export_run
+    from cuforge.outputs import OutputError, check_output_file, write_file
+    from cuforge.results.dump import FORMATS, render_run
     from cuforge.results.store import StoreError
 
     if fmt not in FORMATS:
@@ -160,7 +164,8 @@ def results_export(
         fail(f"--out: {e}")
     store = _open_store(results)
     try:
-        path = export_run(store, run, fmt, target)
-    except StoreError as e:
+        data = render_run(store, run, fmt)
+        write_file(target, data)
+    except (StoreError, OutputError) as e:
         fail(str(e))
-    console.print(f"wrote {path}")
+    err_console.print(f"wrote {target}", highlight=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -24,15 +25,13 @@ def run_frame(store: Store, run_id: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def export_run(store: Store, run_id: str, fmt: str, out: Path) -> Path:
+def render_run(store: Store, run_id: str, fmt: str) -> bytes:
+    """The export's bytes: written by the caller through outputs.write_file, the one guarded path."""
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     frame = run_frame(store, run_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     if fmt == "csv":
-        frame.to_csv(tmp, index=False)
-    else:
-        frame.to_parquet(tmp, index=False)
-    tmp.replace(out)  # never a half-written file under the final name
-    return out
+        return frame.to_csv(index=False).encode()
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return buf.getvalue()
