@@ -180,6 +180,31 @@ def test_a_dollar_budget_holds_against_a_server_that_would_go_on_forever(tmp_pat
     assert sum(c for (c,) in rows(db, "SELECT cost_usd FROM llm_calls")) <= 0.005
 
 
+def test_a_budget_is_spent_not_left_when_requests_in_flight_would_not_all_fit(tmp_path, suite_dir):
+    """Four requests in flight (the default concurrency), each reserving a worst case of about a sixth
+    of the budget but costing far less: a request that does not fit beside the others waits for them
+    to settle, so the run goes on until one request alone would not fit - at least 80% spent."""
+    db = tmp_path / "s.db"
+    budget = 0.05  # $1 / M tokens: each reply costs $0.0024, each request reserves ~$0.008
+
+    def costly(n: int) -> dict:
+        return openai_reply(f"I would tile it {n} ways.", prompt_tokens=1500, completion_tokens=900)
+
+    with ScriptedLLMServer(costly) as srv:
+        r = cli("run", "--suite", str(suite_dir), "--provider", "openai", "--model", "test-model", "--base-url",
+                srv.url + "/v1", "--cpu", "--results", str(db), "--islands", "50", "--generations", "50",
+                "--budget-usd", str(budget), "--price-in", "1", "--price-out", "1", "--max-tokens", "6000",
+                "--max-failures", "1000", "--json")
+        n = len(srv.requests)
+    assert r.returncode == 1, r.stderr[-2000:]  # nothing to evaluate in these replies: no evaluation succeeded
+    s = json.loads(r.stdout)
+    assert f"budget of ${budget:g} reached" in s["stop_reason"], s["stop_reason"]
+    worst = float(s["stop_reason"].split("could cost up to $")[1].split()[0])
+    assert 0.8 * budget <= s["cost_usd"] <= budget and s["cost_usd"] + worst > budget, (s["cost_usd"], worst)
+    assert s["llm_calls"] == n == round(s["cost_usd"] / 0.0024)
+    assert abs(sum(c for (c,) in rows(db, "SELECT cost_usd FROM llm_calls")) - s["cost_usd"]) < 1e-9
+
+
 def test_a_token_budget_holds_when_the_server_sends_no_usage(tmp_path, suite_dir):
     db = tmp_path / "n.db"
     with ScriptedLLMServer(lambda n: openai_reply_without_usage(f"thinking {n}")) as srv:

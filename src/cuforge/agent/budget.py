@@ -2,11 +2,14 @@
 
 Before a request is sent, its worst case (the prompt, counted generously, plus the reply's
 max_tokens, at the model's price) is reserved; a request whose worst case does not fit in what is
-left is not sent. When the reply arrives, the reservation is replaced by what it really cost."""
+left is not sent. When the reply arrives, the reservation is replaced by what it really cost. A
+request that does not fit beside others in flight waits for them to settle (the run goes on at a
+lower concurrency) and the run stops only when one request alone no longer fits."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +56,7 @@ class Budget:
         self.usd, self.tokens, self.wall_s = usd, tokens, wall_s
         self.started = time.monotonic()
         self.spend = Spend()
+        self.on_change: Callable[[], None] = lambda: None  # a reservation settled or was released
 
     def exhausted(self) -> str:
         """Why no further request may start, or ''."""
@@ -88,12 +92,15 @@ class Budget:
     def release(self, r: Reservation | None) -> None:
         if r is not None and r in self.spend.reserved:
             self.spend.reserved.remove(r)
+            self.on_change()
 
     def settle(self, r: Reservation | None, proposal: Proposal) -> None:
         """The reply's real usage replaces its reservation."""
-        self.release(r)
         s = self.spend
+        if r is not None and r in s.reserved:
+            s.reserved.remove(r)
         s.tokens_in += proposal.tokens_in
         s.tokens_out += proposal.tokens_out
         s.cost_usd += proposal.cost_usd
         s.estimated_calls += int(proposal.estimated)
+        self.on_change()

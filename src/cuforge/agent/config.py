@@ -85,6 +85,7 @@ BOUNDS: dict[str, Bound] = {
     "price_in": Bound("--price-in", float, 0, 10_000),
     "price_out": Bound("--price-out", float, 0, 10_000),
     "worker_memory_gib": Bound("--worker-memory", float, 0.5, 4096),
+    "inspect_timeout_s": Bound("--inspect-timeout", float, 1, 3600),
 }
 
 
@@ -125,6 +126,7 @@ class RunConfig:
     request_timeout_s: float = 600.0
     max_failures: int = 5  # requests in a row with nothing to evaluate end a problem (provider errors: the run)
     worker_memory_gib: float | None = None  # one worker's host memory; None: half the machine's, at most 64 GiB
+    inspect_timeout_s: float = 180.0  # one problem file's import and trace; a file past it is skipped, named
 
     @property
     def max_candidates_per_problem(self) -> int:
@@ -245,6 +247,7 @@ def has_redactions(url: str | None) -> bool:
 # TOML key (a flag's name, - or _) -> RunConfig field; keys not listed map to themselves.
 _TOML_TO_FIELD = {"wall_time": "wall_time_s", "problem": "problems", "eval_timeout": "eval_timeout_s",
                   "max_timing": "max_timing_s", "retry_base": "retry_base_s", "worker_memory": "worker_memory_gib", "retry_max_wait": "retry_max_wait_s",
+                  "inspect_timeout": "inspect_timeout_s",
                   "request_timeout": "request_timeout_s"}
 _PROPOSER_KEYS = ("provider", "model", "base_url", "replay", "reasoning_effort")
 _STRING_KEYS = ("suite", "baseline", "reward", "executor", "gpus", "ray_address", "ray_resource", "prompt_dir", "prices")

@@ -136,6 +136,8 @@ class Search:
         self.states = {p.id: ProblemState(p, Population(cfg.islands, seed=cfg.seed)) for p in problems}
         self.stats = RunStats()
         self.budget = Budget(cfg.budget_usd, cfg.budget_tokens, cfg.wall_time_s)
+        self.budget.on_change = self._budget_changed
+        self._budget_event: asyncio.Event | None = None
         self.stop = asyncio.Event()
         self.aborted = False  # ended by an error, not by a budget or the user
         self.abandoned = False  # work in flight was cancelled: what it would return is not recorded
@@ -188,6 +190,28 @@ class Search:
             close = getattr(self.executor, "close", None)
             if close is not None:
                 close()  # ends the worker processes, so blocked evaluations return at once
+
+    def _budget_changed(self) -> None:
+        if self._budget_event is not None:
+            self._budget_event.set()
+            self._budget_event = None
+
+    async def _reserve(self, proposer: Any, prompt: Any) -> tuple[Any, str]:
+        """A reservation for the request's worst case. One that does not fit beside the requests in
+        flight waits for them to settle (each settles at its real cost, usually far under its worst
+        case) and tries again; (None, why) only when nothing else is in flight or the run stops."""
+        while True:
+            reservation, why = self.budget.reserve(proposer, prompt)
+            if reservation is not None or not self.budget.spend.reserved or self.budget.exhausted() or self.stop.is_set():
+                return reservation, why
+            if self._budget_event is None:
+                self._budget_event = asyncio.Event()
+            changed, stopped = (asyncio.ensure_future(e.wait()) for e in (self._budget_event, self.stop))
+            try:
+                await asyncio.wait({changed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+                stopped.cancel()
 
     async def _watch_wall_time(self) -> None:
         """Wall time holds even while every task waits on a stalled server or a long evaluation."""
@@ -424,7 +448,7 @@ class Search:
             inspirations = st.population.inspirations(parent.candidate_id if parent else None, k)
             prompt = render(st.problem, mode, parent, inspirations, self.device, self.ceilings, self.cfg.baseline,
                             prompt_dir, notice=st.notice)
-            reservation, why = self.budget.reserve(proposer, prompt)
+            reservation, why = await self._reserve(proposer, prompt)
             if reservation is None:
                 st.proposed -= 1  # not sent: the slot is not used
                 self.request_stop(why, abandon=False)

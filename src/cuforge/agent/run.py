@@ -28,14 +28,15 @@ from cuforge.agent.providers import (
     RetryPolicy,
     load_prices,
 )
-from cuforge.problems.problem import Problem
+from cuforge.problems.problem import Problem, SkippedProblem
 from cuforge.problems.suites import load_suite
 from cuforge.results.store import HEARTBEAT_S, Store
 from cuforge.sandbox.candidate import Candidate
 from cuforge.sandbox.executor import Executor, ExecutorError, make_executor
 from cuforge.sandbox.worker import judge_for
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT)
+EXIT_TERMINATED = 143  # stopped by SIGTERM: 128 + its number, as shells report it
 
 
 def prices_for(cfg: RunConfig) -> dict[str, Price]:
@@ -80,20 +81,32 @@ def build_proposers(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], N
     return out
 
 
-def select_problems(cfg: RunConfig) -> list[Problem]:
-    suite = load_suite(cfg.suite)
-    problems = suite.problems
+def _why_skipped(skipped: list[SkippedProblem], limit: int = 3) -> str:
+    shown = "; ".join(f"{Path(s.path).name}: {s.reason.splitlines()[0] if s.reason else '?'}" for s in skipped[:limit])
+    return shown + (f" (+{len(skipped) - limit} more)" if len(skipped) > limit else "")
+
+
+def select_problems(cfg: RunConfig, on_file: Callable[[Path], None] | None = None
+                    ) -> tuple[list[Problem], list[SkippedProblem]]:
+    """The run's problems, and the suite's files that could not be loaded (each with why)."""
+    suite = load_suite(cfg.suite, cfg.inspect_timeout_s, on_file)
+    problems, skipped = suite.problems, list(suite.skipped)
     if cfg.problems:
         wanted = set(cfg.problems)
         problems = [p for p in problems if p.id in wanted or p.name in wanted]
         missing = wanted - {p.id for p in problems} - {p.name for p in problems}
+        broken = [s for s in skipped if Path(s.path).stem in missing or s.path in missing]
+        if broken:
+            raise ConfigError(f"--problem: {_why_skipped(broken)}")
         if missing:
             raise ConfigError(f"--problem: no problem {', '.join(sorted(missing))} in suite {suite.name}")
+        skipped = []  # the files not asked for are not this run's business
     if not problems:
-        raise ConfigError(f"--suite: suite {suite.name} has no loadable problems")
+        why = f": every file was skipped ({_why_skipped(skipped)})" if skipped else ""
+        raise ConfigError(f"--suite: suite {suite.name} has no loadable problems{why}")
     if cfg.device == "cpu" and not cfg.compile_only:
         problems = [p.for_cpu_test_mode() for p in problems]
-    return problems
+    return problems, skipped
 
 
 def build_executor(cfg: RunConfig) -> Executor:
@@ -208,13 +221,15 @@ class Prepared:
     problems: list[Problem]
     proposers: list[tuple[Any, float]]
     executor: Executor
+    skipped: list[SkippedProblem]
 
 
-def prepare(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], None] | None = None) -> Prepared:
-    problems = select_problems(cfg)
+def prepare(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], None] | None = None,
+            on_file: Callable[[Path], None] | None = None) -> Prepared:
+    problems, skipped = select_problems(cfg, on_file)
     proposers = build_proposers(cfg, on_failure)
     executor = build_executor(cfg)
-    return Prepared(cfg, problems, proposers, executor)
+    return Prepared(cfg, problems, proposers, executor, skipped)
 
 
 def execute(prep: Prepared | RunConfig, store: Store, run_id: str | None, resume: bool,
@@ -234,12 +249,17 @@ def execute(prep: Prepared | RunConfig, store: Store, run_id: str | None, resume
         for p in prep.problems:
             store.add_run_problem(run_id, p.id, p.source, {"flops": p.meta.flops, "bytes": p.meta.bytes,
                                                            "dtype": p.meta.dtype, "families": list(p.meta.families)})
+        for sk in prep.skipped:
+            store.add_run_skipped(run_id, sk.path, sk.reason)
     search = Search(cfg, store, run_id, prep.problems, prep.proposers, prep.executor, on_update, on_event)
     status = "failed"
     try:
         status = asyncio.run(_drive(search, store, run_id, resume))
     finally:
         prep.executor.close()
+        for st in search.states.values():
+            if st.finished:  # not covered, nothing left to try, a reply kept failing: the whole reason
+                store.note_run_problem(run_id, st.problem.id, ended=st.finished)
         store.set_run_status(run_id, status, gpu=search.device.get("name"),
                              software=f"torch {search.device.get('torch')}" if search.device else None)
     return run_id, search
@@ -258,16 +278,19 @@ async def _drive(search: Search, store: Store, run_id: str, resume: bool) -> str
         finally:
             os._exit(EXIT_INTERRUPTED)
 
-    def interrupt() -> None:
-        search.request_stop(f"interrupted (Ctrl-C); resume with: cuforge run --resume {run_id}")
-        search.on_event("warn", "stopping: requests cancelled, evaluations in progress abandoned (Ctrl-C again "
-                                "exits at once)")
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.add_signal_handler(signal.SIGINT, second_interrupt)
+    def interrupt(signum: int) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        verb = "interrupted" if signum == signal.SIGINT else "terminated"
+        search.request_stop(f"{verb} ({name}); resume with: cuforge run --resume {run_id}")
+        search.on_event("warn", f"stopping on {name}: requests cancelled, evaluations in progress abandoned "
+                                f"({'Ctrl-C' if signum == signal.SIGINT else 'a second signal'} again exits at once)")
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+            loop.add_signal_handler(sig, second_interrupt)
 
     try:
-        loop.add_signal_handler(signal.SIGINT, interrupt)
-        loop.add_signal_handler(signal.SIGTERM, interrupt)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupt, sig)
     except (NotImplementedError, RuntimeError):
         pass
     heart = asyncio.create_task(_heartbeat(store, run_id))

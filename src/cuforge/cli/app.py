@@ -38,6 +38,14 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def one_line(text: str, limit: int = 160) -> str:
+    """The first line of a long reason, cut to fit a table cell or a progress line; the whole of it
+    is in `problems show`, the store and the report."""
+    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    more = len((text or "").strip().splitlines()) > 1 or len(first) > limit
+    return (first[:limit - 1].rstrip() + " ...") if more else first
+
+
 def store_path(results: Path) -> Path:
     """--results names the store file, or a directory holding cuforge.db (an existing one, or any
     path written with a trailing slash): the same in every command."""

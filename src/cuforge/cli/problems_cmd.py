@@ -35,8 +35,8 @@ def problems_list(
         console.print(table)
         return
     try:
-        with console.status(f"loading {suite} ...", spinner="dots"):
-            loaded = load_suite(suite)
+        with err_console.status(f"loading {suite} ...", spinner="dots") as status:
+            loaded = load_suite(suite, on_file=lambda p: status.update(f"inspecting {p.name} ..."))
     except ProblemError as e:
         fail(str(e))
     if as_json:
@@ -118,7 +118,7 @@ def problems_validate(
             paths = problem_files_in(target)
         except ProblemError as e:
             fail(str(e))
-    elif target.is_file():
+    elif target.is_file() or target.exists():  # anything else is refused with its reason by the loader
         paths = [target]
     else:
         fail(f"{target}: no such file or directory")

@@ -114,7 +114,8 @@ def report(
         fail(str(e))
     evaluations = store.evaluations(row.id)
     board = build_leaderboard(evaluations, store.run_problems(row.id), row.id, baseline)
-    text = render_report(row, board, evaluations, store.run_problem_metas(row.id), store.llm_usage(row.id))
+    text = render_report(row, board, evaluations, store.run_problem_metas(row.id), store.llm_usage(row.id),
+                         store.run_skipped(row.id))
     try:
         write_file(out, text)
     except OutputError as e:

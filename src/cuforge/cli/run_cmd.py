@@ -9,10 +9,11 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, store_path
+from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, one_line, store_path
 
 LIVE_ROWS = 12  # problems shown in the live display; the rest are counted
 
@@ -53,6 +54,8 @@ def run(
                                               "with --compile-only/--cpu or --executor ray."),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster: auto or ray://host:port (default: running or new local)."),
     ray_resource: Optional[str] = typer.Option(None, help="Ray resource one evaluation worker takes (default GPU)."),
+    inspect_timeout: Optional[float] = typer.Option(None, help="Seconds one problem file's import and trace may take; "
+                                                    "a file past it is skipped, named (default 180)."),
     config: Optional[Path] = typer.Option(None, help="TOML file with the same settings (the flags' names); flags win."),
     prompt_dir: Optional[Path] = typer.Option(None, help="Directory of prompt templates overriding the built-in ones."),
     unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Evaluate candidate code without a jail "
@@ -62,9 +65,9 @@ def run(
     """Search for faster kernels: propose, evaluate in the sandbox, evolve; everything goes to the store.
 
     Exit codes: 0 at least one evaluation succeeded; 1 none did, or the run was aborted (a fatal
-    provider error, a failing provider); 2 bad input; 130 stopped with Ctrl-C."""
+    provider error, a failing provider); 2 bad input; 130 stopped with Ctrl-C; 143 stopped by SIGTERM."""
     from cuforge.agent.config import ConfigError, ProposerSpec, check_url, load_toml, merge, redact_url
-    from cuforge.agent.run import EXIT_INTERRUPTED, execute, prepare, resume_config
+    from cuforge.agent.run import EXIT_INTERRUPTED, EXIT_TERMINATED, execute, prepare, resume_config
     from cuforge.problems.problem import ProblemError
     from cuforge.results.store import Store, StoreError
 
@@ -93,7 +96,8 @@ def run(
                                  "prices": str(prices) if prices else None, "price_in": price_in, "price_out": price_out,
                                  "executor": executor, "gpus": gpus, "ray_address": ray_address,
                                  "ray_resource": ray_resource, "max_failures": max_failures, "max_retries": max_retries,
-                                 "retry_budget": retry_budget, "request_timeout_s": request_timeout}
+                                 "retry_budget": retry_budget, "request_timeout_s": request_timeout,
+                                 "inspect_timeout_s": inspect_timeout}
         if provider:
             flags["proposers"] = [ProposerSpec(provider, model or "", base_url, 1.0, str(replay) if replay else None,
                                                reasoning_effort)]
@@ -112,7 +116,10 @@ def run(
         else:
             cfg = merge(load_toml(config) if config else {}, flags)
         progress = _Progress(cfg, quiet=as_json)
-        prep = prepare(cfg, progress.on_failure)
+        prep = progress.inspecting(cfg.suite, lambda on_file: prepare(cfg, progress.on_failure, on_file))
+        for sk in prep.skipped:
+            err_console.print(f"[yellow]skipped[/] {escape(sk.path)}: {escape(one_line(sk.reason))}", highlight=False,
+                              soft_wrap=True)
         if not resume:
             store = Store(results)  # only once everything else checked out: a bad flag leaves no file behind
     except (ConfigError, StoreError, ProblemError) as e:
@@ -129,8 +136,10 @@ def run(
                "cost_usd": stats.cost_usd, "aborted": search.aborted,
                "proposers": [redact_url(p.base_url) or p.provider for p in cfg.proposers],
                "best": {pid: st.best_speedup for pid, st in search.states.items()},
-               "problems": {pid: search.problem_done(st) or "open" for pid, st in search.states.items()}}
+               "problems": {pid: search.problem_done(st) or "open" for pid, st in search.states.items()},
+               "skipped": [{"path": sk.path, "reason": sk.reason} for sk in prep.skipped]}
     if as_json:
+        summary["compile_only"] = cfg.compile_only  # "succeeded" then counts compiled candidates
         emit_json(summary)
     else:
         console.print(summary_table(search, cfg))
@@ -139,6 +148,8 @@ def run(
                       f"cuforge report {run_id}", highlight=False, soft_wrap=True)
     if search.abandoned and not search.aborted and stats.stop_reason.startswith("interrupted"):
         raise typer.Exit(EXIT_INTERRUPTED)
+    if search.abandoned and not search.aborted and stats.stop_reason.startswith("terminated"):
+        raise typer.Exit(EXIT_TERMINATED)
     if search.aborted:
         err_console.print(f"[bold red]error:[/] run aborted: {stats.stop_reason}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_FAILURES)
@@ -154,7 +165,8 @@ def totals_line(search: Any) -> str:
     est = f" ({s.estimated_calls} estimated)" if s.estimated_calls else ""
     sent = f" ({s.http_requests} sent, retries included)" if s.http_requests else ""
     errors = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
-    return (f"totals: {s.evaluations} evaluations ({s.succeeded} succeeded), {s.evals_per_minute:.1f}/min; "
+    counted = "compiled" if search.cfg.compile_only else "succeeded"  # compile-only runs nothing
+    return (f"totals: {s.evaluations} evaluations ({s.succeeded} {counted}), {s.evals_per_minute:.1f}/min; "
             f"LLM {s.llm_calls} requests{sent}, {s.tokens_in + s.tokens_out} tokens{est}, ${s.cost_usd:.4f}; "
             f"parse errors {s.parse_errors}, duplicates {s.duplicates}; provider errors: {errors}")
 
@@ -167,8 +179,21 @@ def summary_table(search: Any, cfg: Any, rows: list[Any] | None = None) -> Table
     for st in states:
         best = f"{st.best_speedup:.3f}x" if st.best_speedup else "-"
         t.add_row(st.problem.id, f"{st.proposed}/{cfg.max_candidates_per_problem}", str(st.evaluated), best,
-                  search.problem_done(st) or ("running" if st.in_flight else "waiting"))
+                  problem_state(search, st))
     return t
+
+
+def problem_state(search: Any, st: Any) -> str:
+    """One line: why a problem's search ended (the first line of a long reason), or what it is doing;
+    once the run itself has ended, a problem it left open says why."""
+    done = search.problem_done(st)
+    if done:
+        return one_line(done, 70)
+    if st.in_flight:
+        return "running"
+    if search.stats.stop_reason:
+        return "open: " + one_line(search.stats.stop_reason, 60)
+    return "waiting"
 
 
 class _Progress:
@@ -179,6 +204,16 @@ class _Progress:
         self.cfg = cfg
         self.terminal = err_console.is_terminal
         self.live: Any = None
+
+    def inspecting(self, suite: str, load: Any) -> Any:
+        """Loading the suite's files (each import bounded by the inspection timeout): the file being
+        inspected on a terminal, one line saying so otherwise."""
+        if not self.terminal:
+            sys.stderr.write(f"loading {suite} (each problem file inspected in a subprocess) ...\n")
+            sys.stderr.flush()
+            return load(None)
+        with err_console.status(f"loading {suite} ...", spinner="dots") as status:
+            return load(lambda p: status.update(f"loading {suite}: inspecting {p.name} ..."))
 
     def on_event(self, level: str, text: str) -> None:
         tag = {"eval": "", "warn": "warning: ", "error": "error: ", "info": ""}.get(level, "")

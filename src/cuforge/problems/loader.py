@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import selectors
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -130,7 +131,7 @@ def inspect_files(
             if on_file:
                 on_file(path)
             try:
-                raw = path.read_bytes()
+                raw = read_regular_file(path)
             except OSError as e:
                 results.append((path, "", {"ok": False, "error": f"cannot read: {e.strerror}"}))
                 continue
@@ -147,6 +148,28 @@ def inspect_files(
                 _write_cache(cfile, reply)
             results.append((path, source, reply))
     return results
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular_file(path: Path) -> bytes:
+    """A problem file's bytes. Opened without blocking and checked before reading: a FIFO named
+    *.py would otherwise block the read until something writes to it, forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(0, f"{_kind(mode)}, not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def _write_cache(cfile: Path, reply: dict[str, Any]) -> None:

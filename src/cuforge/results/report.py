@@ -204,8 +204,19 @@ def jail_line(evaluations: list[dict[str, Any]]) -> str:
     return f"<p>jail: {esc(', '.join(kinds)) if kinds else 'no evaluation'}</p>"
 
 
+def not_searched(metas: dict[str, dict[str, Any]], skipped: list[tuple[str, str]]) -> str:
+    """Problem files the suite could not load, and problems whose search ended early, each with the
+    whole reason (tables elsewhere show its first line)."""
+    rows = [(path, "not loaded", why) for path, why in skipped]
+    rows += [(pid, "search ended", m["ended"]) for pid, m in sorted(metas.items()) if m.get("ended")]
+    if not rows:
+        return "<p>none</p>"
+    body = "".join(f"<tr><td>{esc(a)}</td><td>{esc(b)}</td><td><pre>{esc(c)}</pre></td></tr>" for a, b, c in rows)
+    return f"<table><tr><th>problem</th><th>what</th><th>why</th></tr>{body}</table>"
+
+
 def render_report(run: Any, board: Leaderboard, evaluations: list[dict[str, Any]], metas: dict[str, dict[str, Any]],
-                  usage: dict[str, float]) -> str:
+                  usage: dict[str, float], skipped: list[tuple[str, str]] = ()) -> str:
     title = f"cuforge run {run.id}"
     cfg = esc(json.dumps(run.config, sort_keys=True))
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
@@ -221,6 +232,7 @@ def render_report(run: Any, board: Leaderboard, evaluations: list[dict[str, Any]
 <h2>Winners' lineage</h2>{lineage(board, evaluations, board.baseline)}
 <h2>Roofline</h2>{roofline(board, evaluations, metas)}
 <h2>Failure kinds per proposer</h2>{failures_by_proposer(evaluations)}
+<h2>Not loaded or not searched to the end</h2>{not_searched(metas, list(skipped))}
 <pre id="selfcheck"></pre>
 <script>{_SCRIPT}</script>
 </body></html>"""

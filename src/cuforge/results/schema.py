@@ -118,4 +118,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE candidates ADD COLUMN started_at REAL;
     """,
+    # 6: problem files a run's suite held but could not load, with why (a hang, an import error,
+    # not a regular file): shown before the run starts, and in its report.
+    """
+    CREATE TABLE run_skipped (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        path TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        PRIMARY KEY (run_id, path)
+    );
+    """,
 ]

@@ -244,6 +244,24 @@ class Store:
             c.execute("INSERT OR IGNORE INTO run_problems (run_id, problem_id, problem_hash, meta, source) "
                       "VALUES (?,?,?,?,?)", (run_id, problem_id, problem_hash(source), json.dumps(meta, default=str), source))
 
+    def note_run_problem(self, run_id: str, problem_id: str, **notes: Any) -> None:
+        """Merge notes (why the search of a problem ended, say) into its stored meta."""
+        with self.transaction() as c:
+            row = c.execute("SELECT meta FROM run_problems WHERE run_id = ? AND problem_id = ?", (run_id, problem_id)).fetchone()
+            if row is not None:
+                meta = {**json.loads(row[0] or "{}"), **notes}
+                c.execute("UPDATE run_problems SET meta = ? WHERE run_id = ? AND problem_id = ?",
+                          (json.dumps(meta, default=str), run_id, problem_id))
+
+    def add_run_skipped(self, run_id: str, path: str, reason: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO run_skipped (run_id, path, reason) VALUES (?,?,?)", (run_id, path, reason))
+
+    def run_skipped(self, run_id: str) -> list[tuple[str, str]]:
+        """(path, reason) of each problem file the run's suite could not load."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            "SELECT path, reason FROM run_skipped WHERE run_id = ? ORDER BY path", (run_id,))]
+
     def run_problem_sources(self, run_id: str) -> dict[str, tuple[str, str | None]]:
         """problem id -> (hash, source); the source is None for runs stored before it was kept."""
         return {r[0]: (r[1], r[2]) for r in self.conn.execute(
