@@ -177,6 +177,7 @@ def test_a_read_only_store_can_be_read_and_is_not_converted(tmp_path):
     for table, col in (("runs", "host"), ("runs", "pid"), ("runs", "pid_start"), ("runs", "heartbeat_at"),
                        ("llm_calls", "estimated"), ("candidates", "started_at")):
         c.execute(f"ALTER TABLE {table} DROP COLUMN {col}")
+    c.execute("DROP TABLE run_skipped")
     c.execute("PRAGMA user_version = 3")  # as an older cuforge left it
     c.commit()
     c.close()

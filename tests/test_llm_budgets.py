@@ -308,6 +308,20 @@ def test_first_ctrl_c_stops_and_records_the_run_second_exits_at_once(tmp_path, s
     assert rows(db, "SELECT status FROM runs")[0][0] == "stopped"
 
 
+def test_sigterm_is_named_as_such_and_stops_the_run_like_ctrl_c(tmp_path, suite_dir):
+    db = tmp_path / "t.db"
+    with ScriptedLLMServer(("sleep", 60, openai_reply(GOOD))) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "cuforge.cli", *openai_run(srv, suite_dir, db)], cwd=ROOT,
+                                env=dict(os.environ, **KEY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert _wait_for(lambda: len(srv.requests) >= 1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert "SIGTERM" in err and "Ctrl-C" not in out + err, err[-2000:]
+    assert "terminated (SIGTERM)" in out + err
+    assert rows(db, "SELECT status FROM runs")[0][0] == "stopped"
+
+
 def test_a_killed_run_reads_died_and_resumes_on_a_new_server_without_asking_twice(tmp_path, suite_dir):
     db = tmp_path / "k.db"
     with ScriptedLLMServer(varied_good) as old:

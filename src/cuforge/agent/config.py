@@ -212,9 +212,17 @@ def _proposer_spec(p: Any) -> ProposerSpec:
 
 
 def check_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    """An http(s) URL with a host and, if it names one, a port in range: the SDKs would otherwise
+    fail at the first request with an error that names no option."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"--base-url: {redact_url(url)!r} is not a usable URL ({e})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"--base-url: {redact_url(url)!r} is not an http(s) URL")
+    if port == 0:
+        raise ConfigError(f"--base-url: {redact_url(url)!r} names port 0")
 
 
 _SECRET_QUERY = ("key", "token", "secret", "password", "passwd", "auth", "sig", "signature", "credential")
@@ -251,8 +259,10 @@ _TOML_TO_FIELD = {"wall_time": "wall_time_s", "problem": "problems", "eval_timeo
                   "request_timeout": "request_timeout_s"}
 _PROPOSER_KEYS = ("provider", "model", "base_url", "replay", "reasoning_effort")
 _STRING_KEYS = ("suite", "baseline", "reward", "executor", "gpus", "ray_address", "ray_resource", "prompt_dir", "prices")
+# Flags of the command rather than of the search: returned under "cli" for the command to apply.
+CLI_KEYS = {"results": str, "resume": str, "json": bool, "unsafe_no_jail": bool}
 _TOML_KEYS = sorted(set(_TOML_TO_FIELD) | set(BOUNDS) - set(_TOML_TO_FIELD.values()) | set(_PROPOSER_KEYS)
-                    | set(_STRING_KEYS) | {"compile_only", "cpu", "proposers"})
+                    | set(_STRING_KEYS) | set(CLI_KEYS) | {"compile_only", "cpu", "proposers", "config"})
 
 
 def _closest(key: str, choices: Any) -> str:
@@ -268,7 +278,14 @@ def settings_from_toml(data: dict[str, Any], source: str = "config") -> dict[str
         key = raw_key.replace("-", "_")
         if key not in _TOML_KEYS:
             raise ConfigError(f"{source}: unknown setting {raw_key!r}" + _closest(key, _TOML_KEYS))
-        if key in _PROPOSER_KEYS:
+        if key == "config":
+            raise ConfigError(f"{source}: config names another file; a config file cannot include one")
+        if key in CLI_KEYS:
+            if not isinstance(value, CLI_KEYS[key]):
+                want = "true or false" if CLI_KEYS[key] is bool else "a string"
+                raise ConfigError(f"{source}: {raw_key} must be {want}, not {value!r}")
+            out.setdefault("cli", {})[key] = value
+        elif key in _PROPOSER_KEYS:
             if not isinstance(value, str):
                 raise ConfigError(f"{source}: {raw_key} must be a string, not {value!r}")
             single["replay_file" if key == "replay" else key] = value

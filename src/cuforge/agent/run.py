@@ -101,11 +101,13 @@ def select_problems(cfg: RunConfig, on_file: Callable[[Path], None] | None = Non
         if missing:
             raise ConfigError(f"--problem: no problem {', '.join(sorted(missing))} in suite {suite.name}")
         skipped = []  # the files not asked for are not this run's business
+    if cfg.device == "cpu" and not cfg.compile_only:
+        refused = [(p, p.cpu_mode_refusal()) for p in problems]
+        skipped += [SkippedProblem(str(p.path or p.id), why) for p, why in refused if why]
+        problems = [p.for_cpu_test_mode() for p, why in refused if not why]
     if not problems:
         why = f": every file was skipped ({_why_skipped(skipped)})" if skipped else ""
         raise ConfigError(f"--suite: suite {suite.name} has no loadable problems{why}")
-    if cfg.device == "cpu" and not cfg.compile_only:
-        problems = [p.for_cpu_test_mode() for p in problems]
     return problems, skipped
 
 
@@ -226,9 +228,14 @@ class Prepared:
 
 def prepare(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], None] | None = None,
             on_file: Callable[[Path], None] | None = None) -> Prepared:
-    problems, skipped = select_problems(cfg, on_file)
+    # Options first, the suite last: a bad option fails at once, before problem files are inspected.
     proposers = build_proposers(cfg, on_failure)
     executor = build_executor(cfg)
+    try:
+        problems, skipped = select_problems(cfg, on_file)
+    except BaseException:
+        executor.close()
+        raise
     return Prepared(cfg, problems, proposers, executor, skipped)
 
 
@@ -283,7 +290,7 @@ async def _drive(search: Search, store: Store, run_id: str, resume: bool) -> str
         verb = "interrupted" if signum == signal.SIGINT else "terminated"
         search.request_stop(f"{verb} ({name}); resume with: cuforge run --resume {run_id}")
         search.on_event("warn", f"stopping on {name}: requests cancelled, evaluations in progress abandoned "
-                                f"({'Ctrl-C' if signum == signal.SIGINT else 'a second signal'} again exits at once)")
+                                f"({'Ctrl-C again' if signum == signal.SIGINT else 'a second signal'} exits at once)")
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
             loop.add_signal_handler(sig, second_interrupt)

@@ -25,8 +25,31 @@ app.add_typer(problems_app, name="problems")
 results_app = typer.Typer(help="Runs in the results store: list and export.", no_args_is_help=True)
 app.add_typer(results_app, name="results")
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped or redirected output is never wrapped at rich's default 80 columns: long ids and lines stay whole.
+console = Console(soft_wrap=not sys.stdout.isatty())
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+
+
+def _cell(value: Any) -> str:
+    text = value.plain if hasattr(value, "plain") else str(value)
+    return " ".join(text.split())  # one row a line: a cell's own line breaks become spaces
+
+
+def show_table(table: Any, to: Console | None = None) -> None:
+    """A rich table on a terminal; otherwise plain tab-separated rows with every cell whole (the
+    title, then the header unless the table hides it), which scripts and pagers read as they are."""
+    out = to or console
+    if out.is_terminal:
+        out.print(table)
+        return
+    columns = list(table.columns)
+    lines = [_cell(table.title)] if table.title else []
+    if table.show_header:
+        lines.append("\t".join(_cell(c.header) for c in columns))
+    for row in zip(*(list(c.cells) for c in columns)):
+        lines.append("\t".join(_cell(v) for v in row))
+    out.file.write("\n".join(lines) + "\n")
+    out.file.flush()
 
 # Exit codes: 0 success, 1 the command ran and found failures, 2 bad input or environment.
 EXIT_FAILURES = 1

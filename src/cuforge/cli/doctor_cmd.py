@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import app, console, emit_json
+from cuforge.cli.app import app, console, emit_json, show_table
 
 
 @app.command()
@@ -22,7 +22,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         table.add_column(col, overflow="fold")
     for c in report.checks:
         table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]missing[/]", c.detail, c.fix)
-    console.print(table)
+    show_table(table)
     for g in report.gpus:
         console.print(f"GPU {g['index']}: {g['name']}, {g['sm_count']} SMs, sm_{g['compute_capability'].replace('.', '')}, "
                       f"{g['memory_gib']} GiB, L2 {g['l2_mib']} MiB")

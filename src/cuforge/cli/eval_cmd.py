@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, store_path
+from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, store_path, show_table
 
 
 def _require_jail(unsafe_no_jail: bool) -> None:
@@ -80,6 +80,8 @@ def eval_cmd(
         from dataclasses import replace
 
         problem = replace(problem, meta=replace(problem.meta, policy=policy))
+    if cpu and problem.cpu_mode_refusal():
+        fail(problem.cpu_mode_refusal() or "")
     if cpu and problem.meta.policy != "any":
         err_console.print(f"CPU test mode: {problem.id}'s policy {problem.meta.policy!r} is judged as 'any' (no custom "
                           "kernel runs without a GPU)", highlight=False, soft_wrap=True)
@@ -110,14 +112,13 @@ def eval_cmd(
     raise typer.Exit(0 if ev.ok else EXIT_FAILURES)
 
 
-def _check_gpu(gpu: int) -> None:
-    """--gpu names a GPU this machine has (no GPU at all: say so, and point at --cpu)."""
+def _check_gpu(gpu: int, without: str = "--cpu runs the harness's CPU test mode") -> None:
+    """--gpu names a GPU this machine has (no GPU at all: say so, and what to do instead)."""
     from cuforge.sandbox.executor import visible_gpus
 
     gpus = visible_gpus()
     if not gpus:
-        fail("no GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty); --cpu runs the harness's "
-             "CPU test mode")
+        fail(f"no GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty); {without}")
     if gpu >= len(gpus):
         fail(f"--gpu: no GPU {gpu} here ({len(gpus)} visible)")
 
@@ -140,7 +141,7 @@ def print_evaluation(ev: Any) -> None:
             sp = ev.speedup_vs(name) if name != "candidate" else None
             t.add_row(name, f"{st.median_ms:.4f}", f"{st.p20_ms:.4f}", f"{st.p80_ms:.4f}", str(st.n), st.method,
                       f"{sp:.3f}x" if sp else "")
-        console.print(t)
+        show_table(t)
     if c.get("baselines_skipped"):
         for name, why in c["baselines_skipped"].items():
             console.print(f"[yellow]baseline {name} skipped:[/] {why}", highlight=False)
@@ -183,7 +184,7 @@ def baseline_cmd(
     _require_jail(unsafe_no_jail)
     for p in chosen:
         _parse_baselines(baselines, p)
-    _check_gpu(gpu)
+    _check_gpu(gpu, "baselines are GPU timings: run cuforge baseline on a machine with an NVIDIA GPU")
     try:
         store = Store(store_path(results))
     except StoreError as e:
@@ -222,5 +223,5 @@ def baseline_cmd(
             else:
                 t.add_row(r["problem"], r["baseline"], f"{r['median_ms']:.4f}", f"{r['p20_ms']:.4f}",
                           f"{r['p80_ms']:.4f}", str(r["n"]), r["method"])
-        console.print(t)
+        show_table(t)
     raise typer.Exit(EXIT_FAILURES if failures else 0)

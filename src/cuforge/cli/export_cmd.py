@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import app, console, emit_json, err_console, fail, store_path
+from cuforge.cli.app import app, console, emit_json, err_console, fail, store_path, show_table
 
 
 @app.command()
@@ -47,6 +47,6 @@ def export(
     for op in result.plan.ops:
         best = max((min(v for k, v in e.speedups.items() if k in ("torch", "cublas")) for e in op.entries), default=None)
         t.add_row(op.name, str(len(op.entries)), str(len(op.skipped)), f"{best:.3f}x" if best else "-")
-    console.print(t)
+    show_table(t)
     nxt = f"pip install {to}" if fmt == "torch" else f"cmake -S {to} -B {to}/build && cmake --build {to}/build"
     console.print(f"{len(result.files)} files written. Next: {nxt}", highlight=False)

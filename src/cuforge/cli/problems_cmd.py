@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import EXIT_FAILURES, console, emit_json, err_console, fail
+from cuforge.cli.app import EXIT_FAILURES, console, emit_json, err_console, fail, show_table
 from cuforge.cli.app import problems_app
 from cuforge.fmt import si as _fmt_num
 
@@ -32,7 +32,7 @@ def problems_list(
         table.add_column("description")
         for r in rows:
             table.add_row(r["suite"], r["description"])
-        console.print(table)
+        show_table(table)
         return
     try:
         with err_console.status(f"loading {suite} ...", spinner="dots") as status:
@@ -50,7 +50,7 @@ def problems_list(
         r = _problem_row(p)
         table.add_row(p.id, r["dtype"] or "?", p.shapes_summary(), _fmt_num(p.meta.flops and p.meta.flops / 1e9),
                       _fmt_num(p.meta.bytes and p.meta.bytes / 1e6), ",".join(p.meta.families) or "?", p.meta.policy)
-    console.print(table)
+    show_table(table)
     _print_skipped(loaded.skipped)
 
 
@@ -83,7 +83,12 @@ def problems_show(
         emit_json(problem.to_dict())
         return
     m = problem.meta
-    console.print(Syntax(problem.source, "python", line_numbers=True))
+    if console.is_terminal:
+        console.print(Syntax(problem.source, "python", line_numbers=True))
+    else:  # whole lines, numbered, no wrapping: what a pager or a script reads
+        lines = problem.source.splitlines()
+        width = len(str(len(lines)))
+        console.file.write("".join(f"{i:>{width}}  {line}\n" for i, line in enumerate(lines, 1)))
     t = Table(show_header=False, title=problem.id)
     t.add_column("field")
     t.add_column("value", overflow="fold")
@@ -100,7 +105,16 @@ def problems_show(
         t.add_row("derived", ", ".join(m.derived))
     if m.unknown:
         t.add_row("unknown", ", ".join(m.unknown) + " (declare them in CUFORGE)")
-    console.print(t)
+    t.add_row("offline search", _coverage(problem))
+    show_table(t)
+
+
+def _coverage(problem: Any) -> str:
+    """Which template families the offline search would use, or the whole reason none covers it."""
+    from cuforge.kernels.families import families_for
+
+    families, why = families_for(problem)
+    return ", ".join(f.name for f in families) if families else why
 
 
 @problems_app.command("validate")

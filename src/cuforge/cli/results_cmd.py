@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import app, console, emit_json, err_console, fail, store_path
+from cuforge.cli.app import app, console, emit_json, err_console, fail, store_path, show_table
 from cuforge.cli.app import results_app
 
 
@@ -67,7 +67,7 @@ def leaderboard(
         t.add_row(r.problem_id, f"{r.best_speedup:.3f}x" if r.best_speedup else "-",
                   f"{r.best_median_ms:.4f}" if r.best_median_ms else "-", f"{100 * r.correct_rate:.0f}%",
                   str(r.evaluations), ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items())))
-    console.print(t)
+    show_table(t)
     fast = "  ".join(f"{k} {100 * v:.0f}%" for k, v in board.fast.items())
     gm = f"{board.geomean_speedup:.3f}x" if board.geomean_speedup else "-"
     console.print(f"{len(board.problems)} problems  {fast}  geomean of best {gm}")
@@ -79,7 +79,7 @@ def leaderboard(
         for r in board.hgemm:
             h.add_row(str(r["M"]), str(r["N"]), str(r["K"]), fmt(r["measured_vs_cublas"]), fmt(r["measured_vs_cublaslt"]),
                       fmt(r["cuda_l2_reported_vs_cublas"]), fmt(r["cuda_l2_reported_vs_cublaslt"]))
-        console.print(h)
+        show_table(h)
         tg = board.hgemm_targets
         console.print(f"hgemm geomean vs cuBLAS {fmt(tg['geomean_vs_cublas'])} over {tg['with_result']}/{tg['shapes']} "
                       f"shapes with a result (M*N*K <= 2^30: {fmt(tg['geomean_vs_cublas_small'])}, >= 2^36: "
@@ -139,7 +139,7 @@ def results_list(
         t.add_column(col)
     for r in runs:
         t.add_row(r.id, r.status, r.suite or "", r.gpu or "", str(len(store.evaluations(r.id))))
-    console.print(t)
+    show_table(t)
 
 
 @results_app.command("export")

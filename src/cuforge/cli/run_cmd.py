@@ -4,6 +4,8 @@ evaluation or error otherwise) and a final table that always ends with the total
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, one_line, store_path
+from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, one_line, store_path, show_table
 
 LIVE_ROWS = 12  # problems shown in the live display; the rest are counted
 
@@ -45,7 +47,8 @@ def run(
     request_timeout: Optional[float] = typer.Option(None, help="Seconds one LLM request may take (default 600)."),
     concurrency: Optional[int] = typer.Option(None, help="LLM requests in flight (default 4)."),
     baseline: Optional[str] = typer.Option(None, help="Baseline the reward is measured against (default torch)."),
-    results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file, or a directory for DIR/cuforge.db)."),
+    results: Optional[Path] = typer.Option(None, help="SQLite results store (a file, or a directory for DIR/cuforge.db; "
+                                           "default results/cuforge.db)."),
     resume: Optional[str] = typer.Option(None, help="Continue this run where it stopped."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Compiler feedback only: no GPU needed."),
     cpu: bool = typer.Option(False, "--cpu", help="Evaluate with the harness's CPU test mode (no GPU timings)."),
@@ -71,9 +74,22 @@ def run(
     from cuforge.problems.problem import ProblemError
     from cuforge.results.store import Store, StoreError
 
-    results = store_path(results)
     from cuforge.cli.eval_cmd import _require_jail
 
+    try:
+        file_settings = load_toml(config) if config else {}
+    except ConfigError as e:
+        fail(str(e))
+    # A config file takes every flag's name; flags given on the command line win.
+    from_file = file_settings.pop("cli", {})
+    results = store_path(results or Path(from_file.get("results") or "results/cuforge.db"))
+    as_json = as_json or bool(from_file.get("json"))
+    unsafe_no_jail = unsafe_no_jail or bool(from_file.get("unsafe_no_jail"))
+    if resume is None and from_file.get("resume"):
+        if file_settings:
+            fail(f"--config: {config} resumes run {from_file['resume']}, which keeps its stored settings; "
+                 f"the file also sets {', '.join(sorted(file_settings))} (give changes as flags)")
+        resume, config = from_file["resume"], None
     _require_jail(unsafe_no_jail)
     try:
         if base_url is not None:
@@ -114,9 +130,10 @@ def run(
                                       "replay_file": str(replay) if replay else None})
             cfg = merge(settings, {})
         else:
-            cfg = merge(load_toml(config) if config else {}, flags)
+            cfg = merge(file_settings, flags)
         progress = _Progress(cfg, quiet=as_json)
-        prep = progress.inspecting(cfg.suite, lambda on_file: prepare(cfg, progress.on_failure, on_file))
+        with progress.inspecting(cfg.suite) as on_file:
+            prep = prepare(cfg, progress.on_failure, on_file)
         for sk in prep.skipped:
             err_console.print(f"[yellow]skipped[/] {escape(sk.path)}: {escape(one_line(sk.reason))}", highlight=False,
                               soft_wrap=True)
@@ -142,7 +159,7 @@ def run(
         summary["compile_only"] = cfg.compile_only  # "succeeded" then counts compiled candidates
         emit_json(summary)
     else:
-        console.print(summary_table(search, cfg))
+        show_table(summary_table(search, cfg))
         console.print(totals_line(search), highlight=False, soft_wrap=True)
         console.print(f"run {run_id}: {stats.stop_reason}. Next: cuforge leaderboard --run {run_id}; "
                       f"cuforge report {run_id}", highlight=False, soft_wrap=True)
@@ -205,15 +222,19 @@ class _Progress:
         self.terminal = err_console.is_terminal
         self.live: Any = None
 
-    def inspecting(self, suite: str, load: Any) -> Any:
-        """Loading the suite's files (each import bounded by the inspection timeout): the file being
-        inspected on a terminal, one line saying so otherwise."""
+    @contextmanager
+    def inspecting(self, suite: str) -> Iterator[Any]:
+        """A callback for each problem file the suite's loading inspects in a subprocess (each import
+        bounded by the inspection timeout; files answered from the cache are not announced): the
+        file's name in a status line on a terminal, a line each otherwise."""
         if not self.terminal:
-            sys.stderr.write(f"loading {suite} (each problem file inspected in a subprocess) ...\n")
-            sys.stderr.flush()
-            return load(None)
-        with err_console.status(f"loading {suite} ...", spinner="dots") as status:
-            return load(lambda p: status.update(f"loading {suite}: inspecting {p.name} ..."))
+            def line(path: Path) -> None:
+                sys.stderr.write(f"inspecting {path} ...\n")
+                sys.stderr.flush()
+            yield line
+            return
+        with err_console.status(f"loading {escape(suite)} ...", spinner="dots") as status:
+            yield lambda path: status.update(f"loading {escape(suite)}: inspecting {escape(path.name)} ...")
 
     def on_event(self, level: str, text: str) -> None:
         tag = {"eval": "", "warn": "warning: ", "error": "error: ", "info": ""}.get(level, "")

@@ -23,7 +23,7 @@ from cuforge.device_map import CudaTo
 from cuforge.op_trace import LiteralCapture, OpRecorder
 
 # Full-size reference runs on the CPU are skipped above this much input data.
-CPU_FULL_SIZE_LIMIT_BYTES = 256 * 2**20
+from cuforge.problems.problem import CPU_FULL_SIZE_BYTES as CPU_FULL_SIZE_LIMIT_BYTES  # noqa: E402
 
 def _spec(t: Any) -> dict[str, Any]:
     if not isinstance(t, torch.Tensor):  # a number passed through as it is

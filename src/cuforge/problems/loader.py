@@ -128,8 +128,6 @@ def inspect_files(
     cdir = cache_dir() / "inspect"
     with Inspector(timeout_s) as inspector:
         for path in paths:
-            if on_file:
-                on_file(path)
             try:
                 raw = read_regular_file(path)
             except OSError as e:
@@ -143,6 +141,8 @@ def inspect_files(
                     continue
                 except (OSError, json.JSONDecodeError):
                     pass
+            if on_file:  # only where time is spent: a file answered from the cache is not announced
+                on_file(path)
             reply = inspector.ask(str(path.resolve()), mode)
             if use_cache and not reply.get("transient"):
                 _write_cache(cfile, reply)

@@ -6,6 +6,8 @@ ever imported in a subprocess; the parent process sees the results through these
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,11 @@ class TensorSpec:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
+# Full-size inputs the CPU test mode (and `problems validate`'s reference run) accepts from a
+# problem that declares no small sizes.
+CPU_FULL_SIZE_BYTES = 256 * 2**20
+
+
 def dtype_size(dtype: str) -> int:
     sizes = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
              "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
@@ -137,6 +144,23 @@ class Problem:
         ins = ", ".join(t.describe() for t in self.inputs)
         outs = ", ".join(t.describe() for t in self.outputs) if self.outputs else "?"
         return f"({ins}) -> {outs}"
+
+    def cpu_mode_refusal(self) -> str | None:
+        """Why the CPU test mode will not run this problem, or None. It runs a problem at its declared
+        small sizes; without them, only where the full-size inputs are at most CPU_FULL_SIZE_BYTES
+        (the limit `problems validate` also runs references under): never a silent full-size run
+        that takes minutes."""
+        if self.meta.small:
+            return None
+        try:
+            size = sum(math.prod(t.shape) * dtype_size(t.dtype) for t in self.inputs if not t.is_scalar)
+        except ProblemError:
+            return None
+        if size <= CPU_FULL_SIZE_BYTES:
+            return None
+        return (f"--cpu runs a problem at its declared small sizes, and {self.id} declares none while its inputs are "
+                f"{size / 2**20:.0f} MiB at full size (over {CPU_FULL_SIZE_BYTES // 2**20} MiB): declare them in the file, "
+                "e.g. CUFORGE = {'small': {'N': 64}}, naming the module constants that set its sizes")
 
     def for_cpu_test_mode(self) -> Problem:
         """The problem as the harness's CPU test mode judges it: no custom kernel can run without a

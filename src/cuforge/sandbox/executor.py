@@ -51,6 +51,20 @@ def visible_gpus() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def _indices(spec: str) -> list[int]:
+    """A comma list of GPU indices: whole numbers from 0, each named once."""
+    try:
+        picks = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise ExecutorError(f"--gpus takes 'all', a count, or comma-separated GPU indices, not {spec!r}") from None
+    if not picks:
+        raise ExecutorError("--gpus names no GPU")
+    negative = [i for i in picks if i < 0]
+    if negative:
+        raise ExecutorError(f"--gpus {spec}: {negative[0]} is not a GPU index (they count from 0)")
+    return picks
+
+
 def select_gpus(spec: str, available: list[str]) -> list[str]:
     """`all`, a count (`2`: the first two) or a comma list of indices into the visible GPUs -> physical ids."""
     spec = spec.strip()
@@ -59,12 +73,7 @@ def select_gpus(spec: str, available: list[str]) -> list[str]:
             raise ExecutorError("--gpus: no GPU visible (CUDA_VISIBLE_DEVICES empty or nvidia-smi lists none); "
                                 "use --compile-only or --cpu on a machine without GPUs")
         return list(available)
-    try:
-        picks = [int(x) for x in spec.split(",") if x.strip()]
-    except ValueError:
-        raise ExecutorError(f"--gpus takes 'all' or comma-separated GPU indices, not {spec!r}") from None
-    if not picks:
-        raise ExecutorError("--gpus names no GPU")
+    picks = _indices(spec)
     if len(set(picks)) != len(picks):
         raise ExecutorError(f"--gpus {spec}: a GPU named twice would run two evaluations on it at once")
     missing = [i for i in picks if not 0 <= i < len(available)]
@@ -142,9 +151,14 @@ def worker_count(spec: str) -> int | None:
     spec = spec.strip()
     if spec == "all":
         return None
+    most = max(os.cpu_count() or 1, 1) * 4
     if spec.isdigit():
-        most = max(os.cpu_count() or 1, 1) * 4
-        if not 1 <= int(spec) <= most:
-            raise ExecutorError(f"--gpus: {spec} workers; it must be from 1 to {most} (4 per CPU core here)")
-        return int(spec)
-    return len(select_gpus(spec, [str(i) for i in range(1024)]))
+        count = int(spec)
+    else:
+        picks = _indices(spec)
+        if len(set(picks)) != len(picks):
+            raise ExecutorError(f"--gpus {spec}: a worker named twice")
+        count = len(picks)
+    if not 1 <= count <= most:
+        raise ExecutorError(f"--gpus {spec}: {count} workers; it must be from 1 to {most} (4 per CPU core here)")
+    return count
