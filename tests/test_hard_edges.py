@@ -93,6 +93,11 @@ def test_compile_only_counts_compiled_and_a_finished_run_has_no_waiting_problem(
     assert r.returncode == 0, r.stderr[-2000:]
     assert "4 evaluations (4 compiled)" in r.stdout and "succeeded" not in r.stdout, r.stdout
     assert "waiting" not in r.stdout and "running" not in r.stdout
+    # Ended by its wall time with problems never reached: each says why it is open, none "waiting".
+    r = cli(tmp_path, "run", "--suite", "level1", "--compile-only", "--wall-time", "3", "--results", "w.db")
+    table = [line for line in r.stdout.splitlines() if line.startswith("level1/")]
+    assert len(table) == 22 and not any("waiting" in line for line in table), r.stdout
+    assert any("open: wall time of 3 s used" in line for line in table), r.stdout
 
 
 def test_piped_output_keeps_ids_and_lines_whole(tmp_path):
@@ -168,6 +173,10 @@ def test_run_names_every_problem_file_it_skips_before_starting_and_keeps_them(tm
     os.mkfifo(suite / "evil.py")
     (suite / "broken.py").write_text("import torch\nraise RuntimeError('this file is broken')\n")
     (suite / "hangs.py").write_text("import time\ntime.sleep(3600)\n")
+    for args in (["problems", "list", "--suite", str(suite), "--timeout", "5"], ["problems", "validate", str(suite), "--timeout", "5"],
+                 ["problems", "validate", str(suite / "evil.py")]):
+        r = cli(tmp_path, *args, timeout=120)
+        assert "evil.py" in r.stdout + r.stderr and "FIFO" in r.stdout + r.stderr, (args, r.stdout, r.stderr)
     r = cli(tmp_path, "run", "--suite", str(suite), "--compile-only", "--islands", "1", "--generations", "1",
             "--inspect-timeout", "5", "--results", "r.db", timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -6,6 +6,8 @@ import json
 import os
 import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -59,6 +61,21 @@ EXIT_BAD_INPUT = 2
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+@contextmanager
+def inspecting(suite: str) -> Iterator[Any]:
+    """A callback for each problem file a suite's loading inspects in a subprocess (each import
+    bounded by the inspection timeout; files answered from the cache are not announced): the file's
+    name in a status line on a terminal, a line each on stderr otherwise."""
+    if not err_console.is_terminal:
+        def line(path: Path) -> None:
+            sys.stderr.write(f"inspecting {path} ...\n")
+            sys.stderr.flush()
+        yield line
+        return
+    with err_console.status(f"loading {escape(suite)} ...", spinner="dots") as status:
+        yield lambda path: status.update(f"loading {escape(suite)}: inspecting {escape(path.name)} ...")
 
 
 def one_line(text: str, limit: int = 160) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from cuforge.cli.app import EXIT_FAILURES, console, emit_json, err_console, fail, show_table
+from cuforge.cli.app import EXIT_FAILURES, console, emit_json, err_console, fail, inspecting, show_table
 from cuforge.cli.app import problems_app
 from cuforge.fmt import si as _fmt_num
 
@@ -16,6 +16,8 @@ from cuforge.fmt import si as _fmt_num
 @problems_app.command("list")
 def problems_list(
     suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Built-in suite name or a directory of problem files."),
+    timeout: float = typer.Option(180.0, min=1, max=3600, help="Seconds one file's import and trace may take; a file "
+                                  "past it is listed as skipped."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List built-in suites, or the problems of one suite."""
@@ -35,8 +37,8 @@ def problems_list(
         show_table(table)
         return
     try:
-        with err_console.status(f"loading {suite} ...", spinner="dots") as status:
-            loaded = load_suite(suite, on_file=lambda p: status.update(f"inspecting {p.name} ..."))
+        with inspecting(suite) as on_file:
+            loaded = load_suite(suite, timeout, on_file)
     except ProblemError as e:
         fail(str(e))
     if as_json:
@@ -138,8 +140,8 @@ def problems_validate(
         fail(f"{target}: no such file or directory")
     if not paths:
         fail(f"{target}: no problem files (*.py) found")
-    with console.status("validating ...") as status:
-        results = validate_files(paths, timeout, on_file=lambda p: status.update(f"validating {p.name} ..."))
+    with inspecting(str(target)) as on_file:
+        results = validate_files(paths, timeout, on_file=on_file)
     bad = [r for r in results if not r[1]]
     if as_json:
         emit_json([{"path": str(p), "ok": ok, "message": msg} for p, ok, msg, _ in results])

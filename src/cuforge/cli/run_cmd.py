@@ -4,8 +4,6 @@ evaluation or error otherwise) and a final table that always ends with the total
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, one_line, store_path, show_table
+from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console, fail, inspecting, one_line, store_path, show_table
 
 LIVE_ROWS = 12  # problems shown in the live display; the rest are counted
 
@@ -132,7 +130,7 @@ def run(
         else:
             cfg = merge(file_settings, flags)
         progress = _Progress(cfg, quiet=as_json)
-        with progress.inspecting(cfg.suite) as on_file:
+        with inspecting(cfg.suite) as on_file:
             prep = prepare(cfg, progress.on_failure, on_file)
         for sk in prep.skipped:
             err_console.print(f"[yellow]skipped[/] {escape(sk.path)}: {escape(one_line(sk.reason))}", highlight=False,
@@ -221,20 +219,6 @@ class _Progress:
         self.cfg = cfg
         self.terminal = err_console.is_terminal
         self.live: Any = None
-
-    @contextmanager
-    def inspecting(self, suite: str) -> Iterator[Any]:
-        """A callback for each problem file the suite's loading inspects in a subprocess (each import
-        bounded by the inspection timeout; files answered from the cache are not announced): the
-        file's name in a status line on a terminal, a line each otherwise."""
-        if not self.terminal:
-            def line(path: Path) -> None:
-                sys.stderr.write(f"inspecting {path} ...\n")
-                sys.stderr.flush()
-            yield line
-            return
-        with err_console.status(f"loading {escape(suite)} ...", spinner="dots") as status:
-            yield lambda path: status.update(f"loading {escape(suite)}: inspecting {escape(path.name)} ...")
 
     def on_event(self, level: str, text: str) -> None:
         tag = {"eval": "", "warn": "warning: ", "error": "error: ", "info": ""}.get(level, "")
