@@ -251,12 +251,15 @@ def test_evaluators_of_other_processes_sharing_the_gpu_accuse_no_one(tmp_path):
 
 
 @pytest.mark.parametrize("judge", ["inprocess", "split"])
-def test_the_landlock_jail_evaluates_on_the_gpu_under_either_judge(problems, judge, monkeypatch):
+def test_the_landlock_jail_evaluates_on_the_gpu_or_refuses_in_one_line(problems, judge, monkeypatch):
     """The fallback jail where user namespaces are forbidden, as the machine's user (root on the GPU
-    image: the worker drops to an unprivileged uid). Under the split judge each candidate host starts
-    its own CUDA context beneath the judge's Landlock layer."""
+    image: the worker drops to an unprivileged uid). In-process, candidates are judged inside it. The
+    split judge's candidate hosts need their own CUDA start beneath the judge's Landlock layer; where
+    the driver refuses it (cuInit: no device, seen on the H100 as root), the worker refuses to start
+    with one line naming the cause and the remedy, never evaluation after evaluation of crashes."""
     from cuforge.sandbox.jail import jail_plan
     from cuforge.sandbox.jail_landlock import available
+    from cuforge.sandbox.supervisor import WorkerStartError
 
     if not available()[0]:
         pytest.skip(f"no Landlock here: {available()[1]}")
@@ -264,7 +267,12 @@ def test_the_landlock_jail_evaluates_on_the_gpu_under_either_judge(problems, jud
     jail_plan.cache_clear()
     try:
         with Supervisor(gpu=0, judge=judge) as s:
-            info = s.start()
+            try:
+                info = s.start()
+            except WorkerStartError as e:
+                assert judge == "split", e
+                assert "candidate hosts cannot start under the landlock jail" in str(e) and "namespaces jail" in str(e)
+                return
             assert info["jail"] == "landlock" and info["self_test"] == "ok", info
             ev = s.evaluate(problems["relu_custom"], cand("relu_runtime.py"), CFG)
             assert ev.status == "ok", ev.message

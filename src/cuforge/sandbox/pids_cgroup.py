@@ -63,14 +63,25 @@ def parent_dir() -> Path | None:
             continue
         here = Path(mount) / own[""].lstrip("/")
         # v2 forbids controllers in a cgroup that holds processes (the root excepted): a new cgroup
-        # goes beside this one, under a parent that hands `pids` down to its children.
+        # goes beside this one, under a parent that hands `pids` down to its children. A parent that
+        # has the controller but does not hand it down yet (a container runtime's slice, which holds
+        # no process itself) is asked to: that changes no limit of anything already in it.
         parent = here if own[""] == "/" else here.parent
-        try:
-            if "pids" in (parent / "cgroup.subtree_control").read_text().split():
-                return parent
-        except OSError:
-            continue
+        if _delegates_pids(parent):
+            return parent
     return None
+
+
+def _delegates_pids(parent: Path) -> bool:
+    try:
+        if "pids" in (parent / "cgroup.subtree_control").read_text().split():
+            return True
+        if "pids" not in (parent / "cgroup.controllers").read_text().split():
+            return False
+        (parent / "cgroup.subtree_control").write_text("+pids")
+        return "pids" in (parent / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return False
 
 
 def available() -> tuple[bool, str]:

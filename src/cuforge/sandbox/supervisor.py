@@ -223,6 +223,16 @@ class Supervisor:
         if self.jail.confined and self.info.get("jail_applied") is False:
             self.close()
             raise WorkerStartError(f"the worker could not confine itself: {self.info.get('isolation')}")
+        if "no candidate process" in str(self.info.get("self_test")):
+            # The split judge's own honest self-test could not start a candidate host: every evaluation
+            # would fail the same way, so say so once, with what to do instead.
+            tail = self.log_tail(3)
+            self.close()
+            remedy = ("the namespaces jail (bubblewrap, where user namespaces are allowed) starts them; "
+                      "CUFORGE_JUDGE=inprocess judges candidates inside the jailed worker instead"
+                      if self.jail.kind == LANDLOCK else "see cuforge doctor")
+            raise WorkerStartError(f"candidate hosts cannot start under the {self.jail.kind} jail here "
+                                   f"({self.info.get('self_test')}): {remedy}" + (f" ({tail})" if tail else ""))
         self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), self.proc.pid  # the host's pid, not the jail's
         return self.info
 
