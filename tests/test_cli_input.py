@@ -297,7 +297,7 @@ def test_outputs_onto_devices_pipes_and_sockets_are_refused(tmp_path):
     try:
         for target, kind in targets.items():
             for args in (["report", "-o", target], ["report", "-o", target, "--force"],
-                         ["results", "export", "run-fixture", "-o", target, "--force"]):
+                         ["results", "export", "run-fixture", "-o", target, "--force"], ["export", "--to", target]):
                 r = cli(tmp_path, *args, "--results", str(tmp_path / "r.db"))
                 lines = r.stderr.strip().splitlines()
                 assert r.returncode == 2 and len(lines) == 1 and kind in lines[0] and target in lines[0], (args, r.stderr)
