@@ -184,6 +184,7 @@ def test_run_names_every_problem_file_it_skips_before_starting_and_keeps_them(tm
     assert "skipped" in err and "evil.py" in err and "FIFO" in err and "broken.py" in err and "hangs.py" in err, err
     assert "this file is broken" in err and "within 5 s" in err
     assert err.index("skipped") < err.index("candidate 1"), err
+    assert "inspecting" in err and err.index("inspecting") < err.index("skipped"), err  # never silent while it waits
     c = sqlite3.connect(tmp_path / "r.db")
     kept = {Path(p).name: why for p, why in c.execute("SELECT path, reason FROM run_skipped")}
     c.close()

@@ -143,3 +143,56 @@ def test_a_compile_only_worker_loads_the_staged_module_and_builds_both_kernels(t
         ex.close()
     assert ev.status == "compiled", ev.message
     assert bad.status == "compile_error", bad.message  # the second stage is built too
+
+
+RNN_STEPS = 3000
+
+
+@pytest.mark.timeout(240)
+def test_coverage_of_a_long_recurrent_graph_is_decided(tmp_path):
+    """A recurrent cell over many steps traces to a graph of ~20k nodes (KernelBench's LSTMs: 40k-86k).
+    Cutting it at every node and checking each cut from scratch, or rebuilding the set of values read
+    for every node, never finished there; the cut points come from one pass and coverage is decided."""
+    from cuforge.kernels.staged import cut_points
+
+    f = tmp_path / "rnn.py"
+    f.write_text(f"""
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+        self.u = nn.Parameter(torch.randn(8, 8))
+    def forward(self, x):
+        h = x[0] * 0
+        for t in range(x.shape[0]):
+            h = torch.tanh(x[t] @ self.w + h @ self.u)
+        return h
+def get_inputs():
+    return [torch.randn({RNN_STEPS}, 4, 8)]
+def get_init_inputs():
+    return []
+""")
+    from cuforge.problems.loader import load_files
+
+    (p,), skipped = load_files([f], timeout_s=200)
+    assert not skipped and len(p.graph) > 5 * RNN_STEPS
+    families, why = families_for(p)
+    assert families or "not covered offline" in why
+    tail = len(p.graph) - 400  # the brute-force check, over the last 400 cuts only
+    brute = [k for k in range(len(p.graph) - 1, tail, -1) if not isinstance(cut_at(p, k), str)]
+    assert brute == [k for k in cut_points(p) if k > tail and not isinstance(cut_at(p, k), str)]
+
+
+def test_cut_points_are_every_cut_the_graph_allows(tmp_path):
+    from cuforge.kernels.staged import cut_points
+
+    for expr, inputs, args, init in ((CONV_GN[0], CONV_GN[1], "a", CONV_GN[2]),
+                                     ("torch.relu(a @ b) * a.sum() + b.mean()", "torch.randn(16, 16), torch.randn(16, 16)",
+                                      "a, b", "        pass")):
+        p = problem_from_expr(tmp_path, expr, inputs, args=args, init=init)
+        allowed = [k for k in range(len(p.graph) - 1, 0, -1) if not isinstance(cut_at(p, k), str)]
+        points = cut_points(p)
+        assert allowed and points == sorted(points, reverse=True)
+        assert allowed == [k for k in points if not isinstance(cut_at(p, k), str)]

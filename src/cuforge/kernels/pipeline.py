@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
-from cuforge.kernels.staged import cut_at, first_computed
+from cuforge.kernels.staged import MAX_CUTS, cut_at, cut_points, first_computed
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
 
@@ -37,7 +37,7 @@ def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tu
           first: int, room: int) -> list[Stage] | None:
     """The problem as `first`-numbered stages, at most `room` of them, the first from `heads`, the rest from
     `singles`; None where no such cut exists."""
-    for k in range(len(problem.graph) - 1, 0, -1):
+    for k in cut_points(problem)[:MAX_CUTS]:
         cut = cut_at(problem, k)
         if isinstance(cut, str):
             continue
@@ -67,13 +67,15 @@ class Pipeline(GraphFamily):
     singles: list[Family]
 
     def match(self, problem: Problem) -> list[Stage] | str:
-        key = (problem.id, problem.inputs, problem.graph, problem.graph_outputs)
-        cache: dict[Any, list[Stage] | str] = self.__dict__.setdefault("_matches", {})
-        if key not in cache:
+        # Keyed by the problem object, which the entry keeps alive (so its id is never reused while
+        # cached): hashing a traced graph of 40k nodes for each of the staged families cost seconds.
+        cache: dict[int, tuple[Problem, list[Stage] | str]] = self.__dict__.setdefault("_matches", {})
+        hit = cache.get(id(problem))
+        if hit is None or hit[0] is not problem:
             if len(cache) > 256:
                 cache.clear()
-            cache[key] = self._match(problem)
-        return cache[key]
+            hit = cache[id(problem)] = (problem, self._match(problem))
+        return hit[1]
 
     def _match(self, problem: Problem) -> list[Stage] | str:
         # A convolution or GEMM first: its kernel, then the rest; anything else first (a pooling before the

@@ -67,6 +67,39 @@ def cut_at(problem: Problem, k: int) -> Cut | str:
     return Cut(head, tail, tuple(inputs))
 
 
+# Cuts tried per split, the longest heads first. Each try asks families about a head and a tail as
+# long as the graph, so a graph with thousands of places to cut (a recurrent model traced step by
+# step) would cost hours; a graph a few kernels cover has far fewer (KernelBench level1/level2: at
+# most a few dozen nodes).
+MAX_CUTS = 48
+
+
+def cut_points(problem: Problem) -> list[int]:
+    """Every k, longest head first, at which cut_at's reads allow a cut: nothing after the k-th node
+    reads a value made before it, and something after it reads the k-th node's own. One pass over the
+    graph (a traced RNN has 40k nodes: cutting at each k in turn and checking took minutes)."""
+    graph = problem.graph
+    where = {n.out: i for i, n in enumerate(graph)}
+    read = [-1] * len(graph)  # the last node reading each node's value
+    for j, n in enumerate(graph):
+        for a in _flat(n.args) + _flat(tuple(v for _, v in n.kwargs)):
+            if is_ref(a):
+                i = where.get(a.partition(".")[0])
+                if i is not None and i != j:
+                    read[i] = max(read[i], j)
+    kept = list(read)  # and a graph output is kept to the end
+    for o in problem.graph_outputs:
+        i = where.get(o.partition(".")[0]) if o is not None else None
+        if i is not None:
+            kept[i] = len(graph)
+    points, reach = [], -1  # reach: how far any value made before the k-th node is kept
+    for k in range(1, len(graph)):
+        if reach < k and read[k - 1] >= k:
+            points.append(k)
+        reach = max(reach, kept[k - 1])
+    return points[::-1]
+
+
 def first_computed(problem: Problem) -> str | None:
     """The first op that computes something (views of the inputs before it only name their memory)."""
     return next((n.op for n in problem.graph if n.op not in _VIEWS), None)
@@ -112,20 +145,22 @@ class Staged(GraphFamily):
         return not isinstance(cut, str) and self.head.leads(cut.head)
 
     def match(self, problem: Problem) -> Cut | str:
-        key = (problem.id, problem.inputs, problem.graph, problem.graph_outputs)
-        cache: dict[Any, Cut | str] = self.__dict__.setdefault("_matches", {})
-        if key not in cache:
+        # Keyed by the problem object, which the entry keeps alive (so its id is never reused while
+        # cached): hashing a traced graph of 40k nodes for each of the staged families cost seconds.
+        cache: dict[int, tuple[Problem, Cut | str]] = self.__dict__.setdefault("_matches", {})
+        hit = cache.get(id(problem))
+        if hit is None or hit[0] is not problem:
             if len(cache) > 256:
                 cache.clear()
-            cache[key] = self._match(problem)
-        return cache[key]
+            hit = cache[id(problem)] = (problem, self._match(problem))
+        return hit[1]
 
     def _match(self, problem: Problem) -> Cut | str:
         if first_computed(problem) not in ("convolution", "mm", "bmm", "addmm"):
             return "does not start with a convolution or a GEMM"
         if self.head.supports(problem) is None:
             return f"{self.head.name} covers it in one kernel"
-        for k in range(len(problem.graph) - 1, 0, -1):  # the longest head first: the most fused into it
+        for k in cut_points(problem)[:MAX_CUTS]:  # the longest head first: the most fused into it
             cut = cut_at(problem, k)
             if isinstance(cut, str):
                 continue
