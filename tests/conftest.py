@@ -41,6 +41,16 @@ def sup():
     s.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_inspector():
+    """Every problem this test process loads is traced by one inspector child, not a fresh one (a
+    Python start and a torch import) per load."""
+    from cuforge.problems.loader import shared_inspector
+
+    with shared_inspector():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):  # noqa: ANN001
     # Tests never read or write the user's cache.

@@ -14,7 +14,8 @@ import selectors
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,31 @@ class Inspector:
         self.close()
 
 
+_SHARED: Inspector | None = None
+
+
+@contextmanager
+def shared_inspector() -> Iterator[None]:
+    """Within this block every inspection in this process asks one long-lived inspector child
+    (restarted when a file kills or hangs it): for a test suite or a batch tool that loads problems
+    call after call, each fresh child would cost a Python start and a torch import."""
+    global _SHARED
+    outer, _SHARED = _SHARED, _SHARED or Inspector()
+    try:
+        yield
+    finally:
+        if outer is None:
+            _SHARED.close()
+        _SHARED = outer
+
+
+def _inspector(timeout_s: float) -> Inspector:
+    if _SHARED is None:
+        return Inspector(timeout_s)
+    _SHARED.timeout_s = timeout_s
+    return _SHARED
+
+
 def inspect_files(
     paths: Iterable[Path],
     mode: str = "inspect",
@@ -126,7 +152,8 @@ def inspect_files(
     """Inspect each file; returns (path, source, reply) in order. Cached by content and versions."""
     results: list[tuple[Path, str, dict[str, Any]]] = []
     cdir = cache_dir() / "inspect"
-    with Inspector(timeout_s) as inspector:
+    inspector = _inspector(timeout_s)
+    try:
         for path in paths:
             try:
                 raw = read_regular_file(path)
@@ -147,6 +174,9 @@ def inspect_files(
             if use_cache and not reply.get("transient"):
                 _write_cache(cfile, reply)
             results.append((path, source, reply))
+    finally:
+        if inspector is not _SHARED:
+            inspector.close()
     return results
 
 
