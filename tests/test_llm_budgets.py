@@ -281,17 +281,23 @@ def _wait_for(pred, timeout=120):
     return False
 
 
-def test_first_ctrl_c_stops_and_records_the_run_second_exits_at_once(tmp_path, suite_dir):
-    db = tmp_path / "c.db"
+def _signal_a_waiting_run(suite_dir, db, sig):
+    """A run waiting on a stalled server, sent `sig` once its first request arrived: (exit code, out, err)."""
     with ScriptedLLMServer(("sleep", 60, openai_reply(GOOD))) as srv:
         proc = subprocess.Popen([sys.executable, "-m", "cuforge.cli", *openai_run(srv, suite_dir, db)], cwd=ROOT,
                                 env=dict(os.environ, **KEY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert _wait_for(lambda: len(srv.requests) >= 1)
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
         assert time.monotonic() - t0 < 15
-    assert proc.returncode == 130, err[-2000:]
+    return proc.returncode, out, err
+
+
+def test_first_ctrl_c_stops_and_records_the_run_second_exits_at_once(tmp_path, suite_dir):
+    db = tmp_path / "c.db"
+    code, out, err = _signal_a_waiting_run(suite_dir, db, signal.SIGINT)
+    assert code == 130, err[-2000:]
     run_id = rows(db, "SELECT id FROM runs")[0][0]
     assert rows(db, "SELECT status FROM runs")[0][0] == "stopped"
     assert f"cuforge run --resume {run_id}" in out + err
@@ -310,13 +316,8 @@ def test_first_ctrl_c_stops_and_records_the_run_second_exits_at_once(tmp_path, s
 
 def test_sigterm_is_named_as_such_and_stops_the_run_like_ctrl_c(tmp_path, suite_dir):
     db = tmp_path / "t.db"
-    with ScriptedLLMServer(("sleep", 60, openai_reply(GOOD))) as srv:
-        proc = subprocess.Popen([sys.executable, "-m", "cuforge.cli", *openai_run(srv, suite_dir, db)], cwd=ROOT,
-                                env=dict(os.environ, **KEY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert _wait_for(lambda: len(srv.requests) >= 1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err[-2000:]
+    code, out, err = _signal_a_waiting_run(suite_dir, db, signal.SIGTERM)
+    assert code == 143, err[-2000:]
     assert "SIGTERM" in err and "Ctrl-C" not in out + err, err[-2000:]
     assert "terminated (SIGTERM)" in out + err
     assert rows(db, "SELECT status FROM runs")[0][0] == "stopped"
