@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from outcome_log import pytest_runtest_logreport  # noqa: F401 - CUFORGE_TEST_LOG=path: outcomes as they happen
+from outcome_log import pytest_configure, pytest_runtest_logreport  # noqa: F401 - CUFORGE_TEST_LOG=path: outcomes as they happen
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

@@ -6,11 +6,19 @@ import json
 import os
 
 MAX_TEXT = 6000  # characters of a failure kept: the assertion and the frames nearest it
+_XDIST_WORKER = False  # with xdist, the controller logs each report once; its workers do not
+
+
+def pytest_configure(config):  # noqa: ANN001
+    # Asked of this session's config, not of the environment: a pytest that a test starts inherits an
+    # xdist worker's environment variables without being one.
+    global _XDIST_WORKER
+    _XDIST_WORKER = hasattr(config, "workerinput")
 
 
 def pytest_runtest_logreport(report):  # noqa: ANN001
     path = os.environ.get("CUFORGE_TEST_LOG")
-    if not path or os.environ.get("PYTEST_XDIST_WORKER"):  # with xdist, the controller logs each report once
+    if not path or _XDIST_WORKER:
         return
     if report.when != "call" and not report.failed and not report.skipped:
         return
