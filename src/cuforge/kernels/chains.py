@@ -286,7 +286,9 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     if flat:
         if channels or bias:
             raise ValueError("a flat-indexed chain has no channels and no bias")
-        kind = (lambda shape: k if (k := broadcast_kind(shape, full)) in ("rc", "s") else None)
+        def kind(shape: tuple[int, ...]) -> str | None:
+            k = broadcast_kind(shape, full)
+            return k if k in ("rc", "s") else None
     env = {anchor_out: "v"}
     def load(x: str) -> str:
         return f"__half2float({x})" if dtype == "float16" else x
