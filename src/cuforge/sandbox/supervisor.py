@@ -112,6 +112,8 @@ class Supervisor:
         self.extra_env = dict(extra_env or {})
         if judge is not None:  # the worker's judge (worker.judge_for); None: CUFORGE_JUDGE or in-process
             self.extra_env["CUFORGE_JUDGE"] = judge
+        # Whether candidates run in hosts beside the worker (the split judge): the Landlock jail's layer differs.
+        self.split_judge = (self.extra_env.get("CUFORGE_JUDGE") or os.environ.get("CUFORGE_JUDGE", "")).strip().lower() == "split"
         self.proc: subprocess.Popen[str] | None = None
         self.cgroup: PidsCgroup | None = None
         self.info: dict[str, Any] = {}
@@ -153,9 +155,8 @@ class Supervisor:
         assert self.workdir is not None
         if jail.kind == LANDLOCK:
             # The worker confines itself first thing, before any thread or import (jail_landlock).
-            split = (self.extra_env.get("CUFORGE_JUDGE") or os.environ.get("CUFORGE_JUDGE", "")).strip().lower() == "split"
             spec = landlock_spec(str(self.workdir), shared if shared.is_dir() else None, gpu=not self.cpu_mode,
-                                 hosts=split)
+                                 hosts=self.split_judge)
             uid = jail_uid()
             if uid is not None:  # started as root: the worker drops to this uid, so its scratch is that uid's
                 blocked = next((b for b in map(lambda p: unreadable_to(uid, p), spec["python"]) if b), None)
