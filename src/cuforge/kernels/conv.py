@@ -71,8 +71,8 @@ def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
 
 
 # At most this many input channels, an ungrouped convolution is also conv_direct's: 3 colour channels
-# leave the implicit GEMM's 32-channel k-tiles mostly padding. Measured on the H100 (docs/benchmarks.md,
-# session 27): 3-D ones of 3 or 8 channels to 16 or 24 were 1.7x to 4.2x faster direct than folded; a 2-D
+# leave the implicit GEMM's 32-channel k-tiles mostly padding. Measured on the H100 (docs/benchmarks.md):
+# 3-D ones of 3 or 8 channels to 16 or 24 were 1.7x to 4.2x faster direct than folded; a 2-D
 # one of 8 to 64, 1.35x slower; with 64 output channels the implicit GEMM's tiles are full (it leads there).
 FEW_CHANNELS = 8
 FEW_OUT_CHANNELS = 32
@@ -84,7 +84,7 @@ def few_channels(f: ConvMatch) -> bool:
 
 def direct_first(f: ConvMatch) -> bool:
     """Where conv_direct leads the implicit GEMM: few input channels, not transposed, not pooled (the
-    implicit GEMM's epilogue sums pooled outputs). Measured on the H100 (docs/benchmarks.md, session 31):
+    implicit GEMM's epilogue sums pooled outputs). Measured on the H100 (docs/benchmarks.md):
     with its weights in shared memory and input rows slid over in registers (WIN), conv_direct beat the
     implicit GEMM's best on every such KernelBench convolution, 2-D and 3-D, 3 or 8 channels into 64 or
     96 (level1/50, 54, 59, 60, 66: 1.1x to 4x; level2/57, 69, 71, 87, 90: 1.1x to 2x)."""
@@ -199,7 +199,7 @@ def reads_x_directly(f: ConvMatch) -> bool:
     """Whether TMA can read x as it lies (DIRECT): rows of whole 16 bytes (TMA's global strides). Each box
     starts on a 16-byte boundary before the window and reads W densely, and the split skips the floats ahead
     of it and, for a stride S along W, takes every S-th (a box starting anywhere else stops the H100 with an
-    illegal instruction, measured with a (1, 3) kernel; a box with an element stride along W hung, session 30)."""
+    illegal instruction, measured with a (1, 3) kernel; a box with an element stride along W hung)."""
     return f.spatial[-1] % 4 == 0
 
 
@@ -345,7 +345,7 @@ class ConvTf32x3Sm90(GraphFamily):
     def tile_shapes(self, f: ConvMatch, widest: int) -> list[tuple[int, int]]:
         """(TW, TH) of the seeds' tiles in order of preference: `widest` (the output's width, at most 128),
         32, 16, then 128; a 1-D tile is one row of 128. The first whose tiles cover the output within 5% of
-        the best leads. On the H100 (session 35, the first two seeds before and after): level1/69's 128-wide
+        the best leads. On the H100 (the first two seeds before and after): level1/69's 128-wide
         tiles (68% of their pixels are output) 7.12 ms, 32 x 4 (89%) 5.36 ms; level1/58 1.57x, 68 1.24x, 61 1.17x,
         77 1.17x, level2/93 1.40x, no file of the twelve it reorders slower (nor, searched again, the six level2
         pipelines whose convolution stage it reaches)."""
@@ -381,12 +381,12 @@ class ConvTf32x3Sm90(GraphFamily):
         # Few output tiles: narrower columns first, so that more blocks share the work.
         if out and len(out) > 1 and f.pixels // self.BM * -(-f.c_out // out[0]["BN"]) < SEED_SMS:
             out.sort(key=lambda c: c["BN"])
-        if fold and out:  # the folded kernel leads (1.1x to 5x faster on the H100, session 27); unfolded second
+        if fold and out:  # the folded kernel leads (1.1x to 5x faster on the H100); unfolded second
             out.insert(1, {**out[0], "FOLD": 0})
         # The persistent grid (a block per SM; the next tile's loads overlap this one's epilogue): on the H100
-        # (session 29) 1.10-1.13x where the output is pooled (level2/67, 44) and 1.08x on level1/87, but 0.96x and
+        # (H100) 1.10-1.13x where the output is pooled (level2/67, 44) and 1.08x on level1/87, but 0.96x and
         # 0.90x where a larger output is written (level2/19, 65): it leads for a pooled output, else comes third.
-        # A tile's epilogue beside the next tile's first wgmmas (OVERLAP), A/B on the H100 (session 30): 1.035x on
+        # A tile's epilogue beside the next tile's first wgmmas (OVERLAP), A/B on the H100: 1.035x on
         # level2/67 (pooled, GELU), 0.96x on level1/54: with the pooled persistent seed only.
         if out:
             persist = {**out[0], "PERSIST": 1}
@@ -394,7 +394,7 @@ class ConvTf32x3Sm90(GraphFamily):
                 persist["OVERLAP"] = 1
             out.insert(0 if f.pool else min(2, len(out)), persist)
         # x read as it lies (DIRECT: no planes of twice the input written and read again), A/B on the H100
-        # (session 30): where each input value is read for few outputs (taps x output / input pixels) it wins,
+        # (H100): where each input value is read for few outputs (taps x output / input pixels) it wins,
         # level1/87 (1) 1.58x, 64 and 67 (3) 1.27x and 1.22x; at 9 it is even (level1/55, 57: 1.00x, 1.06x;
         # level2/16 0.94x), at 29 it loses (level1/70 0.87x): the second seed up to 5, else the last.
         # A strided W widens the box's rows (S floats an output): the widest TW whose rows fit TMA's 256 (a 2-D
@@ -408,14 +408,14 @@ class ConvTf32x3Sm90(GraphFamily):
                 out.insert(1, direct)
             else:
                 out.append(direct)
-        # Tiles spanning W's phases (DENSE_W), A/B against DIRECT on the H100 (session 34): where an output value
+        # Tiles spanning W's phases (DENSE_W), A/B against DIRECT on the H100: where an output value
         # takes few multiply-adds (macs_per_output) the phase tiles' scattered stores bound the kernel, level1/81
         # (11.5) 1.63x, 79 (48) 1.03x; with more, the S-fold MACs lose: level1/73, 77 (108) 0.74x, 0.64x, level2/16,
         # 5, 93 (144) 0.81-0.91x. Seeded second where at most 64.
         if direct and macs_per_output(f) <= 64 and self.valid({**direct, "DENSE_W": 1}, problem):
             out.insert(1, {**direct, "DENSE_W": 1})
         # Flat tiles over padded planes (FLAT) lead where they cover the output 5% better than the first seed's.
-        # On the H100 (session 36, against that seed side by side): level2/11 (34 x 34 outputs, 82% covered against
+        # On the H100 (against that seed side by side): level2/11 (34 x 34 outputs, 82% covered against
         # 60%) 4.50 -> 3.19 ms as a pipeline, level1/69 (98% against 89%) 5.36 -> 4.96, level2/19 (99% against 93%)
         # 14.8 -> 13.6 ms, though the padded planes are larger than x (1.41x for level2/11's 32 x 32 images); 3-D (a tile
         # of one depth): level1/61 8.54 -> 7.56 ms, 68 23.3 -> 19.6, 70 23.0 -> 18.8, level2/61 4.23 -> 2.91, 77 11.2 -> 8.27.

@@ -279,7 +279,7 @@ def escaped_work(check: EscapeCheck, kernels_per_call: int = 0) -> str | None:
 
 # An escape is systematic: the candidate's own code sends work past the timed stream on every call. A
 # host descheduled or paused in one check (a process starting beside it, a garbage collection) can look
-# like one once: a 19 us transposed convolution was called escaped_work on the H100 (session 34) after its
+# like one once: a 19 us transposed convolution was called escaped_work on the H100 after its
 # host blocked 0.63 ms a call, a kernel that passed the same check twice before.
 ESCAPE_TRIES = 3
 
