@@ -1,6 +1,8 @@
-"""Number formatting shared by the CLI and the prompts."""
+"""Words and numbers shared by the CLI, the prompts and the file guards."""
 
 from __future__ import annotations
+
+import stat
 
 
 def si(x: float | None, unit: str = "") -> str:
@@ -11,3 +13,12 @@ def si(x: float | None, unit: str = "") -> str:
         if abs(x) >= scale:
             return f"{x / scale:.3g}{suffix}{unit}"
     return f"{x:.3g}{unit}"
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode that is not a regular file names: 'a FIFO', 'a character device', ..."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"

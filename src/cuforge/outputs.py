@@ -15,6 +15,8 @@ import stat
 import sys
 from pathlib import Path
 
+from cuforge.fmt import file_kind
+
 MANIFEST = ".cuforge-export.json"
 STDOUT = "-"  # an output file named "-" is standard output
 
@@ -32,14 +34,6 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def is_stdout(path: Path | str) -> bool:
     return str(path) == STDOUT
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def check_output_file(path: Path, force: bool = False, protected: tuple[Path, ...] = ()) -> None:
@@ -61,7 +55,7 @@ def check_output_file(path: Path, force: bool = False, protected: tuple[Path, ..
     except OSError as e:
         raise OutputError(f"{path}: {e.strerror}") from None
     if not stat.S_ISREG(mode):
-        raise OutputError(f"{path} is {_kind(mode)}; name a regular file (or - for standard output)")
+        raise OutputError(f"{path} is {file_kind(mode)}; name a regular file (or - for standard output)")
     if is_sqlite_file(path):
         raise OutputError(f"{path} is an SQLite database; cuforge never overwrites one, even with --force")
     if not force:
@@ -117,7 +111,7 @@ def _file_digest(path: Path) -> str | None:
 def check_output_dir(out: Path) -> None:
     """Before any work: the directory is new, empty, or cuforge-made."""
     if out.exists() and not out.is_dir():
-        raise OutputError(f"{out} is {_kind(os.stat(out).st_mode)}, not a directory")
+        raise OutputError(f"{out} is {file_kind(os.stat(out).st_mode)}, not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         entries = sorted(p.name for p in out.iterdir())
         shown = ", ".join(entries[:8]) + (f" (+{len(entries) - 8} more)" if len(entries) > 8 else "")

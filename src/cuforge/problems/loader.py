@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cuforge import __version__
+from cuforge.fmt import file_kind
 from cuforge.procenv import scrubbed_env
 from cuforge.op_graph import OpNode, drop_identity_reductions, fold_operand_scales
 from cuforge.problems.problem import (
@@ -180,14 +181,6 @@ def inspect_files(
     return results
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_regular_file(path: Path) -> bytes:
     """A problem file's bytes. Opened without blocking and checked before reading: a FIFO named
     *.py would otherwise block the read until something writes to it, forever."""
@@ -195,7 +188,7 @@ def read_regular_file(path: Path) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise OSError(0, f"{_kind(mode)}, not a regular file")
+            raise OSError(0, f"{file_kind(mode)}, not a regular file")
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read()
     finally:
@@ -260,7 +253,6 @@ def problem_files_in(directory: Path) -> list[Path]:
     if not directory.is_dir():
         raise ProblemError(f"{directory}: not a directory")
     return sorted(p for p in directory.glob("*.py") if not p.name.startswith("_"))
-
 
 
 def validate_files(

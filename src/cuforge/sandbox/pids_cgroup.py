@@ -121,12 +121,6 @@ class PidsCgroup:
         finally:
             os.close(fd)
 
-    def members(self) -> list[int]:
-        try:
-            return [int(x) for x in Path(self.procs).read_text().split()]
-        except (OSError, ValueError):
-            return []
-
     def remove(self, wait_s: float = 2.0) -> None:
         """rmdir once empty: a killed process leaves its cgroup only when it is reaped."""
         deadline = time.monotonic() + wait_s
