@@ -67,15 +67,7 @@ class Pipeline(GraphFamily):
     singles: list[Family]
 
     def match(self, problem: Problem) -> list[Stage] | str:
-        # Keyed by the problem object, which the entry keeps alive (so its id is never reused while
-        # cached): hashing a traced graph of 40k nodes for each of the staged families cost seconds.
-        cache: dict[int, tuple[Problem, list[Stage] | str]] = self.__dict__.setdefault("_matches", {})
-        hit = cache.get(id(problem))
-        if hit is None or hit[0] is not problem:
-            if len(cache) > 256:
-                cache.clear()
-            hit = cache[id(problem)] = (problem, self._match(problem))
-        return hit[1]
+        return self.memo_match(problem)
 
     def _match(self, problem: Problem) -> list[Stage] | str:
         # A convolution or GEMM first: its kernel, then the rest; anything else first (a pooling before the

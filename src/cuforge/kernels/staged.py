@@ -145,15 +145,7 @@ class Staged(GraphFamily):
         return not isinstance(cut, str) and self.head.leads(cut.head)
 
     def match(self, problem: Problem) -> Cut | str:
-        # Keyed by the problem object, which the entry keeps alive (so its id is never reused while
-        # cached): hashing a traced graph of 40k nodes for each of the staged families cost seconds.
-        cache: dict[int, tuple[Problem, Cut | str]] = self.__dict__.setdefault("_matches", {})
-        hit = cache.get(id(problem))
-        if hit is None or hit[0] is not problem:
-            if len(cache) > 256:
-                cache.clear()
-            hit = cache[id(problem)] = (problem, self._match(problem))
-        return hit[1]
+        return self.memo_match(problem)
 
     def _match(self, problem: Problem) -> Cut | str:
         if first_computed(problem) not in ("convolution", "mm", "bmm", "addmm"):
