@@ -56,8 +56,8 @@ def main() -> None:
     from cuforge.kernels.batch_norm import BatchNorm, match_batch_norm
     from cuforge.kernels.batch_norm_team import BatchNormTeam
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     class AnyChannels(BatchNormTeam):  # the same kernels, without the family's lower bound on channel size
         def match(self, problem):  # type: ignore[no-untyped-def]

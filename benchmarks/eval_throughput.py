@@ -35,9 +35,9 @@ def main() -> None:
     from test_gpu_sandbox import hgemm_candidate
 
     from cuforge.problems.hgemm import hgemm_problem
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     problem = hgemm_problem(1024, 1024, 1024)
     base = hgemm_candidate("fp32")

@@ -89,8 +89,8 @@ def main() -> None:
     a = ap.parse_args()
     from cuforge.kernels.families import families_for
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     baselines = tuple(a.baseline) or ("torch", "torch.compile")
     cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False)

@@ -1,5 +1,5 @@
 """Nsight Compute's compact metrics (DRAM rate, L2 hit rate, warp stall reasons) for configs of a family on
-a KernelBench file, each profiled in its own jailed ncu subprocess (`cuforge.sandbox.ncu`): where a
+a KernelBench file, each profiled in its own jailed ncu subprocess (`cuforge.sandbox.driver.ncu`): where a
 memory-bound kernel's time goes when its timing alone does not say.
 
     python benchmarks/family_ncu.py .kb/level1/40_LayerNorm.py layer_norm_team \
@@ -26,7 +26,7 @@ def main() -> None:
     a = ap.parse_args()
     from cuforge.kernels.families import FAMILIES
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.ncu import ncu_profile
+    from cuforge.sandbox.driver.ncu import ncu_profile
 
     fam = next((f for f in FAMILIES if f.name == a.family), None)
     if fam is None:

@@ -20,8 +20,8 @@ def main() -> None:
 
     from cuforge.kernels.fp32 import GemmF32
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     out: dict = {"problem": a.problem, "cublas": {}, "configs": []}
     torch.manual_seed(0)

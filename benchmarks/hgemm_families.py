@@ -15,8 +15,8 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
 def main() -> None:
     from cuforge.kernels.families import GemmSm80, GemmSm90
     from cuforge.problems.hgemm import hgemm_problem
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     cfg = EvalConfig(baselines=("torch", "cublas", "cublaslt"), max_timing_s=2.0, profile=False)
     rows = []

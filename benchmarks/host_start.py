@@ -18,7 +18,7 @@ from _common import write_result
 def start_together(n: int, settle_s: float) -> dict:
     import torch
 
-    from cuforge.sandbox.hosts import HostPool
+    from cuforge.sandbox.judge.hosts import HostPool
 
     pool = HostPool("cuda", spares=n)  # its first batch starts at once: the zygote is then warm
     for c in [pool.take() for _ in range(n)]:

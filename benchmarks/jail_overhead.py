@@ -36,10 +36,10 @@ def main() -> None:
     from test_gpu_sandbox import hgemm_candidate
 
     from cuforge.problems.hgemm import hgemm_problem
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.jail import JailPlan, bwrap_argv, jail_plan
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.jail import JailPlan, bwrap_argv, jail_plan
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     plan = jail_plan()
     argv = bwrap_argv(plan, ["/bin/true"], gpu=True, shared_cache=None)
@@ -58,7 +58,7 @@ def main() -> None:
     # Where a worker's start goes: Python, torch and a CUDA context, jailed and not.
     import sys
 
-    from cuforge.sandbox.jail import jail_env
+    from cuforge.sandbox.driver.jail import jail_env
 
     probe = [sys.executable, "-c", "import time; t = time.perf_counter(); import torch; "
              "torch.zeros(1, device='cuda'); torch.cuda.synchronize(); print(time.perf_counter() - t)"]

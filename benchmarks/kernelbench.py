@@ -107,9 +107,9 @@ def main() -> None:
     a = ap.parse_args()
 
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     device = "cpu" if a.cpu else "cuda"
     sup = Supervisor(gpu=0, cpu_mode=a.cpu)

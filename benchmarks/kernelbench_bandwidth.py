@@ -83,8 +83,8 @@ def main() -> None:
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     chosen = files_of(["1"], [x for x in a.files.split(",") if x])
     prevalidate([p for _, p in chosen], 8)

@@ -49,8 +49,8 @@ def main() -> None:
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.layer_norm_team import LayerNormTeam
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     fam = LayerNormTeam()
     copy = copy_bandwidth_gbs()

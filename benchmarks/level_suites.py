@@ -71,9 +71,9 @@ def main() -> None:
 def time_against_torch_compile(store, problems: dict, rows: list[dict]) -> None:
     """Each problem's best kernel evaluated once more with torch eager and torch.compile timed beside
     it in one worker (the search leaves torch.compile out: its compile time dominates short evaluations)."""
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     cfg = EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=2.0, profile=False)
     with Supervisor(gpu=0) as sup:

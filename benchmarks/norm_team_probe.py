@@ -67,7 +67,7 @@ def model_call(cand: Any, mod: Any, inputs: list[Any], tag: str) -> Callable[[],
     """A call on `inputs` of the candidate module's ModelNew, built as the judge builds it."""
     import torch
 
-    from cuforge.sandbox.loading import candidate_class
+    from cuforge.sandbox.protocol.loading import candidate_class
 
     torch.manual_seed(1)
     model = candidate_class(cand.module_source(), mod, tag)(*mod.get_init_inputs()).cuda()
@@ -97,7 +97,7 @@ def probe_file(path: Path, rounds: int, before: str | None, configs: dict[str, d
 
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.loading import problem_module
+    from cuforge.sandbox.protocol.loading import problem_module
 
     expected, edits = EDITS[path.name]
     (problem,), _ = load_files([path])

@@ -12,9 +12,9 @@ def main() -> None:
     import torch
 
     from cuforge.problems.suites import BUILTIN_DIR
-    from cuforge.sandbox.cheats import set_strict_precision
-    from cuforge.sandbox.loading import module_from_source
-    from cuforge.sandbox.timing import L2Flusher, _Event, _synchronize
+    from cuforge.sandbox.protocol.precision import set_strict_precision
+    from cuforge.sandbox.protocol.loading import module_from_source
+    from cuforge.sandbox.judge.timing import L2Flusher, Event, synchronize
 
     set_strict_precision()
     dev = torch.device("cuda")
@@ -31,11 +31,11 @@ def main() -> None:
             model(*inputs)
             for _ in range(10):
                 flush()
-                s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+                s, e = Event(enable_timing=True), Event(enable_timing=True)
                 s.record()
                 model(*inputs)
                 e.record()
-                _synchronize()
+                synchronize()
                 times.append(s.elapsed_time(e))
         ms = statistics.median(times)
         rows[f"{path.parent.name}/{path.stem}"] = {"eager_ms": ms, "in_range": 0.5 <= ms <= 15}

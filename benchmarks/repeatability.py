@@ -20,9 +20,9 @@ def main() -> None:
 
     from cuforge.problems.hgemm import hgemm_problem
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     relu = Candidate((ROOT / "tests" / "gpu_candidates" / "relu_runtime.py").read_text())
     cases = [("level1/relu", load_problem("level1/relu"), relu),
@@ -40,7 +40,7 @@ def main() -> None:
             entry = {"candidate_medians_ms": medians, "max_over_min": max(medians) / min(medians),
                      "torch_max_over_min": max(base) / min(base), "method": ev.timings["candidate"].method}
             if not a.skip_ncu:
-                from cuforge.sandbox.ncu import NcuError, harness_vs_ncu, ncu_profile
+                from cuforge.sandbox.driver.ncu import NcuError, harness_vs_ncu, ncu_profile
 
                 try:
                     prof = ncu_profile(problem, cand)

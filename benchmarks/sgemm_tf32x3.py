@@ -25,8 +25,8 @@ def main() -> None:
 
     from cuforge.kernels.fp32 import GemmF32
     from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     cfg = EvalConfig(baselines=("torch",), max_timing_s=1.0, profile=False)
     rows = []

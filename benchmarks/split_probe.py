@@ -137,7 +137,7 @@ def judge(name: str) -> None:
     import torch
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
-    from cuforge.sandbox.jail_landlock import landlock_abi
+    from cuforge.sandbox.confine.landlock import landlock_abi
 
     report: dict = {"uname": os.uname().release, "landlock_abi": landlock_abi()}
     ctl_j, ctl_z = socket.socketpair()

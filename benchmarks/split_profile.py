@@ -29,11 +29,12 @@ def main() -> None:
     from test_gpu_sandbox import hgemm_candidate
 
     from cuforge.problems.hgemm import hgemm_problem
-    from cuforge.sandbox import judge
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import problem_payload
-    from cuforge.sandbox.worker import _device_info, settle_torch
+    from cuforge.sandbox.judge import split as judge
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import problem_payload
+    from cuforge.sandbox.host.monitor import settle_torch
+    from cuforge.sandbox.judge.worker import _device_info
 
     problem = problem_payload(hgemm_problem(1024, 1024, 1024))
     base = hgemm_candidate("fp32")
@@ -73,7 +74,7 @@ def main() -> None:
         "speedup_vs_torch": [round(ev.speedup_vs("torch") or 0, 3) for ev in evals],
         "host_spares": pool.spares, "cprofile": out.getvalue()[:60000],
     }
-    from cuforge.sandbox import wire
+    from cuforge.sandbox.protocol import wire
 
     result["judge_still_mapped"] = sum(len(m.opened) for m in wire._STILL_MAPPED)
     for ev in evals[:3]:

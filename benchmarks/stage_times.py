@@ -50,7 +50,7 @@ def profile_file(path: Path, seeds: int, prefer: str) -> dict[str, Any]:
 
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.loading import candidate_class, problem_module
+    from cuforge.sandbox.protocol.loading import candidate_class, problem_module
 
     (problem,), _ = load_files([path])
     families, why = families_for(problem)

@@ -60,8 +60,8 @@ def main() -> None:
     from cuforge.kernels.families import FAMILIES
     from cuforge.problems.suites import load_problem
     from cuforge.rewards import geomean
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     fam = next((f for f in FAMILIES if f.name == a.family), None)
     if fam is None:

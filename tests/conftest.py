@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
 @pytest.fixture(scope="module")
 def sup():
     """One GPU evaluation worker per test module (the GPU tests' shared fixture)."""
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     s = Supervisor(gpu=0)
     yield s

@@ -9,7 +9,7 @@ from cuforge.kernels.families import families_for, family_for
 from cuforge.kernels.fp32 import GemmF32, Gemv, match_gemm
 from cuforge.kernels.norms import NormRows, match_norm
 from cuforge.problems.suites import load_problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 from template_helpers import problem_from_expr, smoke_compile
 
 def problem(tmp_path, expr, inputs, args="a, b", init="        pass"):

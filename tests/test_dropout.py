@@ -6,9 +6,9 @@ import pytest
 
 from cuforge.kernels.dropout import TorchDropout
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.candidate import TorchCall, wrap_stages
-from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.protocol.candidate import TorchCall, wrap_stages
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.driver.supervisor import Supervisor
 from graph_eval import assert_stages_compute_forward
 from template_helpers import problem_from_expr, smoke_compile
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from cuforge.sandbox.executor import ExecutorError, LocalExecutor, SlotPool, select_gpus
-from cuforge.sandbox.supervisor import physical_gpu
+from cuforge.sandbox.driver.executor import ExecutorError, LocalExecutor, SlotPool, select_gpus
+from cuforge.sandbox.driver.supervisor import physical_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,8 @@ def test_select_gpus_maps_indices_to_physical_ids():
 
 
 def test_gpus_counts_workers_where_there_are_no_gpu_indices():
-    from cuforge.sandbox.executor import make_executor, worker_count
+    from cuforge.sandbox.driver.executor import worker_count
+    from cuforge.sandbox.driver.executor_choice import make_executor
 
     assert worker_count("all") is None and worker_count("4") == 4 and worker_count("0,1,2") == 3
     with pytest.raises(ExecutorError, match="0 workers; it must be from 1 to"):
@@ -89,7 +90,7 @@ def _candidates():
     """Three template GEMM configs and one that does not compile, for hgemm 64x64x64."""
     from cuforge.kernels.families import GemmSm80
     from cuforge.problems.hgemm import hgemm_problem
-    from cuforge.sandbox.candidate import Candidate
+    from cuforge.sandbox.protocol.candidate import Candidate
 
     problem = hgemm_problem(64, 64, 64)
     fam = GemmSm80()
@@ -106,7 +107,7 @@ def _comparable(ev) -> dict:
 
 
 def _evaluate_all(executor, problem, cands) -> list:
-    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
 
     config = EvalConfig(device="cpu", compile_only=True, baselines=("torch",))
     out: list = [None] * len(cands)
@@ -154,7 +155,7 @@ def local_ray():
 
 
 def test_ray_backend_gives_the_local_pools_results(local_ray, local_results):
-    from cuforge.sandbox.ray_executor import RayExecutor
+    from cuforge.sandbox.driver.ray_executor import RayExecutor
 
     problem, cands, local_evs = local_results
     ex = RayExecutor(resource="cuforge_slot", compile_only=True)
@@ -176,7 +177,7 @@ def test_ray_backend_gives_the_local_pools_results(local_ray, local_results):
 
 
 def test_ray_backend_refuses_a_cluster_without_the_resource(local_ray):
-    from cuforge.sandbox.ray_executor import RayExecutor
+    from cuforge.sandbox.driver.ray_executor import RayExecutor
 
     with pytest.raises(ExecutorError, match="no 'GPU' resources"):
         RayExecutor(resource="GPU", compile_only=True)

@@ -6,7 +6,7 @@ import pytest
 
 from cuforge.kernels.families import families_for
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
-from cuforge.sandbox.candidate import Candidate, LaunchSpec
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec
 from cuforge.runtime import compile_cuda
 from template_helpers import problem_from_expr, smoke_compile
 

@@ -7,7 +7,7 @@ import pytest
 
 from cuforge.kernels.batch_norm import BatchNorm
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, family_configs, problem_from_expr, skip_unless_sm90
 from test_batch_norm import bn_problem
 

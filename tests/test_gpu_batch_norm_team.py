@@ -7,7 +7,7 @@ plus random configs."""
 import pytest
 
 from cuforge.kernels.batch_norm_team import BatchNormTeam
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import check_family, problem_from_expr, skip_unless_sm90
 from test_batch_norm import bn_problem
 

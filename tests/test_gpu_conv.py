@@ -9,7 +9,7 @@ densely; transposed tiles spanning every phase along W (DENSE_W); flat tiles ove
 import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, conv_problem, family_configs, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,7 @@ import pytest
 
 from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, conv_problem, family_configs, problem_from_expr, skip_unless_sm90
 from test_conv_direct import SHAPES
 

@@ -8,7 +8,7 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import conv_problem, family_configs, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

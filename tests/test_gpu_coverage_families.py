@@ -7,7 +7,7 @@ import pytest
 from cuforge.kernels.pointwise import PointwiseChain
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu

@@ -5,7 +5,7 @@ the float64 reference; KernelBench level2/66's and 83's shapes, small."""
 import pytest
 
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import problem_from_expr, skip_unless_sm90
 from test_dropout import CONV_GN_CLAMP_DROPOUT, GEMM_DROPOUT_SOFTMAX
 
@@ -37,7 +37,7 @@ def test_pytorch_itself_matches_the_float64_reference_and_a_skipped_dropout_is_w
     # relative error norm of ~0.2 and the judge excused any candidate whose misses were no worse.
     from pathlib import Path
 
-    from cuforge.sandbox.candidate import Candidate
+    from cuforge.sandbox.protocol.candidate import Candidate
 
     expr, inputs, init = WIDE
     p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init, cuforge='CUFORGE = {"policy": "any"}')

@@ -7,8 +7,8 @@ import pytest
 
 from cuforge.kernels.families import GemmSm80
 from cuforge.problems.hgemm import hgemm_problem
-from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.executor import LocalExecutor, visible_gpus
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.driver.executor import LocalExecutor, visible_gpus
 
 pytestmark = pytest.mark.gpu
 

@@ -6,7 +6,7 @@ import pytest
 
 from cuforge.kernels.fp32 import GemmF32, Gemv
 from cuforge.kernels.norms import NormRows
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu

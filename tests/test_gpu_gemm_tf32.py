@@ -6,7 +6,7 @@ split in shared memory in place (K-major) and transposed ([K, rows]), in batches
 import pytest
 
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import family_configs, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,7 @@ from test_gpu_kernelbench import KB, _evaluate
 from test_gpu_sandbox import CFG, cand
 from test_judge_split import split_supervisor
 
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 
 pytestmark = pytest.mark.gpu
 JUDGED = "bracket+rotating, judge's events"
@@ -90,7 +90,7 @@ def test_spares_start_their_gpu_part_in_batches_and_only_when_none_is_left():
     (the judge replenishes after its timing): an evaluation then rarely waits for a start."""
     import torch
 
-    from cuforge.sandbox import hosts
+    from cuforge.sandbox.judge import hosts
 
     torch.zeros(1, device="cuda")
     pool = hosts.HostPool("cuda", spares=3)

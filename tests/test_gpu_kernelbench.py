@@ -31,8 +31,8 @@ def _evaluate(sup, problem_path: Path, source: str, policy: str | None = None, *
     from dataclasses import replace
 
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
 
     problem = load_problem(str(problem_path))
     if policy:

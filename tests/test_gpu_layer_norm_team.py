@@ -6,7 +6,7 @@ random configs, with weight and bias drawn at random so that a slot read from th
 import pytest
 
 from cuforge.kernels.layer_norm_team import LayerNormTeam
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

@@ -5,7 +5,7 @@ through views, against the float64 reference at the harness's fp32 tolerance - m
 import pytest
 
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

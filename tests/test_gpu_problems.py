@@ -8,7 +8,7 @@ import torch
 
 from conftest import run_cli
 from cuforge.problems.suites import BUILTIN_DIR
-from cuforge.sandbox.loading import module_from_source
+from cuforge.sandbox.protocol.loading import module_from_source
 
 pytestmark = pytest.mark.gpu
 

@@ -5,7 +5,7 @@ over row means of a 3-D input, a difference of row norms; 4-wide and scalar load
 import pytest
 
 from cuforge.kernels.row_loss import RowLoss
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, family_configs, problem_from_expr
 from test_row_loss import LOSSES
 

@@ -8,7 +8,7 @@ import pytest
 
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.rows_cluster import RowsCluster
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

@@ -6,7 +6,7 @@ than teams (the slots refilled while written); each family seed plus random conf
 import pytest
 
 from cuforge.kernels.rows_team import RowsTeam
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import assert_all_ok, check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu

@@ -11,9 +11,9 @@ from conftest import relu_problem_source
 
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
-from cuforge.sandbox.candidate import Candidate, LaunchSpec
-from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.driver.supervisor import Supervisor
 
 pytestmark = pytest.mark.gpu
 CANDS = Path(__file__).parent / "gpu_candidates"
@@ -197,7 +197,7 @@ def test_poison_reaches_freed_blocks_inside_segments_that_stay_allocated():
     poison must still overwrite it, or `torch.empty` hands a later candidate the freed result."""
     import torch
 
-    from cuforge.sandbox import verify
+    from cuforge.sandbox.protocol import tensors
 
     dev = torch.device("cuda", 0)
     whole = torch.empty(2 * 2**26, dtype=torch.uint8, device=dev)
@@ -206,19 +206,19 @@ def test_poison_reaches_freed_blocks_inside_segments_that_stay_allocated():
     result = torch.full((2**24,), 3.0, dtype=torch.float32, device=dev)
     address = result.data_ptr()
     del result
-    verify.poison_free_memory(dev)
+    tensors.poison_free_memory(dev)
     reused = torch.empty(2**24, dtype=torch.float32, device=dev)
     assert reused.data_ptr() == address  # the same block came back ...
-    assert verify.poison_fraction(reused) == 1.0  # ... holding the poison, not the freed 3.0s
+    assert tensors.poison_fraction(reused) == 1.0  # ... holding the poison, not the freed 3.0s
     assert bool((keep == 1).all())
 
 
 SHARED_GPU_EVALUATOR = """
 import json, sys
 from cuforge.problems.loader import load_files
-from cuforge.sandbox.candidate import Candidate
-from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.driver.supervisor import Supervisor
 from pathlib import Path
 (problem,), _ = load_files([Path(sys.argv[1])])
 source = "import torch\\nclass ModelNew(torch.nn.Module):\\n    def forward(self, x):\\n        return torch.relu(x)\\n"
@@ -257,9 +257,9 @@ def test_the_landlock_jail_evaluates_on_the_gpu_or_refuses_in_one_line(problems,
     split judge's candidate hosts need their own CUDA start beneath the judge's Landlock layer; where
     the driver refuses it (cuInit: no device, seen on the H100 as root), the worker refuses to start
     with one line naming the cause and the remedy, never evaluation after evaluation of crashes."""
-    from cuforge.sandbox.jail import jail_plan
-    from cuforge.sandbox.jail_landlock import available
-    from cuforge.sandbox.supervisor import WorkerStartError
+    from cuforge.sandbox.driver.jail import jail_plan
+    from cuforge.sandbox.confine.landlock import available
+    from cuforge.sandbox.driver.supervisor import WorkerStartError
 
     if not available()[0]:
         pytest.skip(f"no Landlock here: {available()[1]}")

@@ -8,7 +8,7 @@ import pytest
 from cuforge.kernels.gemm_softmax import GemmSoftmax
 from cuforge.kernels.softmax import SoftmaxRows
 from cuforge.problems.suites import load_problem
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from template_helpers import family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu

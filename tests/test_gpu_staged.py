@@ -7,7 +7,7 @@ import pytest
 from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 from test_pipeline import PIPELINE_CASES
 from template_helpers import problem_from_expr, skip_unless_sm90
 

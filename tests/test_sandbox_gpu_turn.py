@@ -10,11 +10,11 @@ import tempfile
 import time
 import uuid
 
-from cuforge.sandbox import gpu_turn as turns
+from cuforge.sandbox.driver import gpu_turn as turns
 
 HOLDER = """
 import sys, time
-from cuforge.sandbox.gpu_turn import gpu_turn
+from cuforge.sandbox.driver.gpu_turn import gpu_turn
 with gpu_turn(sys.argv[1]) as waited:
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -96,9 +96,9 @@ def test_a_supervisor_shut_down_while_waiting_for_the_gpu_returns_at_once(tmp_pa
     from conftest import relu_problem_source
 
     from cuforge.problems.loader import load_files
-    from cuforge.sandbox.candidate import Candidate
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import Supervisor
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import Supervisor
 
     f = tmp_path / "relu.py"
     f.write_text(relu_problem_source(1024, "custom", "N"))

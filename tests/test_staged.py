@@ -10,7 +10,7 @@ from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged, cut_at
 from cuforge.runtime import compile_cuda
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
 from template_helpers import problem_from_expr, smoke_compile
 
 CONV_GN = ("self.gn(torch.relu(self.conv(a)) * 2)", "torch.randn(2, 8, 20, 20)",
@@ -127,8 +127,8 @@ def test_a_norm_op_followed_by_an_elementwise_chain_is_one_normalize_kernel(tmp_
 
 
 def test_a_compile_only_worker_loads_the_staged_module_and_builds_both_kernels(tmp_path):
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.executor import LocalExecutor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.executor import LocalExecutor
 
     p = problem_from_expr(tmp_path, CONV_GN[0], CONV_GN[1], args="a", init=CONV_GN[2])
     fam = families_for(p)[0][0]

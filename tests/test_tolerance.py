@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cuforge.problems.problem import Tolerance
-from cuforge.sandbox import verify
+from cuforge.sandbox.judge import verify
 
 TOL = Tolerance.for_dtype("float32")
 

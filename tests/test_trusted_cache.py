@@ -2,7 +2,7 @@
 
 import base64
 
-from cuforge.sandbox import trusted_cache
+from cuforge.sandbox.protocol import trusted_cache
 
 
 def test_entries_are_accepted_only_as_plain_kind_and_name_and_read_back_only_when_intact(tmp_path, monkeypatch):

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from glob import glob
 from typing import Any
 
 from cuforge.procenv import is_secret_name
@@ -97,15 +96,9 @@ def check_nvrtc() -> Check:
                      "pip install 'nvidia-cuda-nvrtc==13.0.*' cuda-core cuda-bindings")
 
 
-def find_ncu() -> str | None:
-    found = shutil.which("ncu")
-    if found:
-        return found
-    candidates = sorted(glob("/opt/nvidia/nsight-compute/*/ncu") + glob("/usr/local/cuda*/bin/ncu"))
-    return candidates[-1] if candidates else None
-
-
 def check_ncu() -> Check:
+    from cuforge.sandbox.driver.ncu import find_ncu
+
     path = find_ncu()
     if not path:
         return Check("ncu", False, "not found", "install Nsight Compute for detailed profiles (optional)")
@@ -130,7 +123,7 @@ def _private_entries(dirs: list[str], most: int = 12) -> list[str]:
     the package, nor a directory holding one)."""
     import os
 
-    from cuforge.sandbox.jail import python_paths
+    from cuforge.sandbox.driver.jail import python_paths
 
     bound = python_paths()
     out: list[str] = []
@@ -157,9 +150,9 @@ def check_isolation() -> Check:
 
     from cuforge.procenv import secret_names_present
     from cuforge.problems.loader import cache_dir
-    from cuforge.sandbox.isolation import default_worker_memory_gib, physical_memory_bytes
-    from cuforge.sandbox.jail import JailError, jail_plan
-    from cuforge.sandbox.supervisor import Supervisor, WorkerStartError
+    from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib, physical_memory_bytes
+    from cuforge.sandbox.driver.jail import JailError, jail_plan
+    from cuforge.sandbox.driver.supervisor import Supervisor, WorkerStartError
 
     limits = (f"worker host memory {default_worker_memory_gib():g} GiB (half of {physical_memory_bytes() / 2**30:.1f} "
               "GiB, at most 64; worker_memory in a run config)")
@@ -201,8 +194,8 @@ def check_isolation() -> Check:
 
 
 def check_judge() -> Check:
-    """Which judge each kind of candidate gets (worker.judge_for), and whether CUFORGE_JUDGE is valid."""
-    from cuforge.sandbox.worker import judge_for
+    """Which judge each kind of candidate gets (protocol/judges.py), and whether CUFORGE_JUDGE is valid."""
+    from cuforge.sandbox.protocol.judges import judge_for
 
     try:
         llm, own = judge_for(untrusted=True), judge_for(untrusted=False)

@@ -17,14 +17,14 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cuforge.sandbox.evaluation import Diagnostic
-from cuforge.tma import TensorMap, function_handle, launch_through_driver
+from cuforge.diagnostics import Diagnostic
+from cuforge.tma import LaunchError, TensorMap, function_handle, launch_through_driver
 
 _LOCK = threading.Lock()
 _MEMORY_CACHE: dict[str, bytes] = {}
@@ -39,10 +39,6 @@ class CompileError(RuntimeError):
         super().__init__(message)
         self.diagnostics = diagnostics
         self.log = log
-
-
-class LaunchError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -528,3 +524,8 @@ def compile_cuda(
 
 def reset_launch_records() -> None:
     LAUNCHED.clear()
+
+
+def kernel_resources() -> list[dict[str, Any]]:
+    """Registers, shared and local memory of every kernel this process launched (for the profile)."""
+    return [asdict(r) for r in LAUNCHED.values() if r.launches > 0]

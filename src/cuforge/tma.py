@@ -12,10 +12,8 @@ from typing import Any
 import numpy as np
 
 
-def _launch_error(message: str) -> Exception:
-    from cuforge.runtime import LaunchError
-
-    return LaunchError(message)
+class LaunchError(RuntimeError):
+    """A kernel launch the driver refused (runtime.py raises it too and exports it under its name)."""
 
 
 class TensorMap:
@@ -67,7 +65,7 @@ def _encode(tensor: Any, dtype: str, shape: tuple[int, ...], box: tuple[int, ...
         return cached
     elem = tensor.element_size()
     if (shape[0] * elem) % 16 or tensor.data_ptr() % 16:
-        raise _launch_error(f"{what}: rows of {shape[0] * elem} bytes (and the base address) must be multiples of 16")
+        raise LaunchError(f"{what}: rows of {shape[0] * elem} bytes (and the base address) must be multiples of 16")
     buf = ctypes.create_string_buffer(128 + 64)
     addr = (ctypes.addressof(buf) + 63) & ~63
     rank = len(shape)
@@ -80,7 +78,7 @@ def _encode(tensor: Any, dtype: str, shape: tuple[int, ...], box: tuple[int, ...
         (ctypes.c_uint64 * max(rank - 1, 1))(*(pitches or [0])), (ctypes.c_uint32 * rank)(*box),
         (ctypes.c_uint32 * rank)(*element_strides), 0, _TMA_SWIZZLE[swizzle], 3, 0)
     if err:
-        raise _launch_error(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {dtype} tensor of dims {list(shape)} "
+        raise LaunchError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for a {dtype} tensor of dims {list(shape)} "
                             f"(innermost first), box {list(box)}, element strides {list(element_strides)}, swizzle {swizzle}")
     _TMA_CACHE[key] = tmap = TensorMap(buf, addr)
     if len(_TMA_CACHE) > 256:
@@ -91,7 +89,7 @@ def _encode(tensor: Any, dtype: str, shape: tuple[int, ...], box: tuple[int, ...
 def _dtype(tensor: Any, swizzle: int, what: str) -> str:
     dtype = str(tensor.dtype).removeprefix("torch.")
     if dtype not in _TMA_DTYPES or swizzle not in _TMA_SWIZZLE:
-        raise _launch_error(f"{what}: unsupported dtype {dtype} or swizzle {swizzle}")
+        raise LaunchError(f"{what}: unsupported dtype {dtype} or swizzle {swizzle}")
     return dtype
 
 
@@ -100,7 +98,7 @@ def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> T
     matrices is one tall matrix): tiles of box_outer rows x box_inner elements, shared-memory swizzle
     of `swizzle` bytes, zero fill past the tensor's edges."""
     if not getattr(tensor, "is_cuda", False) or tensor.dim() < 2 or not tensor.is_contiguous():
-        raise _launch_error("tma_2d needs a contiguous CUDA tensor of 2 or more dims")
+        raise LaunchError("tma_2d needs a contiguous CUDA tensor of 2 or more dims")
     dtype = _dtype(tensor, swizzle, "tma_2d")
     cols = tensor.shape[-1]
     rows = tensor.numel() // cols if cols else 0
@@ -113,13 +111,13 @@ def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] =
     s-th element of box[i] (ceil(box[i] / s) of them): a strided convolution's window. Coordinates
     may run past either edge (negative too): those elements load as zero, a convolution's padding."""
     if not getattr(tensor, "is_cuda", False) or not 1 <= tensor.dim() <= 5 or not tensor.is_contiguous():
-        raise _launch_error("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
+        raise LaunchError("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
     rank = tensor.dim()
     strides = tuple(element_strides) or (1,) * rank
     if len(box) != rank or len(strides) != rank:
-        raise _launch_error(f"tma_nd: a box and element strides of {rank} dims for a {rank}-D tensor, not {box} and {strides}")
+        raise LaunchError(f"tma_nd: a box and element strides of {rank} dims for a {rank}-D tensor, not {box} and {strides}")
     if not all(1 <= b <= 256 for b in box) or not all(1 <= x <= 8 for x in strides):
-        raise _launch_error(f"tma_nd: box dims run 1 to 256 and element strides 1 to 8, not {box} and {strides}")
+        raise LaunchError(f"tma_nd: box dims run 1 to 256 and element strides 1 to 8, not {box} and {strides}")
     dtype = _dtype(tensor, swizzle, "tma_nd")
     return _encode(tensor, dtype, tuple(reversed(tensor.shape)), tuple(box), strides, swizzle, "tma_nd")
 
@@ -131,7 +129,7 @@ def function_handle(handle: Any, name: str) -> int:
     if type(handle).__name__ == "CUkernel":
         err, handle = driver.cuKernelGetFunction(handle)
         if int(err) != 0:
-            raise _launch_error(f"{name}: cuKernelGetFunction failed ({err})")
+            raise LaunchError(f"{name}: cuKernelGetFunction failed ({err})")
     return int(handle)
 
 
@@ -156,4 +154,4 @@ def launch_through_driver(function: int, name: str, grid: tuple[int, ...], block
                                     *(ctypes.c_uint(x) for x in b), ctypes.c_uint(shared_mem),
                                     ctypes.c_void_p(stream), params, None)
     if err:
-        raise _launch_error(f"{name}: cuLaunchKernel failed (CUresult {err})")
+        raise LaunchError(f"{name}: cuLaunchKernel failed (CUresult {err})")

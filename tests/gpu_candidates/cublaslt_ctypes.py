@@ -1,7 +1,7 @@
 """Library compute hidden from aten: cuBLASLt called through ctypes (caught by kernel names)."""
 import torch
 
-from cuforge.sandbox.baselines import CublasLt
+from cuforge.sandbox.judge.baselines import CublasLt
 
 
 class ModelNew(torch.nn.Module):

@@ -127,6 +127,8 @@ class RunConfig:
     max_failures: int = 5  # requests in a row with nothing to evaluate end a problem (provider errors: the run)
     worker_memory_gib: float | None = None  # one worker's host memory; None: half the machine's, at most 64 GiB
     inspect_timeout_s: float = 180.0  # one problem file's import and trace; a file past it is skipped, named
+    # The precision contract (fp32, pytorch, kernelbench); None: each problem's own CUFORGE precision, else fp32
+    precision: str | None = None
 
     @property
     def max_candidates_per_problem(self) -> int:
@@ -179,6 +181,13 @@ class RunConfig:
 
         if self.reward not in REWARDS:
             raise ConfigError(f"--reward: unknown reward {self.reward!r}; choose from {', '.join(REWARDS)}")
+        if self.precision is not None:
+            from cuforge.sandbox.protocol.precision import UnknownContract, contract
+
+            try:
+                contract(self.precision)
+            except UnknownContract as e:
+                raise ConfigError(f"--precision: {e}") from None
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("device must be cuda or cpu")
         if self.executor not in ("local", "ray"):
@@ -258,7 +267,8 @@ _TOML_TO_FIELD = {"wall_time": "wall_time_s", "problem": "problems", "eval_timeo
                   "inspect_timeout": "inspect_timeout_s",
                   "request_timeout": "request_timeout_s"}
 _PROPOSER_KEYS = ("provider", "model", "base_url", "replay", "reasoning_effort")
-_STRING_KEYS = ("suite", "baseline", "reward", "executor", "gpus", "ray_address", "ray_resource", "prompt_dir", "prices")
+_STRING_KEYS = ("suite", "baseline", "reward", "executor", "gpus", "ray_address", "ray_resource", "prompt_dir", "prices",
+                "precision")
 # Flags of the command rather than of the search: returned under "cli" for the command to apply.
 CLI_KEYS = {"results": str, "resume": str, "json": bool, "unsafe_no_jail": bool}
 _TOML_KEYS = sorted(set(_TOML_TO_FIELD) | set(BOUNDS) - set(_TOML_TO_FIELD.values()) | set(_PROPOSER_KEYS)

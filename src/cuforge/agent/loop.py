@@ -26,8 +26,8 @@ from cuforge.agent.providers import ContextLengthError, ProposerExhausted, Provi
 from cuforge.problems.problem import Problem
 from cuforge.results.store import Store
 from cuforge.rewards import Outcome, get_reward
-from cuforge.sandbox.candidate import Candidate
-from cuforge.sandbox.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 
 # How far repeated duplicates push the sampling temperature up (per duplicate in a row), and the cap.
 DUPLICATE_TEMPERATURE_STEP = 0.25
@@ -95,7 +95,14 @@ def eval_config(cfg: RunConfig, problem: Problem) -> EvalConfig:
     baselines = tuple(dict.fromkeys(["torch", *wanted]))
     memory = {"max_host_memory_gib": cfg.worker_memory_gib} if cfg.worker_memory_gib else {}
     return EvalConfig(device="cpu" if cfg.compile_only else cfg.device, baselines=baselines, compile_only=cfg.compile_only,
-                      timeout_s=cfg.eval_timeout_s, max_timing_s=cfg.max_timing_s, **memory)
+                      timeout_s=cfg.eval_timeout_s, max_timing_s=cfg.max_timing_s,
+                      precision=problem_contract(cfg.precision, problem), **memory)
+
+
+def problem_contract(asked: str | None, problem: Problem) -> str:
+    """The contract a problem is judged under: the run's when it names one, else the problem's own
+    CUFORGE precision, else fp32."""
+    return asked or problem.meta.precision or "fp32"
 
 
 def feedback_text(ev: Evaluation, baseline: str) -> str:

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuforge.sandbox.candidate import normalize_source
+from cuforge.sandbox.protocol.candidate import normalize_source
 
 # How close a failure is to working, for FIX mode: wrong output beats a runtime error beats a compile error.
 _FIX_PREFERENCE = {"wrong_output": 3, "runtime_error": 2, "timeout": 1, "crash": 1, "compile_error": 1, "parse_error": 0}

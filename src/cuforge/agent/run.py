@@ -31,9 +31,10 @@ from cuforge.agent.providers import (
 from cuforge.problems.problem import Problem, SkippedProblem
 from cuforge.problems.suites import load_suite
 from cuforge.results.store import HEARTBEAT_S, Store
-from cuforge.sandbox.candidate import Candidate
-from cuforge.sandbox.executor import Executor, ExecutorError, make_executor
-from cuforge.sandbox.worker import judge_for
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.driver.executor import Executor, ExecutorError
+from cuforge.sandbox.driver.executor_choice import make_executor
+from cuforge.sandbox.protocol.judges import judge_for
 
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT)
 EXIT_TERMINATED = 143  # stopped by SIGTERM: 128 + its number, as shells report it
@@ -191,7 +192,7 @@ def restore(search: Search, store: Store, run_id: str) -> list[tuple[int, Proble
         st = search.states.get(row["problem_id"])
         if st is None or row["format"] == "raw":
             continue
-        from cuforge.sandbox.candidate import LaunchSpec
+        from cuforge.sandbox.protocol.candidate import LaunchSpec
 
         launch = LaunchSpec.from_dict(row["launch"]) if row["launch"] else None
         cand = Candidate(row["source"], row["format"], launch, row["proposer"])

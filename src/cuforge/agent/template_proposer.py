@@ -9,7 +9,7 @@ from typing import Any
 
 from cuforge.kernels.families import Family, config_of, families_for
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.protocol.candidate import Candidate
 
 
 class NotCovered(RuntimeError):

@@ -12,7 +12,7 @@ from cuforge.cli.app import EXIT_FAILURES, app, console, emit_json, err_console,
 
 
 def _require_jail(unsafe_no_jail: bool) -> None:
-    from cuforge.sandbox.jail import JailError, require_jail
+    from cuforge.sandbox.driver.jail import JailError, require_jail
 
     try:
         require_jail(unsafe_no_jail)
@@ -46,6 +46,9 @@ def eval_cmd(
     policy: Optional[str] = typer.Option(None, help="Override the problem's policy: custom (the candidate must compute "
                                          "with its own kernels) or any (library calls allowed, e.g. PyTorch itself)."),
     ncu: bool = typer.Option(False, "--ncu", help="Also collect an Nsight Compute profile of the candidate."),
+    precision: Optional[str] = typer.Option(None, help="Precision contract: fp32 (TF32 off everywhere), pytorch "
+                                            "(PyTorch's default flags: cuDNN TF32) or kernelbench (its tolerances); "
+                                            "default: the problem's own, else fp32."),
     unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Evaluate candidate code without a jail "
                                         "where none is available (it can then read your files and keys)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -53,12 +56,19 @@ def eval_cmd(
     """Evaluate one candidate: correctness, anti-cheat, timing against each baseline, profile."""
     from cuforge.problems.problem import ProblemError
     from cuforge.problems.suites import load_problem
-    from cuforge.sandbox.evaluate import CandidateFileError, candidate_from_file, supervisor_for
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import WorkerStartError
+    from cuforge.sandbox.driver.evaluate import CandidateFileError, candidate_from_file, supervisor_for
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import WorkerStartError
 
     from cuforge.problems.problem import POLICIES
 
+    from cuforge.sandbox.protocol.precision import UnknownContract, contract
+
+    if precision is not None:
+        try:
+            precision = contract(precision).name
+        except UnknownContract as e:
+            fail(f"--precision: {e}")
     if policy is not None and policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     modes = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
@@ -87,20 +97,20 @@ def eval_cmd(
                           "kernel runs without a GPU)", highlight=False, soft_wrap=True)
         problem = problem.for_cpu_test_mode()
     config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout, compile_mode=compile_mode,
-                        baselines=chosen_baselines)
+                        baselines=chosen_baselines, precision=precision or problem.meta.precision or "fp32")
     try:
         with console.status(f"evaluating {candidate_path.name} on {problem.id} ...", spinner="dots"):
             ev = supervisor_for(config, gpu).evaluate(problem, candidate, config)
             if ncu and ev.ok:
-                from cuforge.sandbox.ncu import NcuError, ncu_profile
+                from cuforge.sandbox.driver.ncu import NcuError, ncu_profile
 
                 try:
-                    from cuforge.sandbox.evaluation import Profile
-                    from cuforge.sandbox.profile import summarize
+                    from cuforge.sandbox.protocol.evaluation import Profile
+                    from cuforge.sandbox.protocol.evaluation import summarize_profile
 
                     ev.profile = ev.profile or Profile()
                     ev.profile.ncu = ncu_profile(problem, candidate, gpu)
-                    ev.profile.summary = summarize(ev.profile)
+                    ev.profile.summary = summarize_profile(ev.profile)
                 except NcuError as e:
                     err_console.print(f"[yellow]ncu profile unavailable:[/] {e}", highlight=False)
     except WorkerStartError as e:
@@ -114,13 +124,23 @@ def eval_cmd(
 
 def _check_gpu(gpu: int, without: str = "--cpu runs the harness's CPU test mode") -> None:
     """--gpu names a GPU this machine has (no GPU at all: say so, and what to do instead)."""
-    from cuforge.sandbox.executor import visible_gpus
+    from cuforge.sandbox.driver.executor import visible_gpus
 
     gpus = visible_gpus()
     if not gpus:
         fail(f"no GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty); {without}")
     if gpu >= len(gpus):
         fail(f"--gpu: no GPU {gpu} here ({len(gpus)} visible)")
+
+
+def baseline_label(name: str, precision: str) -> str:
+    """A stored baseline's name says which flags it ran under: eager and torch.compile under a
+    default-flags contract get `.default_flags` (the fp32 contract's keep their plain names)."""
+    from cuforge.sandbox.protocol.precision import contract
+
+    if name in ("torch", "torch.compile") and contract(precision).default_flags:
+        return f"{name}.default_flags"
+    return name
 
 
 def print_evaluation(ev: Any) -> None:
@@ -133,6 +153,13 @@ def print_evaluation(ev: Any) -> None:
     if c.get("trials_passed"):
         console.print(f"correctness: {c['trials_passed']}/{c.get('trials', c['trials_passed'])} trials vs {c.get('reference')} "
                       f"reference; max abs err {c.get('max_abs_err', 0):.3g}, rel-norm err {c.get('rel_norm_err', 0):.3g}")
+    if c.get("precision"):
+        from cuforge.sandbox.protocol.precision import CONTRACTS, other_eager
+
+        name = c["precision"]
+        console.print(f"precision contract: {name} ({CONTRACTS[name].summary}); torch = eager under its flags, "
+                      f"{other_eager(name)} = eager under the other contract's"
+                      + (" (the same kernels here)" if c.get("eager_flags") else ""), highlight=False, soft_wrap=True)
     if ev.timings:
         t = Table(title="timings (interleaved, same worker)")
         for col in ("contender", "median ms", "p20 ms", "p80 ms", "n", "method", "speedup"):
@@ -159,6 +186,9 @@ def baseline_cmd(
     baselines: Optional[str] = typer.Option(None, help="Comma-separated baselines (default: each problem's)."),
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
     gpu: int = typer.Option(0, min=0, max=1023, help="GPU index."),
+    precision: Optional[str] = typer.Option(None, help="Precision contract the baselines run under: fp32 (TF32 off) "
+                                            "or pytorch/kernelbench (PyTorch's default flags); default: each problem's, "
+                                            "else fp32. Stored under names that say which (torch, torch.default_flags)."),
     unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Run the problems' code without a jail "
                                         "where none is available."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -169,10 +199,10 @@ def baseline_cmd(
     from cuforge.problems.problem import ProblemError
     from cuforge.problems.suites import load_suite
     from cuforge.results.store import Store, StoreError
-    from cuforge.sandbox.baseline_run import measure_baselines, software_tag
-    from cuforge.sandbox.evaluate import supervisor_for
-    from cuforge.sandbox.evaluation import EvalConfig
-    from cuforge.sandbox.supervisor import WorkerStartError
+    from cuforge.sandbox.driver.baseline_run import measure_baselines, software_tag
+    from cuforge.sandbox.driver.evaluate import supervisor_for
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.driver.supervisor import WorkerStartError
 
     try:
         loaded = load_suite(suite)
@@ -181,6 +211,12 @@ def baseline_cmd(
     chosen = [p for p in loaded.problems if problem in (None, p.id, p.name)]
     if not chosen:
         fail(f"--problem: no problem {problem!r} in {loaded.name}")
+    from cuforge.sandbox.protocol.precision import UnknownContract, contract
+
+    try:
+        precision = contract(precision).name if precision is not None else None
+    except UnknownContract as e:
+        fail(f"--precision: {e}")
     _require_jail(unsafe_no_jail)
     for p in chosen:
         _parse_baselines(baselines, p)
@@ -194,7 +230,7 @@ def baseline_cmd(
         task = progress.add_task("baselines", total=len(chosen))
         for p in chosen:
             wanted = tuple(b for b in _parse_baselines(baselines, p) if b != "torch")
-            config = EvalConfig(baselines=wanted, profile=False)
+            config = EvalConfig(baselines=wanted, profile=False, precision=precision or p.meta.precision or "fp32")
             try:
                 sup = supervisor_for(config, gpu, untrusted=False)  # only the problem's own reference runs
                 ev = measure_baselines(sup, p, config)
@@ -207,7 +243,7 @@ def baseline_cmd(
                 continue
             gpu_name, sw = ev.device.get("name", "?"), software_tag(ev.device)
             for name, st in ev.timings.items():
-                label = "torch" if name == "candidate" else name
+                label = baseline_label("torch" if name == "candidate" else name, config.precision)
                 store.add_baseline(p.id, p.source, gpu_name, sw, label, vars(st), ev.correctness.get(label) or {})
                 rows.append({"problem": p.id, "baseline": label, "median_ms": st.median_ms, "p20_ms": st.p20_ms,
                              "p80_ms": st.p80_ms, "n": st.n, "method": st.method, "gpu": gpu_name})

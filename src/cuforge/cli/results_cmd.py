@@ -24,22 +24,26 @@ def _open_store(path: Path) -> Any:
 
 def _check_baseline(baseline: str) -> None:
     from cuforge.problems.problem import BASELINES
+    from cuforge.sandbox.protocol.precision import DEFAULT_EAGER, STRICT_EAGER
 
-    if baseline not in BASELINES:
-        fail(f"--baseline: unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
+    known = (*BASELINES, STRICT_EAGER, DEFAULT_EAGER)
+    if baseline not in known:
+        fail(f"--baseline: unknown baseline {baseline!r}; choose from {', '.join(known)}")
 
 
 @app.command()
 def leaderboard(
     run: Optional[str] = typer.Option(None, "--run", "-r", help="Run id (default: the latest run)."),
     suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Only problems of this suite."),
-    baseline: str = typer.Option("torch", help="cublas, cublaslt, torch or torch.compile."),
+    baseline: str = typer.Option("torch", help="torch (eager under the run's precision contract), torch.strict (eager, "
+                                 "TF32 off), torch.default_flags (eager, PyTorch's default flags), torch.compile, "
+                                 "cublas or cublaslt."),
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Best correct speedup per problem, correct rate, fast_0/1/1.5/2 and geomean; hgemm per shape."""
     from cuforge.problems.problem import ProblemError
-    from cuforge.results.leaderboard import build_leaderboard
+    from cuforge.results.leaderboard import baseline_words, build_leaderboard
     from cuforge.results.store import StoreError
 
     _check_baseline(baseline)
@@ -57,10 +61,12 @@ def leaderboard(
         except ProblemError as e:
             fail(str(e))
     board = build_leaderboard(store.evaluations(row.id), store.run_problems(row.id), row.id, baseline, only)
+    words = baseline_words(baseline, row.config.get("precision"))
     if as_json:
-        emit_json(board.to_dict())
+        emit_json({**board.to_dict(), "precision": row.config.get("precision") or "per problem (fp32 unless declared)",
+                   "baseline_means": words})
         return
-    t = Table(title=f"run {row.id} ({row.status}, {row.gpu or '?'}) - speedup vs {baseline}")
+    t = Table(title=f"run {row.id} ({row.status}, {row.gpu or '?'}) - speedup vs {baseline}: {words}")
     for col in ("problem", "best speedup", "best ms", "correct", "evaluations", "failures"):
         t.add_column(col)
     for r in board.rows:

@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cuforge.export.c_types import C_TYPES
 from cuforge.export.nvcc import FatbinResult
 from cuforge.outputs import write_tree
 from cuforge.export.plan import Arg, Entry, ExportError, Op, Plan
 from cuforge.export.torch_pkg import check_name, speed_table
-
-C_TYPES = {"float16": "__half", "float32": "float", "float64": "double", "bfloat16": "__nv_bfloat16",
-           "int64": "int64_t", "int32": "int32_t", "int8": "int8_t", "uint8": "uint8_t", "bool": "bool"}
 
 
 def _ctype(dtype: str) -> str:

@@ -71,7 +71,7 @@ static void check_hgemm(int M, int N, int K, double atol, double rtol, const cha
 
 def _generic_case(name: str, op: Op, shapes: tuple[tuple[int, ...], ...], outputs: list[tuple[tuple[int, ...], str]] | None,
                   tuned: bool) -> list[str]:
-    from cuforge.export.cmake_lib import C_TYPES
+    from cuforge.export.c_types import C_TYPES
 
     up = name.upper()
     lines = ["    {"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from cuforge.problems.problem import Problem
 from cuforge.runtime import Param, kernel_signatures
-from cuforge.sandbox.candidate import Candidate, LaunchSpec
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec
 
 FALLBACK_BASELINES = ("torch", "cublas")  # what the exported op calls where it has no kernel
 

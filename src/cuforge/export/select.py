@@ -14,7 +14,7 @@ from cuforge.export.plan import (FALLBACK_BASELINES, Entry, ExportError, Kernel,
 from cuforge.problems.hgemm import hgemm_problem, parse_hgemm_id
 from cuforge.problems.problem import Problem, ProblemError
 from cuforge.results.store import Store, problem_hash
-from cuforge.sandbox.candidate import Candidate
+from cuforge.sandbox.protocol.candidate import Candidate
 
 
 def resolve_problems(store: Store, run_id: str, suite: str | None) -> dict[str, Problem]:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import jinja2
 
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, TorchCall
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchCall
 
 # CUDA's inline assembly uses {%, {{ and [%, so the kernel templates use [[ ]] and {| |} instead.
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent)), undefined=jinja2.StrictUndefined,

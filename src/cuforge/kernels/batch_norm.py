@@ -15,7 +15,7 @@ from cuforge.kernels.base import SEED_SMS, GraphFamily
 from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

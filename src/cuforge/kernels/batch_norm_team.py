@@ -14,7 +14,7 @@ from typing import Any
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily, sm_count
 from cuforge.kernels.batch_norm import BatchNormMatch, match_batch_norm, template_values
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 # Against batch_norm's two passes on the H100 (batch_norm_channels.json, 1 GiB inputs): 0.78x at 4 MiB
 # channels, 1.05x at 8, 1.19x at 16, 1.25x at 32, 1.22x at 64. A channel boundary costs ~3 us (the

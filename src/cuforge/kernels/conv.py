@@ -20,7 +20,7 @@ from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, sm_count
 from cuforge.kernels.chains import Epilogue, compile_chain, constant_scale, leaf_spec, literal
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from cuforge.kernels.base import GraphFamily
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from cuforge.kernels.base import PY_CONFIG_TAG, GraphFamily
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, TorchCall, wrap_stages
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchCall, wrap_stages
 
 
 class TorchDropout(GraphFamily):

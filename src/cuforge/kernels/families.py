@@ -9,7 +9,7 @@ from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, grid_stride_grid, sm_count, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 def plain_hgemm(problem: Problem) -> str | None:

@@ -13,7 +13,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
 from cuforge.kernels.layouts import VIEW_OPS, apply_view, contiguous, is_dense, layout
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

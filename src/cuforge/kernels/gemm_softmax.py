@@ -12,7 +12,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
 from cuforge.kernels.softmax import SAFE_OPS, SOFTMAX_OPS, depends_on_inputs
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 MAX_K = 256  # the block's A rows stay in shared memory
 

@@ -9,7 +9,7 @@ from typing import Any
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, tiles
 from cuforge.kernels.fp32 import GemmMatch, gemm_launch_names, match_gemm
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 class GemmTf32x3Sm90(GraphFamily):

@@ -15,7 +15,7 @@ from cuforge.kernels.base import SMEM_LIMIT, GraphFamily, sm_count
 from cuforge.kernels.rows_cluster import CLUSTERS, RowsMatch, fits, match_rows
 from cuforge.kernels.rows_team import MIN_SMS
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 HOLD_LIMIT = SMEM_LIMIT - 4 * 1024  # the row's share and the bias, with room for the static shared memory
 # Weight float4s a thread keeps in registers (J), at most a block's share of a 16 MiB row on 114 SMs: ptxas -v

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 # Partial sums (blocks of the grid-stride sum of squares) an SM: level1/37 on the H100, 2.47 ms at 4, 2.45 at 32
 # (torch.compile's 2.42); 32 x 132 partials are summed by one block in a few microseconds.

@@ -11,7 +11,7 @@ from cuforge.kernels.base import SMEM_LIMIT, Family
 from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec, literal
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
 from cuforge.kernels.staged import MAX_CUTS, cut_at, cut_points, first_computed
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
 
 MAX_STAGES = 4
 

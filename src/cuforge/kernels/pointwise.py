@@ -14,7 +14,7 @@ from typing import Any
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from cuforge.kernels.base import GraphFamily
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 POOLS = {"max_pool2d_with_indices": ("max", 2), "max_pool3d_with_indices": ("max", 3), "max_pool2d": ("max", 2),
          "max_pool3d": ("max", 3), "avg_pool2d": ("avg", 2), "avg_pool3d": ("avg", 3)}

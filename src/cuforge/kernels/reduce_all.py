@@ -13,7 +13,7 @@ from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain, leaf_spec, literal
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from cuforge.kernels.base import GraphFamily
 from cuforge.kernels.chains import Epilogue, compile_chain
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 REDUCTIONS = ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "logsumexp")
 # Views that only regroup the reduced values (squeezing the kept dims): the stored order is theirs.

@@ -15,7 +15,7 @@ from cuforge.kernels.base import GraphFamily
 from cuforge.kernels.chains import BINARY, UNARY, _binary, _unary, literal
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

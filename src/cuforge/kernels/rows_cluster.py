@@ -16,7 +16,7 @@ from cuforge.kernels.chains import CTYPES, Epilogue
 from cuforge.kernels.normalize import NormalizeMatch, match_normalize
 from cuforge.kernels.softmax import MAX_CACHED, SoftmaxMatch, match_softmax
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 MIN_ROW_BYTES = 64 * 1024  # shorter rows fit one block's registers or shared memory: softmax_rows / normalize
 SLICE_LIMIT = SMEM_LIMIT - 4 * 1024  # a block's slice, with room for its static shared memory

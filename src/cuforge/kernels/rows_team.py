@@ -13,7 +13,7 @@ from cuforge.kernels.base import Family, sm_count
 from cuforge.kernels.chains import Epilogue
 from cuforge.kernels.rows_cluster import CLUSTERS, SLICE_LIMIT, RowsMatch, fits, match_rows
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 MIN_SMS = 114  # the smallest Hopper part (H100 PCIe): configs are valid when a team's slices fit there too
 

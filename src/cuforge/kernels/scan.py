@@ -10,7 +10,7 @@ from typing import Any
 from cuforge.kernels.base import GraphFamily
 from cuforge.op_graph import OpNode, is_last_dim
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
 @dataclass(frozen=True)

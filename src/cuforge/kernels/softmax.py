@@ -13,7 +13,7 @@ from cuforge.kernels.base import Family
 from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 SOFTMAX_OPS = {"_softmax_lastdim": False, "_log_softmax_lastdim": True, "_safe_softmax_lastdim": False}  # op -> log
 # scaled_dot_product_attention's softmax: a row that is -inf throughout comes out 0, not NaN.

@@ -14,7 +14,7 @@ from cuforge.kernels.base import GraphFamily
 from cuforge.kernels.chains import Epilogue, compile_chain
 from cuforge.op_graph import constant_dims
 from cuforge.problems.problem import Problem
-from cuforge.sandbox.candidate import LaunchSpec
+from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 SOFTMAX_OPS = {"_softmax": False, "_log_softmax": True}  # op -> log (the last-dim ones trace as *_lastdim)
 

@@ -12,7 +12,7 @@ from typing import Any
 from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem, TensorSpec
-from cuforge.sandbox.candidate import Candidate, LaunchSpec, wrap_stages
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
 
 _VIEWS = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "expand", "permute", "transpose"})
 

@@ -32,7 +32,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float, float]] = {
 
 KNOWN_META_KEYS = {
     "dtype", "atol", "rtol", "rel_norm", "flops", "bytes", "families", "baselines", "policy",
-    "small", "description",
+    "small", "description", "precision",
 }
 
 
@@ -107,6 +107,7 @@ class ProblemMeta:
     policy: str
     small: dict[str, int] = field(default_factory=dict)
     description: str = ""
+    precision: str | None = None  # the problem's own precision contract (protocol/precision.py); None: the run's
     # Which fields were derived rather than declared, and which could not be known at all.
     derived: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
@@ -225,6 +226,14 @@ def meta_from_inspection(declared: dict[str, Any], derived: dict[str, Any]) -> P
     bad = [b for b in baselines if b not in BASELINES]
     if bad:
         raise ProblemError(f"CUFORGE baselines {bad} not among {', '.join(BASELINES)}")
+    precision = declared.get("precision")
+    if precision is not None:
+        from cuforge.sandbox.protocol.precision import UnknownContract, contract
+
+        try:
+            precision = contract(str(precision)).name
+        except UnknownContract as e:
+            raise ProblemError(f"CUFORGE precision: {e}") from None
     tol = Tolerance.for_dtype(dtype)
     tol = Tolerance(
         float(declared.get("atol", tol.atol)),
@@ -241,6 +250,7 @@ def meta_from_inspection(declared: dict[str, Any], derived: dict[str, Any]) -> P
         policy=policy,
         small={str(k): int(v) for k, v in (declared.get("small") or {}).items()},
         description=str(declared.get("description", "")),
+        precision=precision,
         derived=tuple(derived_fields),
         unknown=tuple(unknown),
     )

@@ -49,6 +49,18 @@ class Leaderboard:
         return d
 
 
+def baseline_words(baseline: str, precision: str | None) -> str:
+    """What a baseline name means in a run under that precision contract (None: each problem's own)."""
+    from cuforge.sandbox.protocol.precision import DEFAULT_EAGER, STRICT_EAGER
+
+    contract = f"the {precision} contract" if precision else "each problem's contract (fp32 unless it declares one)"
+    return {"torch": f"eager PyTorch under {contract}",
+            "torch.compile": f"torch.compile under {contract}",
+            STRICT_EAGER: "eager PyTorch with TF32 and reduced-precision reductions off",
+            DEFAULT_EAGER: "eager PyTorch under its default flags (cuDNN TF32 on)",
+            "cublas": "cuBLAS (torch.matmul)", "cublaslt": "cuBLASLt, algorithms autotuned"}.get(baseline, baseline)
+
+
 def build_leaderboard(evaluations: list[dict[str, Any]], problems: list[str], run_id: str, baseline: str,
                       only: set[str] | None = None) -> Leaderboard:
     """Pure: evaluations as Store.evaluations returns them."""

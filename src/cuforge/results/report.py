@@ -13,7 +13,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from cuforge.results.leaderboard import Leaderboard
+from cuforge.results.leaderboard import baseline_words, Leaderboard
 
 W, H, PAD = 640, 300, 48
 
@@ -225,6 +225,7 @@ def render_report(run: Any, board: Leaderboard, evaluations: list[dict[str, Any]
 <p>status {esc(run.status)} &middot; suite {esc(run.suite)} &middot; GPU {esc(run.gpu)} &middot; {esc(run.software)}
 &middot; {len(evaluations)} evaluations &middot; LLM calls {int(usage.get('calls', 0))}, ${usage.get('cost_usd', 0):.2f}</p>
 {jail_line(evaluations)}
+<p>speedups are against <b>{esc(board.baseline)}</b>: {esc(baseline_words(board.baseline, run.config.get("precision")))}</p>
 <p><small>config: {cfg}</small></p>
 <h2>Summary</h2>{summary_table(board)}
 <h2>hgemm speedup heatmaps</h2>{heatmaps(board)}

@@ -1,0 +1,393 @@
+"""The supervisor: owns one worker process per GPU, gives each evaluation a hard wall-clock limit,
+and kills and respawns the worker on timeout, crash, sticky CUDA error or runaway host memory.
+
+The driver process never runs candidate code: it only sends JSON and reads JSON back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from cuforge.procenv import scrubbed_env
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.protocol import trusted_cache
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn
+from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
+from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
+from cuforge.sandbox.confine.landlock import jail_uid, unreadable_to
+from cuforge.sandbox.confine.pids_cgroup import CgroupError, PidsCgroup
+from cuforge.sandbox.driver.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
+                                  python_executable, scratch_env, unconfined_allowed)
+
+START_TIMEOUT_S = 180.0
+POLL_S = 0.25
+
+
+class WorkerStartError(RuntimeError):
+    pass
+
+
+class NoJailError(WorkerStartError):
+    """No jail is available and the caller did not accept running candidates unconfined."""
+
+
+def problem_payload(problem: Problem) -> dict[str, Any]:
+    m = problem.meta
+    return {
+        "id": problem.id,
+        "source": problem.source,
+        "meta": {"tolerance": {"atol": m.tolerance.atol, "rtol": m.tolerance.rtol, "rel_norm": m.tolerance.rel_norm},
+                 "flops": m.flops, "bytes": m.bytes, "dtype": m.dtype, "policy": m.policy, "small": dict(m.small),
+                 "ops": list(problem.ops)},  # which flags can matter to the reference (protocol/precision.py)
+        "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in problem.outputs or ()],
+    }
+
+
+def physical_gpu(gpu: int | str | None) -> str:
+    """The id the worker's CUDA_VISIBLE_DEVICES gets: a string is already one (the executors pass
+    physical ids); an int indexes this process's own CUDA_VISIBLE_DEVICES when that is set."""
+    if isinstance(gpu, str):
+        return gpu
+    index = gpu or 0
+    visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                stack += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _describe_exit(code: int | None, jailed: bool = False) -> str:
+    if code is None:
+        return "still running"
+    if jailed and 128 < code < 128 + 65:
+        code = 128 - code  # bubblewrap exits with 128 + the signal that killed the worker
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Supervisor:
+    """One worker, pinned to one GPU (or the CPU test mode), respawned as needed."""
+
+    def __init__(self, gpu: int | str | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
+                 limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False,
+                 unsafe_no_jail: bool | None = None, jail: JailPlan | None = None, judge: str | None = None) -> None:
+        self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
+        self.compile_only = compile_only
+        self.unsafe_no_jail = unconfined_allowed() if unsafe_no_jail is None else unsafe_no_jail
+        self._jail = jail
+        # Workers without CUDA also get a hard address-space limit: a runaway candidate fails its own
+        # allocation instead of pushing the machine into the OOM killer.
+        self.limits = limits or Limits(address_space_bytes=int(default_worker_memory_gib() * 2**30) + ADDRESS_SPACE_HEADROOM
+                                       if self.cpu_mode else None)
+        self.extra_env = dict(extra_env or {})
+        if judge is not None:  # the worker's judge (protocol/judges.py); None: CUFORGE_JUDGE or in-process
+            self.extra_env["CUFORGE_JUDGE"] = judge
+        # Whether candidates run in hosts beside the worker (the split judge): the Landlock jail's layer differs.
+        self.split_judge = (self.extra_env.get("CUFORGE_JUDGE") or os.environ.get("CUFORGE_JUDGE", "")).strip().lower() == "split"
+        self.proc: subprocess.Popen[str] | None = None
+        self.cgroup: PidsCgroup | None = None
+        self.info: dict[str, Any] = {}
+        self.workdir: Path | None = None
+        self.log_path: Path | None = None
+        self.spawns = 0
+        self.closes = 0  # close() calls: one made while an evaluation waits for the GPU's turn ends the wait
+
+    @property
+    def jail(self) -> JailPlan:
+        if self._jail is None:
+            self._jail = jail_plan()
+        return self._jail
+
+    # -------------------------------------------------------------- lifecycle
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        """The worker's argv and environment: inside the jail where there is one."""
+        jail = self.jail
+        if not jail.confined and not self.unsafe_no_jail:
+            raise NoJailError(f"no jail for candidate code on this machine ({jail.detail}); "
+                              "pass --unsafe-no-jail to run candidates unconfined")
+        src_root = str(Path(__file__).resolve().parents[3])
+        env = scrubbed_env({
+            "CUDA_VISIBLE_DEVICES": "" if self.cpu_mode else physical_gpu(self.gpu),
+            "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONUNBUFFERED": "1",
+        })
+        args = [python_executable(), "-m", "cuforge.sandbox.judge.worker"]
+        if self.cpu_mode:
+            args.append("--cpu")
+        if self.compile_only:
+            args.append("--compile-only")
+        shared = _cache_dir()
+        if jail.kind == NAMESPACES:
+            env.update(jail_env(shared_cache=shared.is_dir()))
+            env.update(self.extra_env)
+            return bwrap_argv(jail, args, gpu=not self.cpu_mode, shared_cache=shared), env
+        assert self.workdir is not None
+        if jail.kind == LANDLOCK:
+            # The worker confines itself first thing, before any thread or import (confine/landlock.py).
+            spec = landlock_spec(str(self.workdir), shared if shared.is_dir() else None, gpu=not self.cpu_mode,
+                                 hosts=self.split_judge)
+            uid = jail_uid()
+            if uid is not None:  # started as root: the worker drops to this uid, so its scratch is that uid's
+                blocked = next((b for b in map(lambda p: unreadable_to(uid, p), spec["python"]) if b), None)
+                if blocked:
+                    raise NoJailError(f"the Landlock jail runs candidates as uid {uid}, which cannot read {blocked} "
+                                      "(where Python runs from): install Python where others can read it, or set "
+                                      "CUFORGE_JAIL_UID=0 to keep root (other root processes' environments stay readable)")
+                spec["uid"] = uid
+                os.chown(self.workdir, uid, uid)
+            env.update({"CUFORGE_JAILED": LANDLOCK, "CUFORGE_JAIL_SPEC": json.dumps(spec)})
+        elif self.isolate_network:
+            # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
+            args.append("--isolate-network")
+        env.update(scratch_env(str(self.workdir), str(shared)))
+        env.update(self.extra_env)
+        return args, env
+
+    def start(self) -> dict[str, Any]:
+        self.close()
+        self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
+        self.log_path = self.workdir / "worker.log"
+        try:
+            args, env = self._command()
+        except NoJailError:
+            self.close()
+            raise
+        setup = child_setup(self.limits)
+        processes = f"at most {self.limits.max_processes} (rlimit)"
+        if os.geteuid() == 0 and self.jail.confined:
+            # The kernel exempts root from the process limit: a pids cgroup bounds the count instead.
+            try:
+                self.cgroup = PidsCgroup(self.limits.max_processes)
+                processes = f"at most {self.limits.max_processes} (pids cgroup)"
+            except CgroupError as e:
+                processes = f"not bounded in count as root ({e}); bounded in lifetime by the jail"
+        if self.cgroup is not None:
+            plain, join = setup, self.cgroup.join
+
+            def setup() -> None:
+                join()
+                plain()
+        log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the worker
+        try:
+            self.proc = _spawner().submit(
+                subprocess.Popen, args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                env=env, cwd=self.workdir, preexec_fn=setup).result()
+        finally:
+            log.close()
+        self.spawns += 1
+        reply = self._read(START_TIMEOUT_S)
+        if reply is None or reply.get("op") != "hello" or "info" not in reply:
+            if reply is None:
+                why = f"no hello within {START_TIMEOUT_S:.0f} s"
+            elif reply.get("op") == "eof":
+                why = f"it exited before its hello ({_describe_exit(self.proc.wait(), self.jail.confined)})"
+            else:
+                why = reply.get("error") or f"an unexpected first reply {str(reply)[:200]}"
+            tail = self.log_tail()
+            self.close()
+            raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
+        self.info = {**reply["info"], "processes": processes}
+        # Made before the worker received any candidate: the only moment its output is trusted.
+        trusted_cache.accept(_cache_dir(), reply.get("trusted") or {})
+        self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
+        if self.jail.confined and self.info.get("jail_applied") is False:
+            self.close()
+            raise WorkerStartError(f"the worker could not confine itself: {self.info.get('isolation')}")
+        if "no candidate process" in str(self.info.get("self_test")):
+            # The split judge's own honest self-test could not start a candidate host: every evaluation
+            # would fail the same way, so say so once, with what to do instead.
+            tail = self.log_tail(3)
+            self.close()
+            remedy = ("the namespaces jail (bubblewrap, where user namespaces are allowed) starts them; "
+                      "CUFORGE_JUDGE=inprocess judges candidates inside the jailed worker instead"
+                      if self.jail.kind == LANDLOCK else "see cuforge doctor")
+            raise WorkerStartError(f"candidate hosts cannot start under the {self.jail.kind} jail here "
+                                   f"({self.info.get('self_test')}): {remedy}" + (f" ({tail})" if tail else ""))
+        self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), self.proc.pid  # the host's pid, not the jail's
+        return self.info
+
+    def close(self) -> None:
+        self.closes += 1
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own process group
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    if f:
+                        f.close()
+                except OSError:
+                    pass
+            self.proc = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.workdir is not None:  # the worker's scratch space, its log with it
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 6) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+        kept = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
+        return " | ".join(kept)[-1500:]
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- I/O
+
+    def _read(self, timeout_s: float, max_rss: int | None = None) -> dict[str, Any] | None:
+        """One reply line, or None on timeout; raises MemoryError when the worker outgrows max_rss."""
+        assert self.proc is not None and self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if sel.select(timeout=min(POLL_S, left)):
+                    line = self.proc.stdout.readline()
+                    if not line:
+                        return {"op": "eof"}
+                    return json.loads(line)
+                if max_rss and _rss_bytes(self.proc.pid) > max_rss:
+                    raise MemoryError(_rss_bytes(self.proc.pid))
+        finally:
+            sel.close()
+
+    def probe(self, targets: dict[str, Any], timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Ask the (jailed) worker to try what a hostile candidate would; see sandbox/jail_probe.py."""
+        if not self.alive():
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": "probe", "targets": targets}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read(timeout_s)
+        if not reply or reply.get("op") != "probe":
+            raise WorkerStartError(f"the worker did not answer the jail probe ({self.log_tail()})")
+        return list(reply["report"])
+
+    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+        """One evaluation in the worker, in the GPU's turn (gpu_turn: no other cuforge process evaluates on
+        it meanwhile); the time waited for the turn counts toward no limit."""
+        if self.cpu_mode:
+            return self._evaluate_in_worker(problem, candidate, config)
+        closes = self.closes
+        t0 = time.monotonic()
+        try:
+            with gpu_turn(physical_gpu(self.gpu), give_up=lambda: self.closes != closes) as waited:
+                ev = self._evaluate_in_worker(problem, candidate, config)
+        except TurnAbandoned as e:  # close() from another thread: the run is stopping
+            return Evaluation(problem.id, candidate.id, "crash", f"not evaluated: the worker was shut down while it waited "
+                              f"for the GPU, which another cuforge process was evaluating on ({e})",
+                              wall_s=time.monotonic() - t0, device=self.info)
+        if waited is not None and waited >= 0.1:
+            ev.device = {**ev.device, "gpu_turn_wait_s": round(waited, 2)}
+        return ev
+
+    def _evaluate_in_worker(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+        base = {"problem_id": problem.id, "candidate_id": candidate.id}
+        t0 = time.monotonic()
+        restarted = False
+        if not self.alive():
+            restarted = self.spawns > 0
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        request = {"op": "evaluate", "problem": problem_payload(problem), "candidate": candidate.to_dict(),
+                   "config": config.to_dict()}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            reply = self._read(config.timeout_s, int(config.max_host_memory_gib * 2**30))
+        except BrokenPipeError:
+            reply = {"op": "eof"}
+        except MemoryError as e:
+            self.close()
+            return Evaluation(status="crash", message=f"worker host memory {int(e.args[0]) / 2**30:.1f} GiB exceeded the "
+                              f"{config.max_host_memory_gib:g} GiB limit; worker killed", wall_s=time.monotonic() - t0,
+                              worker_restarted=True, device=self.info, **base)
+        if reply is None:
+            self.close()
+            return Evaluation(status="timeout", message=f"no result within {config.timeout_s:g} s; worker killed",
+                              wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
+        if reply.get("op") == "eof":
+            code = self.proc.wait() if self.proc else None
+            tail = self.log_tail()
+            self.close()
+            return Evaluation(status="crash", message=f"worker died ({_describe_exit(code, self.jail.confined)})" + (f": {tail}" if tail else ""),
+                              wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
+        if reply.get("op") == "error":
+            self.close()
+            return Evaluation(status="crash", message=f"harness error in worker: {reply.get('message')}",
+                              wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
+        ev = Evaluation.from_dict(reply["evaluation"])
+        ev.device = {**ev.device, "pid": self.info.get("pid"), "jail": self.info.get("jail")}
+        ev.worker_restarted = restarted
+        if reply.get("restart"):
+            self.close()
+        return ev
+
+
+_SPAWNER: ThreadPoolExecutor | None = None
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """One long-lived thread starts every worker. The jail dies with its parent (PR_SET_PDEATHSIG),
+    and the kernel means the parent *thread*: a worker started from a short-lived thread (an
+    executor's request thread) would be killed the moment that thread ended."""
+    global _SPAWNER
+    if _SPAWNER is None:
+        _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cuforge-spawn")
+    return _SPAWNER
+
+
+def _cache_dir() -> Path:
+    from cuforge.problems.loader import cache_dir
+
+    return cache_dir()

@@ -1,0 +1,319 @@
+"""The in-process judge: one evaluation inside the worker with the candidate in the worker's own
+process (the template search's own kernels). It loads the candidate, verifies it over fresh trials,
+times it interleaved with the baselines, re-verifies what was timed, checks for escaped work and
+impossible speed, and profiles. `split.py` is the same evaluation with the candidate in a candidate
+host, a separate confined process; the steps they share are in `steps.py`.
+
+The candidate's calls go through host/monitor.py, the code that runs beside a candidate wherever it
+runs: this module is the judge's in-worker runner. Each step returns early with an Evaluation naming
+the first failure. Nothing here runs in the driver process.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import torch
+
+from cuforge.sandbox.host import monitor
+from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class, problem_module, problem_tf32
+from cuforge.sandbox.judge import cheats, steps, timing, verify
+from cuforge.sandbox.judge.context import Context, Models
+from cuforge.sandbox.judge.output_judge import Judge, Trials
+from cuforge.sandbox.judge.profile import build_profile, ceilings_for
+from cuforge.sandbox.judge.steps import contract_tolerance
+from cuforge.sandbox.protocol import tensors
+from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation, cheat
+from cuforge.sandbox.protocol.precision import apply_flags, tf32_allowed
+from cuforge.sandbox.protocol.stop import Stop
+
+
+def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig,
+                     device_info: dict[str, Any]) -> tuple[Evaluation, bool]:
+    """The worker's entry point: (evaluation, whether the worker must be replaced afterwards)."""
+    t0 = time.perf_counter()
+    from cuforge.sandbox.protocol.candidate import Candidate
+
+    cand = Candidate.from_dict(candidate)
+    device = torch.device(config.device)
+    seed = config.seed if config.seed is not None else secrets.randbits(30)
+    base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    meta = problem["meta"]
+    # The CPU test mode runs a problem at its declared small sizes (CUFORGE['small']): full sizes are
+    # GPU work and can exhaust a host's memory.
+    scale = meta.get("small") if config.device == "cpu" else None
+    module = problem_module(problem["source"], scale)
+    apply_flags(config.precision, problem_tf32(module))
+    guard = monitor.Guard.snapshot()
+    ctx = Context(problem, candidate, config, device, module, contract_tolerance(config.precision, meta),
+                  seed, {"seed": seed, "precision": config.precision}, {},
+                  tf32=tf32_allowed(config.precision, meta.get("ops") or (), problem_tf32(module)))
+    restart = False
+    try:
+        try:
+            cls = candidate_class(cand.module_source(), ctx.module, cand.id)
+        except CandidateLoadError as e:
+            ev = Evaluation(status=e.status, message=str(e), diagnostics=e.diagnostics, **base)
+            ev.wall_s = time.perf_counter() - t0
+            return ev, _tainted(guard)
+        _raise_guard(guard)
+        if config.compile_only:
+            ev = Evaluation(status="compiled", message="loaded and compiled; nothing run (compile-only)", **base)
+            ev.wall_s = time.perf_counter() - t0
+            return ev, _tainted(guard)
+        models = build_models(ctx, cls)
+        check_correctness(ctx, models)
+        _raise_guard(guard)
+        time_contenders(ctx, models)
+        steps.name_both_eagers(ctx)
+        _raise_guard(guard)
+        status, message = "ok", ""
+    except Stop as s:
+        status, message, restart = s.status, s.message, s.restart
+        ctx.correctness.update(s.extra)
+    except torch.cuda.OutOfMemoryError as e:
+        status, message, restart = "runtime_error", f"out of GPU memory: {str(e).splitlines()[0]}", True
+    if device.type == "cuda":
+        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)),
+                                                   ctx.correctness.get("peak_device_bytes", 0))
+    ev = Evaluation(status=status, message=message, correctness=ctx.correctness, timings=ctx.timings,
+                    profile=ctx.profile, **base)
+    ev.wall_s = time.perf_counter() - t0
+    return ev, restart or _tainted(guard)
+
+
+def _raise_guard(guard: monitor.Guard) -> None:
+    found = guard.violations()
+    if found:
+        kind, msg = found[0]
+        raise Stop(cheat(kind), msg, restart=True)
+
+
+def _tainted(guard: monitor.Guard) -> bool:
+    """A candidate that patched anything leaves a worker nobody should trust again."""
+    return bool(guard.violations())
+
+
+def build_models(ctx: Context, cls: type) -> Models:
+    with tensors.on_device(ctx.device):
+        init = list(ctx.module.get_init_inputs())
+        torch.manual_seed(ctx.seed)
+        # The reference stays in the mode a new Model is in (training, unless its __init__ says
+        # otherwise), as KernelBench runs it and as the candidate's ModelNew is: a BatchNorm of an eval()
+        # reference would normalise by running statistics while the candidate's uses the batch's.
+        reference = ctx.module.Model(*init).to(ctx.device)
+        torch.manual_seed(ctx.seed)
+        candidate = monitor.run_candidate(lambda: cls(*init), ctx.device, "ModelNew(*get_init_inputs())")
+    if isinstance(candidate, torch.nn.Module):
+        candidate = monitor.run_candidate(lambda: candidate.to(ctx.device), ctx.device, "ModelNew.to(device)")
+    return Models(reference, verify.float64_model(reference), candidate)
+
+
+# ---------------------------------------------------------------------------------- correctness
+
+def check_correctness(ctx: Context, models: Models) -> None:
+    policy = ctx.problem["meta"]["policy"]
+    record = Trials()
+    for trial in range(ctx.config.trials):
+        inputs = tensors.make_inputs(ctx.module, ctx.seed + 1000 * (trial + 1), ctx.device, gaussian=trial % 2 == 1)
+        seed = ctx.seed + 17 * trial
+        remembered = [verify.Remembered(x, seed) for x in inputs]
+        _poison(ctx)
+        # Candidate and reference draw their random numbers (Dropout in training mode) from one
+        # reseed, unrelated to the input seeds, as PyTorch's own implementation of the problem would.
+        rng_seed = secrets.randbits(31)
+        tensors.reseed(rng_seed)
+        outs = monitor.run_monitored(ctx.device, ctx.correctness, models.candidate, inputs, policy, first=trial == 0)
+        returned = [verify.Remembered(o, seed + 1) for o in outs]  # before any reference runs
+        for i, r in enumerate(remembered):
+            if not r.unchanged():
+                raise Stop(cheat("input_mutation"), f"input {i} was modified by the candidate")
+        snapshots = [r.value for r in remembered]  # the inputs as drawn (checked unchanged)
+        refs, native, ref_kind = verify.reference_outputs(models.reference64, models.reference, snapshots, rng_seed)
+        monitor.sync(ctx.device)
+        v = cheats.alias_violation(outs, inputs, native, _reference_aliases_input(native, snapshots))
+        if v:
+            raise Stop(cheat(v[0]), v[1])
+        if not all(r.unchanged() for r in returned):
+            raise Stop(cheat("aliasing"), "the candidate's output changed after it returned (it does not own its memory)")
+        outs_snap = [r.value for r in returned]
+        if len(outs_snap) != len(refs):
+            raise Stop("wrong_output", f"returned {len(outs_snap)} outputs, expected {len(refs)}")
+        record.compare(ctx, models, snapshots, ref_kind, outs_snap, refs, native, trial)
+        if trial == 0 and "no_own_kernel" in ctx.correctness:
+            raise Stop(cheat("library_call"), "no kernel of its own: under policy 'mixed' (KernelBench's rule) PyTorch "
+                       "and library calls may compute beside the candidate's own kernels, not instead of them "
+                       f"(kernels seen: {ctx.correctness.pop('no_own_kernel')})")
+        record.passed(ctx, outs_snap, refs, ref_kind, trial)
+        del outs, native, refs
+        # Measured after the candidate's trial, never before it: a reference output computed on these
+        # inputs and freed ahead of the candidate is what a result-reuse kernel hopes to be handed.
+        if trial == 0 and ctx.device.type == "cuda":
+            ctx.correctness["eager_footprint_bytes"] = steps.eager_footprint(ctx, models.reference, snapshots)
+    ctx.correctness["trials"] = ctx.config.trials
+
+
+def _poison(ctx: Context) -> None:
+    """Poison freed memory; the fill itself is not the evaluation's need, so the peak is read before
+    it and counted from after it."""
+    if ctx.device.type == "cuda":
+        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(ctx.device)),
+                                                   ctx.correctness.get("peak_device_bytes", 0))
+    tensors.poison_free_memory(ctx.device)
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+
+
+def _reference_aliases_input(native: list[torch.Tensor], inputs: list[Any]) -> bool:
+    return any(cheats.overlaps(cheats.span(o), cheats.span(x)) for o in native for x in inputs if isinstance(x, torch.Tensor))
+
+
+# ---------------------------------------------------------------------------------- timing
+
+def timing_sets(ctx: Context, count: int) -> list[list[Any]]:
+    return [tensors.make_inputs(ctx.module, ctx.seed + 7 + 31 * k, ctx.device, gaussian=False) for k in range(count)]
+
+
+def time_contenders(ctx: Context, models: Models) -> None:
+    cfg = ctx.config
+    tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
+                               target_rse=cfg.target_rse, max_seconds=cfg.max_timing_s)
+    if ctx.device.type != "cuda":
+        sets = timing_sets(ctx, 2)
+        timers = {"candidate": timing.WallTimer(steps.call_on_sets(models.candidate, sets), 2)}
+        timers.update({name: timing.WallTimer(fn, 2) for name, fn in steps.baseline_callables(ctx, models.reference, sets, None).items()})
+        ctx.timings = timing.measure_interleaved(timers, tcfg)
+        _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+        return
+    flush = timing.L2Flusher(ctx.device)
+    # Inputs bigger than the L2 cannot be served from it: one set suffices and saves device memory.
+    first = timing_sets(ctx, 1)
+    per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor))
+    sets = first if per_set > flush.nbytes // 2 else first + [tensors.make_inputs(
+        ctx.module, ctx.seed + 7 + 31 * k, ctx.device, gaussian=False) for k in (1, 2)]
+    ctx.correctness["timing_input_sets"] = len(sets)
+    cand_fn = steps.call_on_sets(models.candidate, sets)
+    estimate = timing.estimate_ms(cand_fn, len(sets), flush)
+    escape, msg, runs = timing.confirmed_escape(lambda: timing.escape_check(cand_fn, len(sets), estimate),
+                                                int(ctx.correctness.get("kernels_per_call", 0)))
+    if msg:
+        raise Stop(cheat("escaped_work"), f"{msg} (in each of {runs} checks)")
+    ctx.correctness["escape_check"] = {**vars(escape), "runs": runs}
+    # Event times of short kernels include host launch gaps; the profiler's device time of the first
+    # call decides instead when it is known.
+    device_ms = ctx.correctness.get("device_us_first_call", estimate * 1e3) / 1e3
+    if min(estimate, device_ms) < timing.GRAPH_THRESHOLD_MS:
+        timers = graph_timers(ctx, models, flush)
+    else:
+        timers = {"candidate": timing.EventTimer(cand_fn, len(sets), flush)}
+        for name, fn in steps.baseline_callables(ctx, models.reference, sets, flush).items():
+            timers[name] = timing.EventTimer(fn, len(sets), flush)
+        # Poison between batches: no contender may find another's freed results.
+        ctx.timings = timing.measure_interleaved(timers, tcfg, _between_batches(ctx, tcfg))
+        _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+    steps.check_roofline(ctx)
+    if cfg.profile:
+        ceilings = ceilings_for(ctx.device)
+        meta = ctx.problem["meta"]
+        ctx.profile = build_profile(ctx.timings["candidate"].median_ms, meta.get("flops"), meta.get("bytes"),
+                                    meta.get("dtype"), ceilings)
+
+
+def graph_timers(ctx: Context, models: Models, flush: timing.L2Flusher) -> dict[str, Any]:
+    """Short kernels: every contender replayed in a graph over enough rotating input sets."""
+    l2 = flush.nbytes // 2
+    per_set = sum(x.nbytes for x in timing_sets(ctx, 1)[0] if isinstance(x, torch.Tensor))
+    per_set += sum(t["nbytes"] for t in steps.output_specs(ctx))
+    sets = timing_sets(ctx, timing.sets_for_graph(per_set, l2))
+    cfg = ctx.config
+    tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
+                               target_rse=cfg.target_rse, max_seconds=cfg.max_timing_s)
+    try:
+        timers: dict[str, Any] = {"candidate": timing.GraphTimer(steps.call_on_sets(models.candidate, sets), len(sets))}
+        for name, fn in steps.baseline_callables(ctx, models.reference, sets, flush).items():
+            timers[name] = timing.GraphTimer(fn, len(sets))
+        for name, t in timers.items():
+            if not t.replays_recompute(_poison_outputs, _outputs_poisoned):
+                raise GraphUnfaithful(f"{name}: a replay does not recompute the outputs (work outside the capture stream)")
+        # A kernel launched on the legacy default stream (<<<grid, block>>> in load_inline code, as
+        # KernelBench's examples do) is not captured; an output the graph itself fills (zeros_like)
+        # then passes the poison check with the wrong values. Such a candidate is timed with events,
+        # as KernelBench times it, and not accused.
+        wrong = _first_wrong_output(ctx, models, sets, timers["candidate"].outputs)
+        if wrong:
+            raise GraphUnfaithful(f"candidate: replayed outputs do not match the reference ({wrong})")
+    except Stop:
+        raise
+    except Exception as e:  # noqa: BLE001 - not capturable: time everyone with events instead
+        ctx.correctness["graph_fallback"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        monitor.sync(ctx.device)
+        sets = sets[:3]
+        timers = {"candidate": timing.EventTimer(steps.call_on_sets(models.candidate, sets), len(sets), flush)}
+        for name, fn in steps.baseline_callables(ctx, models.reference, sets, flush).items():
+            timers[name] = timing.EventTimer(fn, len(sets), flush)
+        ctx.timings = timing.measure_interleaved(timers, tcfg, _between_batches(ctx, tcfg))
+        _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+        return timers
+    ctx.timings = timing.measure_interleaved(timers, tcfg)
+    _verify_timed_outputs(ctx, models, sets, timers["candidate"].outputs)
+    return timers
+
+
+def _between_batches(ctx: Context, tcfg: timing.TimingConfig) -> Any:
+    out_bytes = sum(t["nbytes"] for t in steps.output_specs(ctx))
+    count = max(1, min(tcfg.batch + 2, (8 * 2**30) // max(out_bytes, 1)))  # at most 8 GiB held at once
+
+    def between() -> None:
+        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(ctx.device)),
+                                                   ctx.correctness.get("peak_device_bytes", 0))
+        tensors.poison_cached_blocks(ctx.device, out_bytes, count)
+        torch.cuda.reset_peak_memory_stats(ctx.device)  # the poison blocks are not the evaluation's need
+
+    return between
+
+
+class GraphUnfaithful(RuntimeError):
+    pass
+
+
+def _poison_outputs(out: Any) -> None:
+    for t in tensors.as_list(out):
+        if isinstance(t, torch.Tensor):
+            if not t.is_contiguous():
+                raise GraphUnfaithful("a non-contiguous output cannot be checked for replay")
+            t.view(torch.uint8).fill_(tensors.POISON_BYTE)
+
+
+def _outputs_poisoned(out: Any) -> bool:
+    outs = [t for t in tensors.as_list(out) if isinstance(t, torch.Tensor) and t.numel()]
+    return any(float((t.view(torch.uint8) == tensors.POISON_BYTE).float().mean()) > 0.9 for t in outs)
+
+
+def _first_wrong_output(ctx: Context, models: Models, sets: list[list[Any]], outputs: dict[int, Any]) -> str:
+    """'' when the outputs of timed calls match the reference for their own inputs, else what is wrong."""
+    for k in sorted(outputs)[:2]:
+        refs, native, ref_kind = verify.reference_outputs(models.reference64, models.reference, sets[k])
+        judge = Judge(ctx, models, sets[k], ref_kind)
+        for i, (o, r, n) in enumerate(zip(tensors.as_list(outputs[k]), refs, native)):
+            cmp = judge(i, o, r, n)
+            if not cmp.ok:
+                if steps.stochastic(models.reference, sets[k]):
+                    # Its random draws during timing are not reproducible: correctness was checked
+                    # on reseeded trials; the timed outputs cannot be.
+                    ctx.correctness["stochastic_reference"] = True
+                    return ""
+                return f"output {i} of a timed call on input set {k} is wrong ({cmp.reason})"
+    return ""
+
+
+def _verify_timed_outputs(ctx: Context, models: Models, sets: list[list[Any]], outputs: dict[int, Any]) -> None:
+    """Outputs produced while being timed must still match the reference for their own inputs."""
+    wrong = _first_wrong_output(ctx, models, sets, outputs)
+    if wrong:
+        raise Stop(cheat("result_caching"), f"{wrong}: results during timing do not follow the inputs")
+
+

@@ -1,0 +1,1 @@
+"""What the driver, the judge and the candidate host share: candidates, evaluation records, the wire format."""
