@@ -372,6 +372,29 @@ def test_without_a_jail_run_and_eval_refuse_unless_told(tmp_path, jail_kind):
     assert '"jail": "none (--unsafe-no-jail)"' in r.stdout
 
 
+def test_a_worker_that_was_not_told_its_jail_is_refused_not_trusted(jail_kind):
+    """Fail closed: the jail's settings reach the worker on its command line; a worker started without
+    them (a supervisor and worker of different versions, say) would apply no Landlock layer and report
+    no jail, and must not evaluate anything."""
+    from cuforge.sandbox.driver.supervisor import Supervisor, WorkerStartError
+
+    class Forgetful(Supervisor):
+        def _command(self):
+            args, env = super()._command()
+            for flag in ("--jailed", "--jail-spec"):
+                if flag in args:
+                    i = args.index(flag)
+                    del args[i:i + 2]
+            return args, env
+
+    sup = Forgetful(cpu_mode=True)
+    try:
+        with pytest.raises(WorkerStartError, match=f"did not confirm the {jail_kind} jail"):
+            sup.start()
+    finally:
+        sup.close()
+
+
 def test_nsight_compute_runs_the_candidate_inside_the_jail_too(tmp_path, jail_kind):
     """`cuforge eval --ncu` starts the candidate again under ncu: that process is jailed as well."""
     from cuforge.sandbox.driver.ncu import NcuError, jailed

@@ -69,10 +69,26 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
+@dataclass
+class RuntimeSettings:
+    """How this process's runtime works, set by the process that owns it (configure), never read back
+    from the environment: compile-only workers and hosts compile for a named arch and launch nothing."""
+
+    compile_only: bool = False
+    arch: str | None = None
+
+
+SETTINGS = RuntimeSettings()
+
+
+def configure(compile_only: bool = False, arch: str | None = None) -> None:
+    SETTINGS.compile_only, SETTINGS.arch = compile_only, arch
+
+
 def current_arch() -> str:
     """sm_XY of torch's current device, with the 'a' suffix on Hopper so wgmma/setmaxnreg work."""
-    if os.environ.get("CUFORGE_ARCH"):  # compile-only workers name the target arch
-        return os.environ["CUFORGE_ARCH"]
+    if SETTINGS.arch:  # compile-only workers name the target arch
+        return SETTINGS.arch
     import torch
 
     major, minor = torch.cuda.get_device_capability()
@@ -488,7 +504,7 @@ class CudaModule:
     signatures: dict[str, list[Param]] = field(default_factory=dict)
 
     def kernel(self, name: str) -> CudaKernel | UnlaunchableKernel:
-        if os.environ.get("CUFORGE_COMPILE_ONLY") == "1":
+        if SETTINGS.compile_only:
             if name not in self.signatures and name not in self.symbol_mapping:
                 known = ", ".join(self.signatures) or "none found"
                 raise LaunchError(f"no kernel {name!r} in module (extern \"C\" kernels: {known})")

@@ -71,7 +71,7 @@ def _ints(value: Any, dims: int) -> tuple[int, ...] | None:
 
 
 # At most this many input channels, an ungrouped convolution is also conv_direct's: 3 colour channels
-# leave the implicit GEMM's 32-channel k-tiles mostly padding. Measured on the H100 (docs/benchmarks.md):
+# leave the implicit GEMM's 32-channel k-tiles mostly padding. Measured on the H100:
 # 3-D ones of 3 or 8 channels to 16 or 24 were 1.7x to 4.2x faster direct than folded; a 2-D
 # one of 8 to 64, 1.35x slower; with 64 output channels the implicit GEMM's tiles are full (it leads there).
 FEW_CHANNELS = 8
@@ -84,7 +84,7 @@ def few_channels(f: ConvMatch) -> bool:
 
 def direct_first(f: ConvMatch) -> bool:
     """Where conv_direct leads the implicit GEMM: few input channels, not transposed, not pooled (the
-    implicit GEMM's epilogue sums pooled outputs). Measured on the H100 (docs/benchmarks.md):
+    implicit GEMM's epilogue sums pooled outputs). Measured on the H100:
     with its weights in shared memory and input rows slid over in registers (WIN), conv_direct beat the
     implicit GEMM's best on every such KernelBench convolution, 2-D and 3-D, 3 or 8 channels into 64 or
     96 (level1/50, 54, 59, 60, 66: 1.1x to 4x; level2/57, 69, 71, 87, 90: 1.1x to 2x)."""

@@ -94,7 +94,7 @@ class GemmSm90(Family):
     @staticmethod
     def reduce_slice_bytes(c: dict[str, Any]) -> int:
         """One block's rows of a cluster-reduced partial (padded): under 1 KiB they go by st.async stores,
-        else by one bulk copy per receiver (measured: docs/benchmarks.md)."""
+        else by one bulk copy per receiver (measured on an H100; the probes are in docs/benchmarks.md's git history)."""
         return c["BM"] // c["SPLIT_K"] * (c["BN"] + 8) * 4
 
     @classmethod
@@ -143,7 +143,7 @@ class GemmSm90(Family):
                reduce: str = "ordered", cluster: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         # 64 x 128 and 128 x 64 tiles in one consumer warpgroup (m64n128 wgmmas, or two m64n64 sharing B's
         # reads) rather than two of m64n64: faster on 12 and 13 of 13 probed shapes, by up to 14% (1024^3;
-        # docs/benchmarks.md)
+        # docs/benchmarks.md's git history)
         base = {"BM": bm, "BN": bn, "GROUP_M": 8, "SPLIT_K": split, "REDUCE": reduce, "EPI": epi,
                 "CLUSTER_M": cluster[0], "CLUSTER_N": cluster[1], "ONE_CONSUMER": (bm, bn) in ((64, 128), (128, 64))}
         # as many stages as fit; past 8 only for narrow tiles (wider ones measured no better at 8 than at
@@ -160,7 +160,7 @@ class GemmSm90(Family):
         return {**base, "STAGES": max(stages) if stages else 2}
 
     # Seed cost model, in units of one k-tile of a bm x bn tile at efficiency 1 per element (about 33 ps
-    # on an H100), calibrated on measured hgemm shapes (docs/benchmarks.md, the split-K probes): an
+    # on an H100), calibrated on measured hgemm shapes (the split-K probes in docs/benchmarks.md's git history): an
     # atomic reduction moves every split's fp32 partial through L2 (~0.15 units per output element and
     # split) after a zeroing memset (~2 us); a cluster reduction costs ~0.4 us (~0.8 us while its second
     # barrier was a cluster-scope release too), ~20 ns per block and a tile's partial per split through
@@ -237,7 +237,7 @@ class GemmSm90(Family):
     def narrow_splits(self, problem: Problem) -> list[dict[str, Any]]:
         """Cluster splits of 64 x 16 / 32 / 64 tiles where a 64 x 64 grid has at most 16 tiles and K at
         least 16 k-tiles (measured 1.07-1.63x vs cuBLAS there, up to 35% faster than the 64 x 64 splits:
-        docs/benchmarks.md's probes). Two rules: "fill 64" - as many blocks as fit in 64 (about
+        the probes in docs/benchmarks.md's git history). Two rules: "fill 64" - as many blocks as fit in 64 (about
         half the GPU), the split nearest sqrt(k-tiles) among those, then the widest tile; "sqrt" - 64 x 64
         tiles split about sqrt(k-tiles) ways, halved until at most 128 blocks. "fill 64" goes first unless
         it leaves a block more than 32 k-tiles (a long serial chain per block: 256 x 256 x 16384 ran 13.4 us
@@ -447,7 +447,7 @@ class Elementwise(Family):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         vec = 8 if problem.inputs[0].dtype == "float16" else 4
         # First the shape of eager PyTorch's own kernel (128 threads, two vectors each): on an H200 the
-        # erf and exp activations lose 2-5% to eager with one vector a thread (docs/benchmarks.md).
+        # erf and exp activations lose 2-5% to eager with one vector a thread (measured on an H100).
         return [dict(VEC=vec, BLOCK=128, WAVES=0, UNROLL=2), dict(VEC=vec, BLOCK=256, WAVES=0, UNROLL=4),
                 dict(VEC=vec, BLOCK=256, WAVES=0, UNROLL=1)]
 

@@ -293,4 +293,4 @@ def scratch_env(scratch: str, shared_cache: str | None) -> dict[str, str]:
 
 def jail_env(shared_cache: bool) -> dict[str, str]:
     """The namespace jail's environment: its scratch tmpfs, the shared cache where it is mounted."""
-    return {**scratch_env(SCRATCH, SHARED_CACHE if shared_cache else None), "CUFORGE_JAILED": NAMESPACES}
+    return scratch_env(SCRATCH, SHARED_CACHE if shared_cache else None)

@@ -112,10 +112,11 @@ class Supervisor:
         self.limits = limits or Limits(address_space_bytes=int(default_worker_memory_gib() * 2**30) + ADDRESS_SPACE_HEADROOM
                                        if self.cpu_mode else None)
         self.extra_env = dict(extra_env or {})
-        if judge is not None:  # the worker's judge (protocol/judges.py); None: CUFORGE_JUDGE or in-process
-            self.extra_env["CUFORGE_JUDGE"] = judge
+        # The worker's judge (protocol/judges.py), passed to it on its command line; None: the user's
+        # CUFORGE_JUDGE, else in-process. An unknown name is refused when the worker starts.
+        self.judge = (judge or os.environ.get("CUFORGE_JUDGE", "") or "inprocess").strip().lower()
         # Whether candidates run in hosts beside the worker (the split judge): the Landlock jail's layer differs.
-        self.split_judge = (self.extra_env.get("CUFORGE_JUDGE") or os.environ.get("CUFORGE_JUDGE", "")).strip().lower() == "split"
+        self.split_judge = self.judge == "split"
         self.proc: subprocess.Popen[str] | None = None
         self.cgroup: PidsCgroup | None = None
         self.info: dict[str, Any] = {}
@@ -144,13 +145,14 @@ class Supervisor:
             "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
         })
-        args = [python_executable(), "-m", "cuforge.sandbox.judge.worker"]
+        args = [python_executable(), "-m", "cuforge.sandbox.judge.worker", "--judge", self.judge]
         if self.cpu_mode:
             args.append("--cpu")
         if self.compile_only:
-            args.append("--compile-only")
+            args += ["--compile-only", "--arch", os.environ.get("CUFORGE_ARCH") or "sm_90a"]  # the user's target
         shared = _cache_dir()
         if jail.kind == NAMESPACES:
+            args += ["--jailed", NAMESPACES]
             env.update(jail_env(shared_cache=shared.is_dir()))
             env.update(self.extra_env)
             return bwrap_argv(jail, args, gpu=not self.cpu_mode, shared_cache=shared), env
@@ -168,7 +170,7 @@ class Supervisor:
                                       "CUFORGE_JAIL_UID=0 to keep root (other root processes' environments stay readable)")
                 spec["uid"] = uid
                 os.chown(self.workdir, uid, uid)
-            env.update({"CUFORGE_JAILED": LANDLOCK, "CUFORGE_JAIL_SPEC": json.dumps(spec)})
+            args += ["--jailed", LANDLOCK, "--jail-spec", json.dumps(spec)]
         elif self.isolate_network:
             # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
             args.append("--isolate-network")
@@ -226,6 +228,12 @@ class Supervisor:
         if self.jail.confined and self.info.get("jail_applied") is False:
             self.close()
             raise WorkerStartError(f"the worker could not confine itself: {self.info.get('isolation')}")
+        if self.jail.confined and self.info.get("jailed") != self.jail.kind:
+            # Fail closed: a worker that does not know the jail it was started in (a command line
+            # it did not understand, say) has not applied it.
+            self.close()
+            raise WorkerStartError(f"the worker did not confirm the {self.jail.kind} jail it was started in "
+                                   f"(it reports {self.info.get('jailed')!r}): not evaluating unconfined")
         if "no candidate process" in str(self.info.get("self_test")):
             # The split judge's own honest self-test could not start a candidate host: every evaluation
             # would fail the same way, so say so once, with what to do instead.

@@ -1,7 +1,7 @@
 """The candidate host: the only code that runs beside a candidate. It loads one candidate, calls it
 on the inputs the judge sends, and returns what it produced. The judge trusts none of it.
 
-    python -m cuforge.sandbox.host.host --zygote FD DEVICE
+    python -m cuforge.sandbox.host.host --zygote FD DEVICE [ARCH]
 
 The zygote imports torch once (and never touches CUDA), then forks one host per candidate on the
 judge's request; a forked host confines itself (its own process group, Landlock: writes only in its
@@ -452,13 +452,18 @@ def _warm_runtime(steps: _Steps | None = None) -> None:
         steps.mark("warm_checks")
 
 
-def zygote(fd: int, device: str) -> None:
+def zygote(fd: int, device: str, arch: str = "") -> None:
     """Import once, fork per candidate, and tell the judge how each host ended. Never initialises
-    CUDA: a fork after that is unsafe."""
+    CUDA: a fork after that is unsafe. Device "none": its hosts compile for `arch` and launch nothing."""
     import select
 
     _die_with_parent()
     import torch  # noqa: F401 - the import every host would otherwise repeat
+
+    if device == "none":
+        from cuforge import runtime
+
+        runtime.configure(compile_only=True, arch=arch or "sm_90a")
 
     from cuforge.op_trace import OpRecorder  # noqa: F401
     from cuforge.sandbox.protocol import loading  # noqa: F401
@@ -517,7 +522,7 @@ def _report_exits(ctl: socket.socket) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--zygote":
-        zygote(int(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--zygote":
+        zygote(int(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else "")
     else:
-        sys.exit("usage: python -m cuforge.sandbox.host.host --zygote FD DEVICE")
+        sys.exit("usage: python -m cuforge.sandbox.host.host --zygote FD DEVICE [ARCH]")

@@ -157,7 +157,7 @@ class CublasLt:
         plan = ctypes.c_void_p()
         status = lib.cuforge_lt_create(m, n, k, code, ctypes.c_void_p(self.workspace.data_ptr()),
                                        ctypes.c_size_t(LT_WORKSPACE_BYTES), LT_TOP_ALGOS, ctypes.byref(plan))
-        self.plan = plan
+        self.plan: ctypes.c_void_p | None = plan
         self.count = lib.cuforge_lt_count(plan) if status == 0 else 0
         if status != 0 or self.count == 0:
             raise BaselineUnavailable(f"cuBLASLt found no algorithm for {m}x{n}x{k} {dtype} (status {status})")
@@ -196,14 +196,20 @@ class CublasLt:
                 out = self.run(a, b, algo)
                 if not torch.allclose(out.float(), want, rtol=2e-2, atol=2e-2):
                     continue
-                times[algo] = time_one(lambda k, algo=algo: self.run(*sets[k], algo))
+                times[algo] = time_one(self._timed(sets, algo))
             except RuntimeError:
                 continue
         if not times:
             raise BaselineUnavailable("cuBLASLt: no heuristic algorithm ran correctly")
-        self.algo = min(times, key=times.get)
+        self.algo = min(times, key=lambda a: times[a])
         return {"algorithms_tried": len(times), "chosen": self.algo, "heuristic_first_ms": times.get(0),
                 "best_ms": times[self.algo]}
+
+    def _timed(self, sets: list[list[Any]], algo: int) -> Callable[[int], Any]:
+        def call(k: int) -> Any:
+            return self.run(sets[k][0], sets[k][1], algo)
+
+        return call
 
     def __del__(self) -> None:
         if getattr(self, "plan", None) and self._lib is not None:

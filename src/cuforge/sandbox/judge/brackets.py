@@ -276,9 +276,9 @@ class RemoteBracketTimer(Bracket):
             end, start = 0, first_set(self.k, self.n_sets)
             checked = checked_batch(self.batches, self.first_checked)
             if checked:  # the outputs a captured batch rewrites: poisoned, so a replay that skips them shows
-                for t in self.outputs:
-                    if t.is_contiguous():
-                        t.view(torch.uint8).fill_(0xFF)
+                for o in self.outputs:
+                    if o.is_contiguous():
+                        o.view(torch.uint8).fill_(0xFF)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.hold()
             e0.record()

@@ -35,7 +35,15 @@ class Context:
 
 
 @dataclass
-class Models:
+class References:
+    """The problem's own model and its float64 copy (None where it does not fit or has no float64)."""
+
     reference: torch.nn.Module
     reference64: torch.nn.Module | None
+
+
+@dataclass
+class Models(References):
+    """The in-process judge's: the references and the candidate's model, in this process."""
+
     candidate: torch.nn.Module

@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -71,8 +72,12 @@ class HostPool:
         self.root.mkdir(parents=True, exist_ok=True)
         self.count = 0
         ours, theirs = socket.socketpair()
+        from cuforge import runtime
+
+        # A compile-only judge's hosts compile for its arch (device "none"): told on the command line.
+        arch = [runtime.SETTINGS.arch or "sm_90a"] if device == "none" else []
         self.zygote = subprocess.Popen([sys.executable, "-m", "cuforge.sandbox.host.host", "--zygote", str(theirs.fileno()),
-                                        device], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=2)
+                                        device, *arch], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=2)
         theirs.close()
         self.ctl = ours
         self.ready: list[_Ordered] = []
@@ -235,7 +240,7 @@ class HostClient:
         self.start_s: dict[str, float] = {}
         self.reply_budget = 2**20  # bytes a reply may carry: the judge raises it to fit the outputs
 
-    def call(self, header: dict[str, Any], parts: list[bytes] = (), max_bytes: int | None = None,
+    def call(self, header: dict[str, Any], parts: Sequence[bytes] = (), max_bytes: int | None = None,
              what: str = "") -> tuple[dict[str, Any], list[bytes]]:
         what = what or str(header.get("op"))
         max_bytes = self.reply_budget if max_bytes is None else max_bytes
@@ -286,7 +291,7 @@ class HostClient:
                                   what="forward")
         return self.values(reply.get("outputs"), rparts, inputs), _findings(reply.get("findings"))
 
-    def values(self, descs: Any, parts: list[bytes], inputs: list[Any] = ()) -> list[Any]:
+    def values(self, descs: Any, parts: list[bytes], inputs: Sequence[Any] = ()) -> list[Any]:
         """Tensors the host described, opened here (CUDA) or rebuilt from its bytes (CPU); an input it
         says it handed back is the judge's own input tensor."""
         if not isinstance(descs, list) or len(descs) > 256:

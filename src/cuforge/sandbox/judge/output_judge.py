@@ -17,7 +17,7 @@ from cuforge.sandbox.protocol.precision import contract
 from cuforge.sandbox.protocol.stop import Stop
 
 if TYPE_CHECKING:
-    from cuforge.sandbox.judge.context import Context, Models
+    from cuforge.sandbox.judge.context import Context, References
 
 
 class Judge:
@@ -25,7 +25,7 @@ class Judge:
     and a float64 reference exists, the computation-aware bound (another summation order than
     eager's is judged by how rounding grows with the terms summed, not accused)."""
 
-    def __init__(self, ctx: Context, models: Models, inputs: list[Any], ref_kind: str) -> None:
+    def __init__(self, ctx: Context, models: References, inputs: list[Any], ref_kind: str) -> None:
         self.ctx, self.models, self.inputs, self.ref_kind = ctx, models, inputs, ref_kind
         self._scales: list[Any] | None = None
 

@@ -182,6 +182,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
     cfg = ctx.config
     tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
                                target_rse=cfg.target_rse, max_seconds=cfg.max_timing_s)
+    timers: dict[str, Any]
     if ctx.device.type != "cuda":
         sets = timing_sets(ctx, 2)
         timers = {"candidate": timing.WallTimer(steps.call_on_sets(models.candidate, sets), 2)}

@@ -19,6 +19,7 @@ import torch
 
 from cuforge.sandbox.protocol.loading import problem_module, problem_tf32
 from cuforge.sandbox.judge import brackets, context, hosts, steps, timing, verify
+from cuforge.sandbox.judge.context import References
 from cuforge.sandbox.judge.output_judge import Judge, Trials
 from cuforge.sandbox.judge.profile import build_profile, ceilings_for
 from cuforge.sandbox.judge.steps import contract_tolerance
@@ -176,13 +177,7 @@ def _keep_export_pool(ctx: Context) -> None:
     ctx.export = None
 
 
-@dataclass
-class Models:
-    reference: torch.nn.Module
-    reference64: torch.nn.Module | None
-
-
-def build_models(ctx: Context) -> Models:
+def build_models(ctx: Context) -> References:
     with tensors.on_device(ctx.device):
         init = list(ctx.module.get_init_inputs())
         torch.manual_seed(ctx.correctness["init_seed"])
@@ -190,12 +185,12 @@ def build_models(ctx: Context) -> Models:
         # otherwise), as KernelBench runs it and as the candidate's ModelNew is: a BatchNorm of an eval()
         # reference would normalise by running statistics while the candidate's uses the batch's.
         reference = ctx.module.Model(*init).to(ctx.device)
-    return Models(reference, verify.float64_model(reference))
+    return References(reference, verify.float64_model(reference))
 
 
 # ---------------------------------------------------------------------------------- correctness
 
-def check_correctness(ctx: Context, models: Models) -> None:
+def check_correctness(ctx: Context, models: References) -> None:
     """Trials on fresh inputs. The reference runs first, on inputs the host cannot yet have touched;
     the host's memory and the judge's are apart, so no result of the judge's can reach the candidate."""
     assert ctx.host is not None
@@ -260,7 +255,7 @@ def rotation_sets(per_set: int, l2_bytes: int, cap_bytes: int = 4 * 2**30) -> in
     return max(1, min(timing.sets_for_graph(per_set, l2_bytes), cap_bytes // max(per_set, 1)))
 
 
-def time_contenders(ctx: Context, models: Models) -> None:
+def time_contenders(ctx: Context, models: References) -> None:
     """The candidate in its host and the baselines here, interleaved, each timed by the judge's own
     clock: events around a batch of calls on rotating input sets (see brackets.Bracket)."""
     assert ctx.host is not None
@@ -268,11 +263,14 @@ def time_contenders(ctx: Context, models: Models) -> None:
     tcfg = timing.TimingConfig(min_samples=cfg.min_samples, max_samples=cfg.max_samples,
                                target_rse=cfg.target_rse, max_seconds=cfg.max_timing_s)
     out_bytes = sum(t["nbytes"] for t in steps.output_specs(ctx))
+    host = ctx.host
+    assert host is not None  # taken before correctness; timing never runs without one
+    timers: dict[str, Any]
     if ctx.device.type != "cuda":
         sets = timing_sets(ctx, 2)
         check = _batch_check(ctx, models, sets, {k: _reference_of(models, sets[k]) for k in range(2)})
         _send_sets(ctx, sets)
-        timers: dict[str, Any] = {"candidate": brackets.RemoteWallTimer(ctx.host, len(sets), check)}
+        timers = {"candidate": brackets.RemoteWallTimer(host, len(sets), check)}
         timers.update({name: timing.WallTimer(fn, 2) for name, fn in steps.baseline_callables(ctx, models.reference, sets, None).items()})
         ctx.timings = timing.measure_interleaved(timers, tcfg)
         return
@@ -286,13 +284,13 @@ def time_contenders(ctx: Context, models: Models) -> None:
         ctx.correctness["timing_input_sets"] = n_sets
         # References of the sets every batch ends on, before the host can touch those inputs; for
         # outputs of gigabytes, the native model's (a float64 copy would be kept through all of timing).
-        checked = {0: _reference_of(models if 2 * out_bytes <= TIMING_REFERENCE64_BYTES else Models(models.reference, None),
+        checked = {0: _reference_of(models if 2 * out_bytes <= TIMING_REFERENCE64_BYTES else References(models.reference, None),
                                     sets[0])}
         _send_sets(ctx, sets)
     check = _batch_check(ctx, models, sets, checked)
     overhead = float(ctx.correctness.get("bracket_overhead_ms", 0.0))
     def remote(k: int, first_checked: int = 3) -> brackets.RemoteBracketTimer:
-        return brackets.RemoteBracketTimer(ctx.host, n_sets, k, overhead, check, first_checked)
+        return brackets.RemoteBracketTimer(host, n_sets, k, overhead, check, first_checked)
 
     with phase("timing.batch_size"):
         # Sizing and escape batches: each timer's first batch checked (the timed one's first three).
@@ -304,7 +302,7 @@ def time_contenders(ctx: Context, models: Models) -> None:
         remote(max(k, min(math.ceil(brackets.ESCAPE_BATCH_MS / max(per_call, 1e-4)), 64 * k)), 1).samples(3)
     with phase("timing.graph"):
         graph = _candidate_graph(ctx, remote, k, n_sets)
-    timers: dict[str, Any] = {"candidate": remote(k)}
+    timers = {"candidate": remote(k)}
     with phase("timing.baselines"):
         flush = timing.L2Flusher(ctx.device)
         for name, fn in steps.baseline_callables(ctx, models.reference, sets, flush).items():
@@ -380,11 +378,11 @@ def _resources(raw: Any) -> list[dict[str, Any]]:
     return out[:16]
 
 
-def _reference_of(models: Models, inputs: list[Any]) -> tuple[list[Any], list[Any], str]:
+def _reference_of(models: References, inputs: list[Any]) -> tuple[list[Any], list[Any], str]:
     return verify.reference_outputs(models.reference64, models.reference, inputs)
 
 
-def _batch_check(ctx: Context, models: Models, sets: list[list[Any]], checked: dict[int, Any]) -> Any:
+def _batch_check(ctx: Context, models: References, sets: list[list[Any]], checked: dict[int, Any]) -> Any:
     """What the judge does with a batch's last outputs: they must be right for the set the batch
     ended on (a candidate that stops computing once it is being timed is caught here)."""
     stochastic: list[bool] = []

@@ -237,16 +237,17 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     of, rf = _flat(out), _flat(ref)
     numel = of.numel()
     if not expected_dtype.is_floating_point:
-        wrong, sample = 0, []
+        wrong = 0
+        wrong_sample: list[dict[str, Any]] = []
         for i in _chunks(numel):
             differ = of[i:i + CHUNK_ELEMENTS] != rf[i:i + CHUNK_ELEMENTS].to(of.dtype)
             n = int(differ.sum())
-            if n and len(sample) < 5:
-                for j in torch.nonzero(differ)[:5 - len(sample)].flatten().tolist():
-                    sample.append({"index": _index(i + j, shape), "got": of[i + j].item(), "expected": rf[i + j].item()})
+            if n and len(wrong_sample) < 5:
+                for j in torch.nonzero(differ)[:5 - len(wrong_sample)].flatten().tolist():
+                    wrong_sample.append({"index": _index(i + j, shape), "got": of[i + j].item(), "expected": rf[i + j].item()})
             wrong += n
         if wrong:
-            return Comparison(False, f"{wrong} of {numel} elements differ", mismatches=wrong, sample=sample)
+            return Comparison(False, f"{wrong} of {numel} elements differ", mismatches=wrong, sample=wrong_sample)
         return Comparison(True)
     nf = _flat(native) if native is not None and native.is_floating_point() and native.shape == ref.shape else None
     sf = _flat(scale) if scale is not None else None
@@ -301,7 +302,7 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     ref_norm = math.sqrt(ref_sq)
     err_norm = math.sqrt(err_sq)
     rel_norm = err_norm / ref_norm if ref_norm > 0 else err_norm
-    base = dict(max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
+    base: dict[str, Any] = dict(max_abs_err=max_abs, max_rel_err=max_rel, rel_norm_err=rel_norm)
     if numel > 1 and r_hi > r_lo and o_hi == o_lo:
         return Comparison(False, "output is constant while the reference is not", **base)
     norm_bound = tol.rel_norm

@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from cuforge.sandbox.protocol.judges import judge_mode
+from cuforge.sandbox.protocol.judges import JUDGES, judge_mode
 
 
 def _protocol_stream() -> Any:
@@ -53,8 +53,13 @@ _SELF_TEST_CANDIDATE = {"source": "import torch\nclass ModelNew(torch.nn.Module)
                                   "        return x.clamp_min(0)\n", "format": "module"}
 
 
-def evaluator() -> Any:
-    if judge_mode() == "split":
+def _option(argv: list[str], name: str) -> str | None:
+    """The value after `name` in argv (the supervisor's explicit settings for this worker)."""
+    return argv[argv.index(name) + 1] if name in argv[:-1] else None
+
+
+def evaluator(judge: str | None = None) -> Any:
+    if (judge or judge_mode()) == "split":
         from cuforge.sandbox.judge.split import evaluate_request
     else:
         from cuforge.sandbox.judge.pipeline import evaluate_request
@@ -64,7 +69,7 @@ def evaluator() -> Any:
 def self_test(device: str, info: dict[str, Any]) -> str:
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
-    evaluate_request = evaluator()
+    evaluate_request = evaluator(info.get("judge"))
     config = EvalConfig(device=device, trials=2, min_samples=5, max_samples=10, profile=False)
     evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)  # warm-up: lazy rebinding happens here
     ev, _ = evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)
@@ -114,11 +119,10 @@ def trusted_artifacts() -> dict[str, str]:
     return trusted_cache.handover(made)
 
 
-def stray_processes() -> list[int]:
+def stray_processes(jailed: str | None) -> list[int]:
     """Orphans of the jail (its own pid namespace): processes its init adopted besides this worker,
     which is what a double fork leaves behind. The worker's own children (torch.compile's compile
     workers, a candidate's subprocess) are the forward's child census's business. Empty outside a jail."""
-    jailed = os.environ.get("CUFORGE_JAILED")
     if not jailed:
         return []
     me, group = os.getpid(), os.getpgid(0)
@@ -168,12 +172,13 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     isolation = "host network"
     jail_applied = True
-    if os.environ.get("CUFORGE_JAILED") == "landlock":
+    jailed = _option(argv, "--jailed")
+    if jailed == "landlock":
         # First thing: Landlock and seccomp apply to this thread and what it creates from now on.
         from cuforge.sandbox.confine.landlock import LandlockError, drop_to, restrict  # noqa: F401
 
         try:
-            spec = json.loads(os.environ["CUFORGE_JAIL_SPEC"])
+            spec = json.loads(_option(argv, "--jail-spec") or "")
             if spec.get("uid") is not None:  # started as root: an unprivileged uid first, for good
                 try:
                     drop_to(int(spec["uid"]), spec.get("python", []))
@@ -185,35 +190,39 @@ def main(argv: list[str] | None = None) -> None:
                 f"; uid {spec['uid']}" if spec.get("uid") is not None else "")
         except (OSError, KeyError, ValueError) as e:  # LandlockError is an OSError, as are setresuid's
             isolation, jail_applied = f"jail (landlock) failed: {e}", False
-    elif os.environ.get("CUFORGE_JAILED"):
-        isolation = f"jail ({os.environ['CUFORGE_JAILED']}): private network, pid, mount and user namespaces"
+    elif jailed:
+        isolation = f"jail ({jailed}): private network, pid, mount and user namespaces"
     elif "--isolate-network" in argv:
         # unshare(CLONE_NEWUSER) fails in a process with more than one thread: before any thread starts.
         from cuforge.sandbox.confine.isolation import enter_private_network
 
         isolation = "private network namespace" if enter_private_network() else "host network (namespace refused)"
     exit_with_parent()
-    if os.environ.get("CUFORGE_JUDGE", "").strip().lower() == "split":
+    proto = _protocol_stream()
+    try:
+        judge = _option(argv, "--judge") or judge_mode()
+        if judge not in JUDGES:
+            raise ValueError(f"CUFORGE_JUDGE={judge!r}: use {' or '.join(JUDGES)}")
+    except ValueError as e:
+        proto.write(json.dumps({"op": "hello", "error": str(e)}) + "\n")
+        return
+    if judge == "split":
         # The judge: no process of its uid (a candidate host) may ptrace it or read its memory
         # through /proc, where Landlock does not already forbid that.
         import ctypes
 
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
     if "--compile-only" in argv:
-        os.environ["CUFORGE_COMPILE_ONLY"] = "1"
-        os.environ.setdefault("CUFORGE_ARCH", "sm_90a")
-    proto = _protocol_stream()
+        from cuforge import runtime
+
+        runtime.configure(compile_only=True, arch=_option(argv, "--arch") or "sm_90a")
     device = "cpu" if "--cpu" in argv else "cuda"
     import torch
 
     from cuforge.sandbox.host.monitor import settle_torch, start_thread_pools
     from cuforge.sandbox.protocol.precision import set_strict_precision
     from cuforge.sandbox.protocol.evaluation import EvalConfig
-    try:
-        evaluate_request = evaluator()
-    except ValueError as e:
-        proto.write(json.dumps({"op": "hello", "error": str(e)}) + "\n")
-        return
+    evaluate_request = evaluator(judge)
 
     if device == "cuda":
         if not torch.cuda.is_available():
@@ -226,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     start_thread_pools()
     info = _device_info(device, isolation)
     info["jail_applied"] = jail_applied
-    info["judge"] = judge_mode()
+    info["jailed"] = jailed  # the jail it was told it runs in; the supervisor checks it is the one it planned
+    info["judge"] = judge
     info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
     trusted = {} if device != "cuda" or "--compile-only" in argv else trusted_artifacts()
     proto.write(json.dumps({"op": "hello", "info": info, "trusted": trusted}) + "\n")
@@ -248,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             config = EvalConfig.from_dict(req["config"])
             ev, restart = evaluate_request(req["problem"], req["candidate"], config, info)
-            strays = stray_processes()
+            strays = stray_processes(jailed)
             if strays:
                 # A double fork escapes the worker's own child census: the jail's census sees it, and
                 # the jail (every process in it) ends with this worker.

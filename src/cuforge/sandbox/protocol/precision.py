@@ -32,7 +32,7 @@ def precision_flags() -> dict[str, str]:
         "matmul.bf16_reduced": lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         "float32_matmul_precision": torch.get_float32_matmul_precision,
         "matmul.fp32_precision": lambda: getattr(torch.backends.cuda.matmul, "fp32_precision", None),
-        "cudnn.conv.fp32_precision": lambda: getattr(torch.backends.cudnn.conv, "fp32_precision", None),
+        "cudnn.conv.fp32_precision": lambda: getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None),
         "default_dtype": torch.get_default_dtype,
     }
     out = {}

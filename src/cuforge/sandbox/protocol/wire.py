@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -48,7 +49,7 @@ class Channel:
         self.sock = sock
         self.sock.setblocking(True)
 
-    def send(self, header: dict[str, Any], parts: list[bytes | memoryview] = ()) -> None:
+    def send(self, header: dict[str, Any], parts: Sequence[bytes | memoryview] = ()) -> None:
         data = json.dumps(header).encode()
         try:
             self.sock.sendall(_HEAD.pack(len(data), len(parts)) + data)

@@ -1,0 +1,184 @@
+"""The tables of docs/benchmarks.md, made from benchmarks/results/ and nothing else.
+
+Each generated table in the page sits between two markers naming the command that prints it:
+
+    <!-- table: python benchmarks/docs_tables.py throughput eval_throughput_s42 -->
+    | ... |
+    <!-- /table -->
+
+    python benchmarks/docs_tables.py             # rewrite every marked table from its command
+    python benchmarks/docs_tables.py --check     # exit 1 naming each table that is not what its command prints
+    python benchmarks/docs_tables.py NAME RESULT...   # print one table (the commands the markers name)
+
+The tables printed here (NAME): compile, throughput, repeatability, jail, hgemm, level3, gpu_checks.
+Commands run from the repository root; the KernelBench search tables come from
+kernelbench_search_summary.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+BLOCK = re.compile(r"(<!-- table: (?P<cmd>[^\n]+?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def load(name: str) -> dict[str, Any]:
+    path = RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"no result {path.relative_to(ROOT)}")
+    return json.loads(path.read_text())
+
+
+def row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def header(*names: str) -> list[str]:
+    return [row(*names), "|" + "---|" * len(names)]
+
+
+def stamp(d: dict[str, Any]) -> str:
+    return f"{d.get('gpu') or 'CPU'}, torch {d.get('torch', '?')}, {str(d.get('date', '?'))[:10]}"
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+def compile_table(name: str = "compile_latency") -> list[str]:
+    d = load(name)
+    return [*header("path", "time", "target"),
+            row("NVRTC -> sm_90a cubin, cold, median of distinct sources",
+                f"{1e3 * d['fast_runtime_cold_median_s']:.0f} ms (max {1e3 * d['fast_runtime_cold_max_s']:.0f} ms)", "<= 0.5 s"),
+            row("first compile in a fresh process (loads NVRTC)", f"{1e3 * d['fast_runtime_first_in_process_s']:.0f} ms", ""),
+            row("cached in memory", f"{d['fast_runtime_memory_cached_median_ms']:.2f} ms", "<= 5 ms"),
+            row("cached on disk", f"{d['fast_runtime_disk_cached_median_ms']:.2f} ms", "<= 5 ms"),
+            row("cubin -> loaded kernel (first use)", f"{1e3 * d['module_load_s']:.0f} ms", ""),
+            row("`torch.utils.cpp_extension.load_inline`, same kernel", f"{d['load_inline_cold_s']:.1f} s", ""),
+            "", f"({stamp(d)}; `{name}.json`)"]
+
+
+def throughput_table(*names: str) -> list[str]:
+    out = header("judge", "evaluations", "all ok", "evaluations per GPU-minute", "median s per evaluation", "GPU, torch, date", "result")
+    for name in names or ("eval_throughput",):
+        d = load(name)
+        out.append(row(d.get("judge", "inprocess"), d["evaluations"], "yes" if d["all_ok"] else "no",
+                       f"{d['evals_per_gpu_minute']:.0f}", f"{d['median_eval_s']:.3f}", stamp(d), f"`{name}.json`"))
+    return out
+
+
+def repeatability_table(name: str = "repeatability") -> list[str]:
+    d = load(name)
+    out = header("problem", "method", "median ms", "max/min of the medians", "baseline max/min", "ncu ms", "harness / ncu",
+                 "ncu top stall")
+    for pid, c in d["cases"].items():
+        meds = sorted(c["candidate_medians_ms"])
+        ncu = c.get("ncu") or {}
+        out.append(row(pid, c["method"], f"{meds[len(meds) // 2]:.4f}", f"{c['max_over_min']:.4f}",
+                       f"{c['torch_max_over_min']:.4f}", f"{ncu.get('duration_us', 0) / 1e3:.4f}" if ncu else "-",
+                       f"{c['harness_over_ncu']:.3f}" if c.get("harness_over_ncu") else "-", ncu.get("top_stall", "-")))
+    out += ["", f"{d['repeats']} evaluations of each in one worker; target max/min <= {d['target_max_over_min']} ({stamp(d)})"]
+    return out
+
+
+def jail_table(name: str = "jail_overhead") -> list[str]:
+    d = load(name)
+    ws, ev = d["worker_start_s"], d["evaluation_wall_s"]
+    return [*header("", "jailed", "not jailed"),
+            row("worker start, s (median)", f"{ws['jailed']['median']:.1f}", f"{ws['unjailed']['median']:.1f}"),
+            row("warm evaluation, s (median)", f"{ev['jailed']['median']:.3f}", f"{ev['unjailed']['median']:.3f}"),
+            row("evaluations per minute", f"{d['evals_per_minute']['jailed']:.0f}", f"{d['evals_per_minute']['unjailed']:.0f}"),
+            "", f"bubblewrap itself starts in {d['bubblewrap_start_ms']['median']:.1f} ms; {d['problem']} ({stamp(d)})"]
+
+
+def hgemm_table(name: str = "hgemm_suite") -> list[str]:
+    d = load(name)
+    t = d["targets"]
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    return [*header("shapes", "with a correct result", "geomean vs cuBLAS", "vs cuBLASLt (autotuned)",
+                    "geomean vs cuBLAS, M*N*K <= 2^30", "geomean vs cuBLAS, >= 2^36"),
+            row(t["shapes"], t["with_result"], fmt(t["geomean_vs_cublas"]), fmt(t["geomean_vs_cublaslt"]),
+                f"{fmt(t['geomean_vs_cublas_small'])} ({t['small_shapes']} shapes)",
+                f"{fmt(t['geomean_vs_cublas_large'])} ({t['large_shapes']} shapes)"),
+            "", f"{d['suite']}, {d['evaluations']} evaluations, {d['generations']} generations, {d['wall_s']:.0f} s "
+                f"({stamp(d)})"]
+
+
+def level3_table(name: str = "level3_coverage") -> list[str]:
+    d = load(name)
+    out = [f"{d['files']} files, {d['loaded']} loaded, {d['covered']} covered; deciding coverage took at most "
+           f"{d['max_coverage_s']:.1f} s a file, tracing at most {d['max_trace_s']:.1f} s ({stamp(d)})", "",
+           *header("file", "nodes", "trace s", "coverage s", "covered by", "or why not")]
+    for r in d["rows"]:
+        why = (r.get("why") or "").splitlines()[0][:120] if r.get("why") else ""
+        out.append(row(r["file"], r.get("nodes", "-"), r.get("trace_s", "-"), r.get("coverage_s", "-"),
+                       ", ".join(r.get("families") or []) or "-", why.replace("|", "/")))
+    return out
+
+
+def gpu_checks_table(name: str) -> list[str]:
+    d = load(name)
+    out = [f"{d['gpu']}, torch {d['torch']}, as {d['user']}; {d['jail']} ({d['date']})", "", *header("what ran", "outcome")]
+    out += [row(c["what"], c["outcome"].replace("|", "/")) for c in d["calls"]]
+    return out
+
+
+TABLES: dict[str, Callable[..., list[str]]] = {
+    "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
+    "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
+}
+
+
+# ------------------------------------------------------------------------------------------- the page
+
+def run_command(cmd: str) -> str:
+    argv = shlex.split(cmd)
+    if argv[:1] != ["python"] or len(argv) < 2 or not argv[1].startswith("benchmarks/"):
+        raise SystemExit(f"docs/benchmarks.md: a table's command must be python benchmarks/SCRIPT ..., not {cmd!r}")
+    done = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise SystemExit(f"{cmd} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    return done.stdout.rstrip() + "\n"
+
+
+def regenerate(text: str) -> tuple[str, list[str]]:
+    """(the page with every table made again, the commands whose table changed)."""
+    changed: list[str] = []
+
+    def redo(m: re.Match[str]) -> str:
+        body = run_command(m.group("cmd"))
+        if body != m.group("body"):
+            changed.append(m.group("cmd"))
+        return m.group(1) + body + m.group(4)
+
+    return BLOCK.sub(redo, text), changed
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in TABLES:
+        print("\n".join(TABLES[argv[0]](*argv[1:])))
+        return 0
+    if argv and argv[0] not in ("--check",):
+        raise SystemExit(f"unknown table {argv[0]!r}; tables: {', '.join(TABLES)} (or --check)")
+    text = DOC.read_text()
+    new, changed = regenerate(text)
+    if argv[:1] == ["--check"]:
+        for cmd in changed:
+            print(f"docs/benchmarks.md: the table of `{cmd}` is not what it prints now")
+        return 1 if changed else 0
+    if new != text:
+        DOC.write_text(new)
+    print(f"{len(BLOCK.findall(text))} tables, {len(changed)} rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,27 @@
+"""docs/benchmarks.md's tables are what their commands print from benchmarks/results/: a result file
+changed without its table (or a table edited by hand) fails here, naming the command to run."""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_every_table_of_the_benchmarks_page_is_what_its_command_prints():
+    done = subprocess.run([sys.executable, "benchmarks/docs_tables.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr + "\n(run: python benchmarks/docs_tables.py)"
+
+
+def test_a_stale_table_is_named(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import docs_tables
+    finally:
+        sys.path.pop(0)
+    page = ("intro\n<!-- table: python benchmarks/docs_tables.py compile compile_latency -->\n| stale |\n"
+            "<!-- /table -->\nend\n")
+    new, changed = docs_tables.regenerate(page)
+    assert changed == ["python benchmarks/docs_tables.py compile compile_latency"]
+    assert "| stale |" not in new and "NVRTC" in new and new.startswith("intro\n") and new.endswith("end\n")
+    assert docs_tables.regenerate(new)[1] == []
