@@ -41,6 +41,16 @@ def sup():
     s.close()
 
 
+@pytest.fixture(scope="module")
+def cpu_sup():
+    """One CPU-mode evaluation worker per test module."""
+    from cuforge.sandbox.driver.supervisor import Supervisor
+
+    s = Supervisor(cpu_mode=True)
+    yield s
+    s.close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_inspector():
     """Every problem this test process loads is traced by one inspector child, not a fresh one (a

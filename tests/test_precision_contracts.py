@@ -11,7 +11,6 @@ from conftest import relu_problem_source, run_cli
 
 from cuforge.problems.loader import load_files
 from cuforge.problems.problem import ProblemError
-from cuforge.sandbox.driver.supervisor import Supervisor
 from cuforge.sandbox.protocol import precision as pr
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig
@@ -66,10 +65,8 @@ def problems(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sup():
-    s = Supervisor(cpu_mode=True)
-    yield s
-    s.close()
+def sup(cpu_sup):
+    return cpu_sup
 
 
 @pytest.fixture(autouse=True)

@@ -18,15 +18,13 @@ from typing import Any
 import torch
 
 from cuforge.sandbox.host import monitor
-from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class, problem_module, problem_tf32
+from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class
 from cuforge.sandbox.judge import cheats, steps, timing, verify
 from cuforge.sandbox.judge.context import Context, Models
 from cuforge.sandbox.judge.output_judge import Judge, Trials
 from cuforge.sandbox.judge.profile import build_profile, ceilings_for
-from cuforge.sandbox.judge.steps import contract_tolerance
 from cuforge.sandbox.protocol import tensors
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation, cheat
-from cuforge.sandbox.protocol.precision import apply_flags, tf32_allowed
 from cuforge.sandbox.protocol.stop import Stop
 
 
@@ -42,16 +40,10 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    meta = problem["meta"]
-    # The CPU test mode runs a problem at its declared small sizes (CUFORGE['small']): full sizes are
-    # GPU work and can exhaust a host's memory.
-    scale = meta.get("small") if config.device == "cpu" else None
-    module = problem_module(problem["source"], scale)
-    apply_flags(config.precision, problem_tf32(module))
+    module, tol, tf32 = steps.problem_setup(problem, config)
     guard = monitor.Guard.snapshot()
-    ctx = Context(problem, candidate, config, device, module, contract_tolerance(config.precision, meta),
-                  seed, {"seed": seed, "precision": config.precision}, {},
-                  tf32=tf32_allowed(config.precision, meta.get("ops") or (), problem_tf32(module)))
+    ctx = Context(problem, candidate, config, device, module, tol, seed, {"seed": seed, "precision": config.precision},
+                  {}, tf32=tf32)
     restart = False
     try:
         try:

@@ -17,15 +17,12 @@ from typing import Any
 
 import torch
 
-from cuforge.sandbox.protocol.loading import problem_module, problem_tf32
 from cuforge.sandbox.judge import brackets, context, hosts, steps, timing, verify
 from cuforge.sandbox.judge.context import References
 from cuforge.sandbox.judge.output_judge import Judge, Trials
 from cuforge.sandbox.judge.profile import build_profile, ceilings_for
-from cuforge.sandbox.judge.steps import contract_tolerance
 from cuforge.sandbox.protocol import tensors
 from cuforge.sandbox.protocol.evaluation import Diagnostic, EvalConfig, Evaluation, cheat
-from cuforge.sandbox.protocol.precision import apply_flags, tf32_allowed
 from cuforge.sandbox.protocol.stop import Stop, is_sticky
 
 _POOLS: dict[str, hosts.HostPool] = {}
@@ -63,16 +60,11 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    meta = problem["meta"]
-    # The CPU test mode runs a problem at its declared small sizes (CUFORGE['small']): full sizes are
-    # GPU work and can exhaust a host's memory.
-    scale = meta.get("small") if config.device == "cpu" else None
-    module = problem_module(problem["source"], scale)
-    apply_flags(config.precision, problem_tf32(module))
+    module, tol, tf32 = steps.problem_setup(problem, config)
+    scale = problem["meta"].get("small") if config.device == "cpu" else None  # the host loads it at the same sizes
     # The input seed is never sent to the candidate's process.
-    ctx = Context(problem, candidate, config, device, module, contract_tolerance(config.precision, meta),
-                  seed, {"seed": seed, "init_seed": init_seed, "precision": config.precision}, {},
-                  tf32=tf32_allowed(config.precision, meta.get("ops") or (), problem_tf32(module)))
+    ctx = Context(problem, candidate, config, device, module, tol, seed,
+                  {"seed": seed, "init_seed": init_seed, "precision": config.precision}, {}, tf32=tf32)
     restart = False
     status, message, diagnostics = "ok", "", []
     phase = ctx.phase = Phases(ctx.correctness.setdefault("judge_phases_s", {}))
