@@ -170,7 +170,7 @@ def check_row_family(sup, tmp_path, fam, exprs, shapes, scale=1):
 
 
 def test_softmax_family_is_correct_on_odd_rows(sup, tmp_path):
-    from cuforge.kernels.families import SoftmaxRows
+    from cuforge.kernels.softmax import SoftmaxRows
 
     exprs = {"softmax": "torch.softmax(x, dim=-1)", "log_softmax": "torch.log_softmax(x, dim=-1)"}
     check_row_family(sup, tmp_path, SoftmaxRows(), exprs, ((7, 1), (33, 1000), (64, 4099), (2048, 8192)), scale=4)

@@ -51,6 +51,10 @@ class Family:
     name: str
     knobs: dict[str, tuple[Any, ...]]
 
+    # The aten ops the family's kernel is built around, one of which a graph must contain for it to
+    # match (families_for asks only those); None: it may match a graph of any ops.
+    anchors: ClassVar[frozenset[str] | None] = None
+
     def supports(self, problem: Problem) -> str | None:  # None: covered; else why not
         raise NotImplementedError
 

@@ -16,6 +16,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def template_values(m: BatchNormMatch) -> dict[str, Any]:
             "AFFINE_B": m.bias is not None}
 
 
+@family(270)
 class BatchNorm(GraphFamily):
     """Statistics: SPLIT blocks per channel, BLOCK threads, VEC-wide loads where a channel's span allows;
     the write pass: a grid-stride loop over VEC-wide vectors."""

@@ -15,6 +15,7 @@ from cuforge.kernels.base import SMEM_LIMIT, GraphFamily, sm_count
 from cuforge.kernels.batch_norm import BatchNormMatch, match_batch_norm, template_values
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 # Against batch_norm's two passes on the H100 (batch_norm_channels.json, 1 GiB inputs): 0.78x at 4 MiB
 # channels, 1.05x at 8, 1.19x at 16, 1.25x at 32, 1.22x at 64. A channel boundary costs ~3 us (the
@@ -32,6 +33,7 @@ def match_team_batch_norm(problem: Problem) -> BatchNormMatch | str:
     return found
 
 
+@family(260)
 class BatchNormTeam(GraphFamily):
     """One block an SM, BLOCK threads, UNROLL VEC-wide loads each in flight, REGS vectors a thread kept in
     registers (before the shared-memory part); KEEP: how a tail's first read is cached (0 streamed, 1

@@ -393,6 +393,8 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             return "the forward's output is not the end of the chain"
     elif result != last:
         return f"the chain ends in {last}, not in {result}"
+    if last not in env:  # the chain's end is a view of a leaf (an input reshaped), read where it is used
+        return "the chain ends in a view of an input, not in a computed value"
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
     return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"), indexed)

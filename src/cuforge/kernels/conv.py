@@ -21,6 +21,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain, constant_scale, leaf
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -245,12 +246,15 @@ def flat_lead(f: ConvMatch, axis: int) -> int:
 
 
 
+@family(240)
 class ConvTf32x3Sm90(GraphFamily):
     """Implicit-GEMM convolution, sm_90a: tiles of 128 output pixels (TD x TH x TW of one image) by BN
     output channels; per k-tile, one tap and 32 input channels; the wgmma consumers, TMA producer and
     3xTF32 promotion of gemm_tf32x3_sm90. A transposed convolution of stride S is S^dims ordinary
     ones, one per output phase (o mod S), each over the taps that reach that phase: no zeros are
     multiplied."""
+
+    anchors = frozenset({"convolution"})
 
     BM = 128
     BK = 32

@@ -16,6 +16,7 @@ from cuforge.kernels.base import SMEM_LIMIT, GraphFamily
 from cuforge.kernels.conv import FEW_CHANNELS, ConvMatch, direct_first, few_channels, match_conv
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 def match_direct(problem: Problem) -> ConvMatch | str:
@@ -31,8 +32,11 @@ def match_direct(problem: Problem) -> ConvMatch | str:
     return found
 
 
+@family(250)
 class ConvDirect(GraphFamily):
     """One thread per (image, OCT output channels, output row, PW pixels along W)."""
+
+    anchors = frozenset({"convolution"})
 
     def __init__(self) -> None:
         super().__init__("conv_direct", {"BLOCK": (128, 256, 512), "OCT": (1, 2, 4, 8, 16), "PW": (1, 2, 4), "WIN": (0, 1)})

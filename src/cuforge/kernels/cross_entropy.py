@@ -13,6 +13,7 @@ from typing import Any
 from cuforge.kernels.base import GraphFamily
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ def match_cross_entropy(problem: Problem) -> CrossEntropyMatch | str:
     return CrossEntropyMatch(ins[0].shape[0], ins[0].shape[1], reduction == 1, ignore)
 
 
+@family(230)
 class CrossEntropy(GraphFamily):
     def __init__(self) -> None:
         super().__init__("cross_entropy", {"VEC": (1, 4), "WARPS": (4, 8), "RPW": (1, 4, 16), "UNROLL": (2, 4, 8)})

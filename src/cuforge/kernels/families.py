@@ -9,6 +9,10 @@ from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, grid_stride_grid, sm_count, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
+from cuforge.kernels.dropout import TorchDropout
+from cuforge.kernels.pipeline import Pipeline
+from cuforge.kernels.registry import family, registered
+from cuforge.kernels.staged import Staged, staged_families
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
@@ -26,6 +30,7 @@ def plain_hgemm(problem: Problem) -> str | None:
     return None
 
 
+@family(10)
 class GemmSm90(Family):
     """fp16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma from shared
     memory, a producer warpgroup and one or two consumer warpgroups over an mbarrier ring, a
@@ -34,6 +39,8 @@ class GemmSm90(Family):
     "cluster" - summed through distributed shared memory by the 2-16 blocks of one cluster), TMA
     multicast (CLUSTER_M x CLUSTER_N tiles in a cluster: each A k-tile read from L2 once per cluster
     row, each B k-tile once per cluster column) and a TMA-store or direct epilogue."""
+
+    anchors = frozenset({"mm"})
 
     BK = 64
     WS_LIMIT = 256 << 20  # split-K workspace bytes
@@ -324,10 +331,13 @@ class GemmSm90(Family):
 LINEAR_ACTS = ("relu", "silu", "gelu")  # traced aten op = the template's ACT
 
 
+@family(20)
 class LinearSm90(GemmSm90):
     """A linear layer with its epilogue fused, for Hopper: act(x @ W^T + b) with x [M, K], W [N, K] and
     b [N] fp16 (nn.Linear's layout: W is read K-major straight from the parameter, no transpose), the
     bias and activation (ReLU, SiLU, exact GELU) applied to the fp32 accumulators before the one store."""
+
+    anchors = frozenset({"addmm"})
 
     def __init__(self) -> None:
         super().__init__("linear_sm90")
@@ -362,9 +372,12 @@ class LinearSm90(GemmSm90):
         return problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.params[0].shape[0]
 
 
+@family(30)
 class GemmSm80(Family):
     """fp16 GEMM, fp32 accumulation: mma.sync m16n8k16 + ldmatrix + a cp.async multistage pipeline,
     grouped rasterization; runs on sm_80 to sm_90."""
+
+    anchors = frozenset({"mm"})
 
     def __init__(self) -> None:
         super().__init__("gemm_sm80", {
@@ -421,6 +434,7 @@ class GemmSm80(Family):
 ELEMENTWISE_OPS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
 
 
+@family(100)
 class Elementwise(Family):
     """One activation over a tensor: 16-byte vector accesses where the width allows, UNROLL vectors a
     thread a step, grid-stride loop with a grid capped at a number of waves over the SMs."""
@@ -496,6 +510,7 @@ class RowFamily(Family):
                           bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))
 
 
+@family(140)
 class ReduceRows(RowFamily):
     """Sum, max or argmax over the last dim: one block per row, float4 loads where aligned,
     warp-shuffle reductions (argmax breaks ties towards the first index, as torch does)."""
@@ -518,35 +533,9 @@ class ReduceRows(RowFamily):
         return ("in0.shape[:-1]", "int64" if self.ops[problem.ops] == "argmax" else "float32")
 
 
-from cuforge.kernels.fp32 import GemmF32, Gemv  # noqa: E402 - they build on this module's names
-from cuforge.kernels.norms import NormRows  # noqa: E402
-from cuforge.kernels.gemm_softmax import GemmSoftmax  # noqa: E402
-from cuforge.kernels.softmax import SoftmaxRows  # noqa: E402
-from cuforge.kernels.pointwise import PointwiseChain  # noqa: E402
-from cuforge.kernels.reduce_dim import ReduceDim  # noqa: E402
-from cuforge.kernels.softmax_dim import SoftmaxDim  # noqa: E402
-from cuforge.kernels.scan import ScanRows  # noqa: E402
-from cuforge.kernels.normalize import Normalize  # noqa: E402
-from cuforge.kernels.rows_cluster import RowsCluster  # noqa: E402
-from cuforge.kernels.rows_team import RowsTeam  # noqa: E402
-from cuforge.kernels.layer_norm_team import LayerNormTeam  # noqa: E402
-from cuforge.kernels.reduce_all import ReduceAll  # noqa: E402
-from cuforge.kernels.pool import Pool  # noqa: E402
-from cuforge.kernels.cross_entropy import CrossEntropy  # noqa: E402
-from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90  # noqa: E402
-from cuforge.kernels.norm_all import NormAll  # noqa: E402
-from cuforge.kernels.conv import ConvTf32x3Sm90  # noqa: E402
-from cuforge.kernels.conv_direct import ConvDirect  # noqa: E402
-from cuforge.kernels.batch_norm import BatchNorm  # noqa: E402
-from cuforge.kernels.batch_norm_team import BatchNormTeam  # noqa: E402
-from cuforge.kernels.row_loss import RowLoss  # noqa: E402
-from cuforge.kernels.staged import Staged, staged_families  # noqa: E402
-from cuforge.kernels.pipeline import Pipeline  # noqa: E402
-from cuforge.kernels.dropout import TorchDropout  # noqa: E402
-
-FAMILIES: list[Family] = [GemmSm90(), LinearSm90(), GemmSm80(), Gemv(), GemmTf32x3Sm90(), GemmF32(), RowsTeam(), LayerNormTeam(), NormRows(), Elementwise(),
-                          RowsCluster(), SoftmaxRows(), GemmSoftmax(), ReduceRows(), PointwiseChain(), ReduceDim(), SoftmaxDim(), ScanRows(), Normalize(), NormAll(), ReduceAll(), Pool(), CrossEntropy(),
-                          ConvTf32x3Sm90(), ConvDirect(), BatchNormTeam(), BatchNorm(), RowLoss()]
+# Every family, in the order of preference its rank gives (kernels/registry.py: each family's module
+# registers it where it is defined).
+FAMILIES: list[Family] = registered()
 # Last: two kernels where no one family covers the graph (a convolution or GEMM head, any tail).
 _HEADS = [f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm90", "conv_direct")]
 # A training-mode dropout is PyTorch's own call (its mask is random): a stage between kernels, never alone.
@@ -556,10 +545,22 @@ FAMILIES += staged_families(_HEADS, _SINGLES)
 PIPELINE = Pipeline(_HEADS, _SINGLES)
 
 
-def families_for(problem: Problem) -> tuple[list[Family], str]:
-    """Every family that covers the problem (first = preferred), or why none does."""
+def could_match(fam: Family, ops: frozenset[str]) -> bool:
+    """The index: a family built around some aten ops is asked only about graphs that contain one."""
+    return fam.anchors is None or bool(fam.anchors & ops)
+
+
+def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], str]:
+    """Every family that covers the problem (first = preferred), or why none does. Families whose
+    anchor ops the graph lacks are not asked (their reason would only say so); `index=False` asks
+    every family (the tests' check that the index changes nothing but the time)."""
     found, reasons = [], []
-    for fam in FAMILIES:
+    ops = frozenset(problem.ops)
+    asked = [f for f in FAMILIES if not index or could_match(f, ops)]
+    unasked = sorted({op for f in FAMILIES if f not in asked for op in f.anchors or ()})
+    if unasked:  # one reason for every family the index skipped
+        reasons.append(f"the GEMM and convolution families: no {', '.join(unasked)} in the graph")
+    for fam in asked:
         why = fam.supports(problem)
         if why is None:
             found.append(fam)

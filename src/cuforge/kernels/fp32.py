@@ -14,6 +14,7 @@ from cuforge.kernels.layouts import VIEW_OPS, apply_view, contiguous, is_dense, 
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -246,11 +247,14 @@ def gemm_launch_names(f: GemmMatch) -> tuple[list[tuple[str, str]], tuple[str, s
     return bindings, (out, "float32")
 
 
+@family(60)
 class GemmF32(Family):
     """fp32 GEMM on tensor cores or CUDA cores: tf32x3 (mma.sync m16n8k8 on TF32 big/small splits of
     each operand, three products per step: fp32-level accuracy) or ffma; cp.async multistage
     pipeline, grouped rasterization, transposed operands read in place, batches over gridDim.y, and the
     traced epilogue applied in registers (row sums by warp shuffles and one atomic per row and warp)."""
+
+    anchors = frozenset({"mm", "bmm", "addmm"})
 
     def __init__(self) -> None:
         super().__init__("gemm_f32", {
@@ -327,9 +331,12 @@ class GemmF32(Family):
                           outputs=((*out, "zeros"),) if f.epilogue.rowsum else (out,), bindings=tuple(bindings))
 
 
+@family(40)
 class Gemv(Family):
     """fp32 matrix-vector product y = epilogue(A @ x) with x a [K] or [K, 1] vector: one warp per row,
     streaming 16-byte loads of A (evict-first, several in flight) and x from cache."""
+
+    anchors = frozenset({"mm", "bmm", "addmm", "mv"})
 
     def __init__(self) -> None:
         super().__init__("gemv_f32", {"BLOCK": (128, 256, 512), "VEC": (1, 4), "UNROLL": (1, 2, 4, 8), "ROWS": (1, 2, 4)})

@@ -13,6 +13,7 @@ from cuforge.kernels.softmax import SAFE_OPS, SOFTMAX_OPS, depends_on_inputs
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 MAX_K = 256  # the block's A rows stay in shared memory
 
@@ -75,6 +76,7 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
     return GemmSoftmaxMatch(a, b_leaf, bt, ndim == 3, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi)
 
 
+@family(130)
 class GemmSoftmax(Family):
     """mma.sync m16n8k16 GEMM whose block owns 16 rows per warp across all N: B streamed twice
     (statistics, then output) through a cp.async pipeline, scores never leave registers."""

@@ -10,12 +10,16 @@ from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, tiles
 from cuforge.kernels.fp32 import GemmMatch, gemm_launch_names, match_gemm
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
+@family(50)
 class GemmTf32x3Sm90(GraphFamily):
     """3xTF32 GEMM, sm_90a: 128 x BN tiles, two consumer warpgroups, a TMA producer, STAGES stages of
     four k-tiles (A and B, big and small), a fresh tensor-core sum per k-tile added to the fp32
     accumulator, grouped rasterization, batches over gridDim.y."""
+
+    anchors = frozenset({"mm", "bmm", "addmm"})
 
     BM = 128
     BK = 32

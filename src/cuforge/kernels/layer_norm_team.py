@@ -16,6 +16,7 @@ from cuforge.kernels.rows_cluster import CLUSTERS, RowsMatch, fits, match_rows
 from cuforge.kernels.rows_team import MIN_SMS
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 HOLD_LIMIT = SMEM_LIMIT - 4 * 1024  # the row's share and the bias, with room for the static shared memory
 # Weight float4s a thread keeps in registers (J), at most a block's share of a 16 MiB row on 114 SMs: ptxas -v
@@ -46,6 +47,7 @@ def vectors_a_thread(cols: int, block: int) -> int:
     return -(-(-(-cols // 4) // MIN_SMS) // block)
 
 
+@family(80)
 class LayerNormTeam(GraphFamily):
     """One block an SM, BLOCK threads (fewer threads: more registers each for the weight's share)."""
 

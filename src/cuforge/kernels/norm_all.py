@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 # Partial sums (blocks of the grid-stride sum of squares) an SM: level1/37 on the H100, 2.47 ms at 4, 2.45 at 32
 # (torch.compile's 2.42); 32 x 132 partials are summed by one block in a few microseconds.
@@ -44,6 +45,7 @@ def match_norm_all(problem: Problem) -> NormAllMatch | str:
     return NormAllMatch(math.prod(problem.inputs[0].shape))
 
 
+@family(200)
 class NormAll(GraphFamily):
     """BLOCK threads a block, VEC-wide loads (VEC 4 when the element count allows 16-byte vectors), UNROLL
     loads in flight a thread in both passes (1: one at a time, configs from before the knob). ONCE: the

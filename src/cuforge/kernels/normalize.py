@@ -19,6 +19,7 @@ from cuforge.kernels.chains import LEAF_VIEWS, Epilogue, compile_chain, leaf_spe
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ def match_normalize(problem: Problem) -> NormalizeMatch | str:
 HOLD_MAX = 64  # a middle dim this short is held in registers (one value per row, per thread)
 
 
+@family(190)
 class Normalize(GraphFamily):
     """Rows: BLOCK threads per row, VEC-wide loads, double-precision sums, a block reduction, then the
     row is read again and written. A middle dim: BLOCK threads across the inner dim per block."""

@@ -12,6 +12,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec, literal
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def match_norm(problem: Problem) -> NormMatch | str:
     return NormMatch(kind, x, weight or None, bias or None, float(eps), rows, cols, epi)
 
 
+@family(90)
 class NormRows(Family):
     """Layernorm or rmsnorm over the last dim of an fp32 tensor with the traced epilogue fused: one
     block per row, the row cached in shared memory (or re-read) between the statistics and the output

@@ -15,6 +15,7 @@ from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
     return PointwiseMatch(anchor, chain, full)
 
 
+@family(150)
 class PointwiseChain(GraphFamily):
     """A thread takes UNROLL vectors of VEC consecutive elements a step (float4 loads and stores of the
     anchor), grid-stride loop; row and column are only computed when an operand is per-row or per-column."""

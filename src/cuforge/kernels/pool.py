@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from cuforge.kernels.base import GraphFamily
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 POOLS = {"max_pool2d_with_indices": ("max", 2), "max_pool3d_with_indices": ("max", 3), "max_pool2d": ("max", 2),
          "max_pool3d": ("max", 3), "avg_pool2d": ("avg", 2), "avg_pool3d": ("avg", 3)}
@@ -137,6 +138,7 @@ def row_users(rh: int, stride: int, kernel: int, dilation: int) -> list[list[int
     return [[j for j in range(rh) if any(j * stride + t * dilation == r for t in range(kernel))] for r in range(span)]
 
 
+@family(220)
 class Pool(GraphFamily):
     """A thread per RH x RW outputs; blocks of BX x TY threads (TY row groups side by side). VEC 4: a
     thread's RW columns are consecutive and its windows' span of a row is read as aligned float4s

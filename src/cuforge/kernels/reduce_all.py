@@ -14,6 +14,7 @@ from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_ch
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def match_reduce_all(problem: Problem) -> ReduceAllMatch | str:
     return ReduceAllMatch(anchor, chain, mean, post)
 
 
+@family(210)
 class ReduceAll(GraphFamily):
     """A grid of a few waves, VEC-wide loads of the anchor, per-thread double sums, a block reduction,
     one double atomic per block; the last block (by an atomic ticket) applies mean and scale."""

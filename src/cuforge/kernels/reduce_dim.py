@@ -16,6 +16,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 REDUCTIONS = ("sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "logsumexp")
 # Views that only regroup the reduced values (squeezing the kept dims): the stored order is theirs.
@@ -97,6 +98,7 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
     return DimReduction(op, outer, reduced, inner, chain, node.shape[-1] if node.shape else 1)
 
 
+@family(160)
 class ReduceDim(GraphFamily):
     """TX threads across the inner dim, TY down the reduced one, each keeping CHAINS partials (sums in
     double, max/min/arg with NaN and first-index-on-ties as torch), then a shared-memory combine. Over

@@ -16,6 +16,7 @@ from cuforge.kernels.chains import BINARY, UNARY, _binary, _unary, literal
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def _names(code: str) -> set[str]:
     return set(re.findall(r"\bv\d+\b", code))
 
 
+@family(280)
 class RowLoss(GraphFamily):
     """BLOCK threads a row, VEC-wide loads, rows grid-strided over about WAVES blocks per multiprocessor."""
 

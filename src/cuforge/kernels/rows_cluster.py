@@ -17,6 +17,7 @@ from cuforge.kernels.normalize import NormalizeMatch, match_normalize
 from cuforge.kernels.softmax import MAX_CACHED, SoftmaxMatch, match_softmax
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 MIN_ROW_BYTES = 64 * 1024  # shorter rows fit one block's registers or shared memory: softmax_rows / normalize
 SLICE_LIMIT = SMEM_LIMIT - 4 * 1024  # a block's slice, with room for its static shared memory
@@ -67,6 +68,7 @@ def fits(cols: int, cluster: int, vec: int) -> bool:
     return slice_elements(cols, cluster, vec) * 4 <= SLICE_LIMIT
 
 
+@family(110)
 class RowsCluster(Family):
     """CLUSTER blocks of BLOCK threads per row; VEC-wide loads (16 bytes) where a slice is aligned,
     UNROLL of them in flight per thread; the slice kept in shared memory (RESIDENT) or read twice;

@@ -14,6 +14,7 @@ from cuforge.kernels.chains import Epilogue
 from cuforge.kernels.rows_cluster import CLUSTERS, SLICE_LIMIT, RowsMatch, fits, match_rows
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 MIN_SMS = 114  # the smallest Hopper part (H100 PCIe): configs are valid when a team's slices fit there too
 
@@ -51,6 +52,7 @@ def team_size(cols: int, sms: int, teams: int) -> int:
     return max(sms // teams, min_team(cols))
 
 
+@family(70)
 class RowsTeam(Family):
     """TEAMS teams of (SMs / TEAMS) blocks, BLOCK threads each, UNROLL float4 loads a thread in flight, or the
     slice brought in BULK pieces by bulk copies."""

@@ -11,6 +11,7 @@ from cuforge.kernels.base import GraphFamily
 from cuforge.op_graph import OpNode, is_last_dim
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def match_scan(problem: Problem) -> ScanMatch | str:
     return ScanMatch(op, reverse, exclusive, mask, cols)
 
 
+@family(180)
 class ScanRows(GraphFamily):
     """One block per row, BLOCK*VEC elements per step: each thread scans its VEC elements in registers,
     warps scan thread totals by shuffles, one warp scans the warp totals, a carry runs across steps."""

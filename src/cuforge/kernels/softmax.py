@@ -14,6 +14,7 @@ from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 SOFTMAX_OPS = {"_softmax_lastdim": False, "_log_softmax_lastdim": True, "_safe_softmax_lastdim": False}  # op -> log
 # scaled_dot_product_attention's softmax: a row that is -inf throughout comes out 0, not NaN.
@@ -110,6 +111,7 @@ def _merged_dims(problem: Problem, before: tuple[OpNode, ...], node: OpNode, aft
     return k
 
 
+@family(120)
 class SoftmaxRows(Family):
     """One warp or one block per row: an online (max, sum) pass with shuffle reductions, values kept
     in registers (ITEMS vectors per thread) or re-read for the output pass; 16-byte vectors where

@@ -15,6 +15,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain
 from cuforge.op_graph import constant_dims
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.kernels.registry import family
 
 SOFTMAX_OPS = {"_softmax": False, "_log_softmax": True}  # op -> log (the last-dim ones trace as *_lastdim)
 
@@ -59,6 +60,7 @@ def match_dim_softmax(problem: Problem) -> DimSoftmax | str:
     return DimSoftmax(SOFTMAX_OPS[node.op], outer, reduced, inner, chain, shape[-1])
 
 
+@family(170)
 class SoftmaxDim(GraphFamily):
     """TX threads a block across the inner dim, one column of R values a thread, UNROLL loads in flight."""
 

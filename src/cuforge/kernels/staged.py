@@ -124,6 +124,34 @@ def _flat(args: tuple[Any, ...]) -> list[Any]:
     return out
 
 
+# What every staged family of a problem asks the same way, made once and shared: each head has a
+# staged family per tail (28), and each of them walked the same cuts of a 40k-node graph again.
+_CUTS: dict[int, tuple[Problem, list[Cut]]] = {}
+_HEAD_COVERS: dict[tuple[str, int], tuple[Problem, bool]] = {}
+
+
+def cuts_of(problem: Problem) -> list[Cut]:
+    """The graph's cuts (cut_points, at most MAX_CUTS), longest head first, for every staged family."""
+    hit = _CUTS.get(id(problem))
+    if hit is None or hit[0] is not problem:
+        if len(_CUTS) > 256:
+            _CUTS.clear()
+        cuts = [c for c in (cut_at(problem, k) for k in cut_points(problem)[:MAX_CUTS]) if not isinstance(c, str)]
+        hit = _CUTS[id(problem)] = (problem, cuts)  # the entry keeps the problem alive: its id is not reused
+    return hit[1]
+
+
+def head_covers(head: Family, problem: Problem) -> bool:
+    """Whether `head` covers `problem` (a whole graph or a cut's head), asked once per head and problem."""
+    key = (head.name, id(problem))
+    hit = _HEAD_COVERS.get(key)
+    if hit is None or hit[0] is not problem:
+        if len(_HEAD_COVERS) > 4096:
+            _HEAD_COVERS.clear()
+        hit = _HEAD_COVERS[key] = (problem, head.supports(problem) is None)
+    return hit[1]
+
+
 class Staged(GraphFamily):
     """`head`'s kernel, then `tail`'s, over one cut of the graph. Knobs are both families' knobs,
     prefixed "h." and "t."; a candidate is a Python module that launches the two kernels."""
@@ -132,6 +160,7 @@ class Staged(GraphFamily):
         knobs = {f"h.{k}": v for k, v in head.knobs.items()} | {f"t.{k}": v for k, v in tail.knobs.items()}
         super().__init__(f"staged:{head.name}+{tail.name}", knobs)
         object.__setattr__(self, "head", head)
+        object.__setattr__(self, "anchors", head.anchors)  # the head's kernel starts the graph
         object.__setattr__(self, "tail", tail)
 
     head: Family
@@ -150,13 +179,10 @@ class Staged(GraphFamily):
     def _match(self, problem: Problem) -> Cut | str:
         if first_computed(problem) not in ("convolution", "mm", "bmm", "addmm"):
             return "does not start with a convolution or a GEMM"
-        if self.head.supports(problem) is None:
+        if head_covers(self.head, problem):
             return f"{self.head.name} covers it in one kernel"
-        for k in cut_points(problem)[:MAX_CUTS]:  # the longest head first: the most fused into it
-            cut = cut_at(problem, k)
-            if isinstance(cut, str):
-                continue
-            if self.head.supports(cut.head) is None and self.tail.supports(cut.tail) is None:
+        for cut in cuts_of(problem):  # the longest head first: the most fused into it
+            if head_covers(self.head, cut.head) and self.tail.supports(cut.tail) is None:
                 return cut
         return "no cut of the graph splits it into the head family's kernel and the tail family's"
 

@@ -1,0 +1,92 @@
+"""Kernel families register where they are defined (kernels/registry.py) and are indexed by the aten
+ops they are built around: matching a problem asks only the families that could match it. The index
+must change nothing but the time: on every problem of KernelBench's level1-2 and the built-in suites,
+the families found and the reasons given are the same as when every family is asked."""
+
+import time
+
+import pytest
+
+from conftest import ROOT
+
+from cuforge.kernels import families as F
+from cuforge.kernels.registry import family, registered
+
+KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", ROOT / ".kb") if p.is_dir()), None)
+
+
+def test_every_family_is_registered_once_in_its_order_of_preference():
+    names = [f.name for f in registered()]
+    assert len(names) == len(set(names)) == 28
+    assert names[:3] == ["gemm_sm90", "linear_sm90", "gemm_sm80"] and names[-1] == "row_loss"
+    assert [f.name for f in F.FAMILIES[:28]] == names
+    assert len(F.FAMILIES) == 28 + len([f for f in F.FAMILIES if f.name.startswith("staged:")])
+
+
+def test_two_families_at_one_rank_are_refused_by_name():
+    class One:
+        pass
+
+    class Other:
+        pass
+
+    family(999_001)(One)
+    with pytest.raises(ValueError, match="families One and Other both have rank 999001"):
+        family(999_001)(Other)
+    from cuforge.kernels import registry
+
+    del registry._RANKED[999_001]  # leave the registry as the package made it
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list:
+    """KernelBench's level1 and level2 files and the built-in suites, traced once for the module
+    (level3's recurrent models take up to half a minute each to trace; benchmarks/level3_coverage.py
+    covers them)."""
+    from cuforge.problems.loader import load_files
+    from cuforge.problems.suites import load_suite
+
+    problems = []
+    for suite in ("level1", "level2", "hgemm-small"):
+        problems += load_suite(suite).problems
+    if KB is not None:
+        files = [f for level in ("level1", "level2") for f in sorted((KB / level).glob("*.py"))]
+        loaded, skipped = load_files(files)
+        assert not skipped, skipped[:3]
+        problems += loaded
+    return problems
+
+
+def test_the_index_finds_what_asking_every_family_finds(corpus, capsys):
+    problems = corpus
+    t0 = time.perf_counter()
+    indexed = [F.families_for(p) for p in problems]
+    t1 = time.perf_counter()
+    everyone = [F.families_for(p, index=False) for p in problems]
+    t2 = time.perf_counter()
+    for p, (fams, why), (all_fams, all_why) in zip(problems, indexed, everyone):
+        assert [f.name for f in fams] == [f.name for f in all_fams], p.id
+        assert bool(why) == bool(all_why), p.id
+    with capsys.disabled():
+        print(f"\n{len(problems)} problems: families_for {t1 - t0:.1f} s indexed, {t2 - t1:.1f} s asking every family")
+
+
+def test_every_family_answers_every_problem_without_raising(corpus):
+    """A family's matcher meets graphs it was not written for; it says why not, it never raises (a
+    pooling file once made the pipeline's chain compiler raise KeyError)."""
+    for p in corpus:
+        for fam in F.FAMILIES + [F.PIPELINE]:
+            why = fam.supports(p)
+            assert why is None or (isinstance(why, str) and why), (p.id, fam.name)
+
+
+def test_an_anchored_family_is_not_asked_about_a_graph_without_its_ops():
+    from dataclasses import replace
+
+    gemm = next(f for f in F.FAMILIES if f.name == "gemm_sm90")
+    assert F.could_match(gemm, frozenset({"mm"})) and not F.could_match(gemm, frozenset({"relu"}))
+    staged = next(f for f in F.FAMILIES if f.name.startswith("staged:conv_tf32x3_sm90"))
+    assert staged.anchors == frozenset({"convolution"})
+    pointwise = next(f for f in F.FAMILIES if f.name == "pointwise")
+    assert pointwise.anchors is None and F.could_match(pointwise, frozenset())
+    assert replace  # dataclasses stay importable beside the registry
