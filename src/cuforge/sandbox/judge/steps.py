@@ -15,13 +15,13 @@ from cuforge.sandbox.judge import timing
 from cuforge.sandbox.judge.context import Context
 from cuforge.sandbox.judge.profile import peak_rates, roofline_floor_ms
 from cuforge.sandbox.protocol import tensors
-from cuforge.sandbox.protocol.evaluation import cheat
+from cuforge.sandbox.protocol.evaluation import EvalConfig, cheat
 from cuforge.sandbox.protocol.loading import problem_module, problem_tf32
 from cuforge.sandbox.protocol.precision import STRICT_EAGER, apply_flags, contract, flags_matter, other_eager, tf32_allowed
 from cuforge.sandbox.protocol.stop import Stop
 
 
-def problem_setup(problem: dict[str, Any], config: Any) -> tuple[Any, Tolerance, bool]:
+def problem_setup(problem: dict[str, Any], config: EvalConfig) -> tuple[Any, Tolerance, bool]:
     """Both judges' first step: the problem's module (at its declared small sizes in the CPU test mode:
     full sizes are GPU work and can exhaust a host's memory), with the contract's precision flags set
     in this process; the tolerance it is judged by; whether its fp32 outputs may carry TF32's rounding."""
