@@ -89,6 +89,30 @@ def get_init_inputs():
 '''
 
 
+CONV_PROBLEM = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d({cin}, {cout}, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+def get_inputs():
+    return [torch.randn({batch}, {cin}, {hw}, {hw})]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def conv_problem_source(cin: int = 4, cout: int = 8, batch: int = 2, hw: int = 16) -> str:
+    """A plain-KernelBench-format 3x3 convolution problem (no CUFORGE dict), the precision tests' workload."""
+    return CONV_PROBLEM.format(cin=cin, cout=cout, batch=batch, hw=hw)
+
+
 def relu_problem_source(n: int = 4096, policy: str = "any", flops: str = "N") -> str:
     """A fp32 ReLU problem file, the test suites' smallest honest workload."""
     return RELU_PROBLEM.format(n=n, policy=policy, flops=flops)

@@ -7,30 +7,14 @@ import textwrap
 
 import pytest
 
+from conftest import conv_problem_source
+
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.protocol import precision as pr
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig
 
 pytestmark = pytest.mark.gpu
-
-CONV = '''
-import torch
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(64, 128, 3, padding=1)
-
-    def forward(self, x):
-        return self.conv(x)
-
-def get_inputs():
-    return [torch.randn(8, 64, 56, 56)]
-
-def get_init_inputs():
-    return []
-'''
 
 # The convolution with TF32 products, as cuDNN computes it under PyTorch's default flags. The flag is
 # set and put back inside the call, so the guard sees no global change: only the result can tell.
@@ -60,7 +44,7 @@ class ModelNew(torch.nn.Module):
 @pytest.fixture(scope="module")
 def conv_problem(tmp_path_factory):
     d = tmp_path_factory.mktemp("gpu_contracts")
-    (d / "conv.py").write_text(CONV)
+    (d / "conv.py").write_text(conv_problem_source(64, 128, 8, 56))
     loaded, skipped = load_files([d / "conv.py"])
     assert not skipped, skipped
     return loaded[0]

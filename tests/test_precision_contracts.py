@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conftest import relu_problem_source, run_cli
+from conftest import conv_problem_source, relu_problem_source, run_cli
 
 from cuforge.problems.loader import load_files
 from cuforge.problems.problem import ProblemError
@@ -16,24 +16,6 @@ from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig
 
 CFG = dict(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
-
-CONV_PROBLEM = '''
-import torch
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)
-
-    def forward(self, x):
-        return self.conv(x)
-
-def get_inputs():
-    return [torch.randn(2, 4, 16, 16)]
-
-def get_init_inputs():
-    return []
-'''
 
 TF32_PROBLEM = '''
 import torch
@@ -56,7 +38,7 @@ def get_init_inputs():
 def problems(tmp_path_factory):
     d = tmp_path_factory.mktemp("contracts")
     (d / "relu.py").write_text(relu_problem_source(policy="any"))
-    (d / "conv.py").write_text(CONV_PROBLEM)
+    (d / "conv.py").write_text(conv_problem_source())
     (d / "tf32.py").write_text(TF32_PROBLEM)
     (d / "relu_kb.py").write_text(relu_problem_source(policy="any").replace('"policy": "any"', '"policy": "any", "precision": "kernelbench"'))
     loaded, skipped = load_files(sorted(d.glob("*.py")))
@@ -112,8 +94,11 @@ def test_tf32_is_allowed_only_where_the_default_computation_uses_it():
 def test_a_problem_that_turns_tf32_on_keeps_it_under_the_default_flags_contracts(problems):
     from cuforge.sandbox.protocol.loading import problem_module, problem_tf32
 
-    module = problem_module(problems["tf32"].source)
+    pr.set_strict_precision()
+    before = pr.precision_flags()
+    module = problem_module(problems["tf32"].source + "\n# loaded afresh here\n")
     assert problem_tf32(module) == {"matmul.allow_tf32": True}
+    assert pr.precision_flags() == before  # loading a problem sets no contract in the caller
     assert problem_tf32(problem_module(problems["relu"].source)) == {}
 
 

@@ -26,6 +26,7 @@ from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn
 from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
 from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
+from cuforge.sandbox.protocol.judges import requested_judge
 from cuforge.sandbox.confine.landlock import jail_uid, unreadable_to
 from cuforge.sandbox.confine.pids_cgroup import CgroupError, PidsCgroup
 from cuforge.sandbox.driver.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
@@ -114,7 +115,7 @@ class Supervisor:
         self.extra_env = dict(extra_env or {})
         # The worker's judge (protocol/judges.py), passed to it on its command line; None: the user's
         # CUFORGE_JUDGE, else in-process. An unknown name is refused when the worker starts.
-        self.judge = (judge or os.environ.get("CUFORGE_JUDGE", "") or "inprocess").strip().lower()
+        self.judge = (judge or requested_judge()).strip().lower()
         # Whether candidates run in hosts beside the worker (the split judge): the Landlock jail's layer differs.
         self.split_judge = self.judge == "split"
         self.proc: subprocess.Popen[str] | None = None
@@ -222,8 +223,6 @@ class Supervisor:
             self.close()
             raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
         self.info = {**reply["info"], "processes": processes}
-        # Made before the worker received any candidate: the only moment its output is trusted.
-        trusted_cache.accept(_cache_dir(), reply.get("trusted") or {})
         self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
         if self.jail.confined and self.info.get("jail_applied") is False:
             self.close()
@@ -234,6 +233,9 @@ class Supervisor:
             self.close()
             raise WorkerStartError(f"the worker did not confirm the {self.jail.kind} jail it was started in "
                                    f"(it reports {self.info.get('jailed')!r}): not evaluating unconfined")
+        # Made before the worker received any candidate, in the jail it confirmed: the only moment its
+        # output is trusted.
+        trusted_cache.accept(_cache_dir(), reply.get("trusted") or {})
         if "no candidate process" in str(self.info.get("self_test")):
             # The split judge's own honest self-test could not start a candidate host: every evaluation
             # would fail the same way, so say so once, with what to do instead.

@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any
 
-from cuforge.sandbox.protocol.judges import JUDGES, judge_mode
+from cuforge.sandbox.protocol.judges import checked_judge, requested_judge
 
 
 def _protocol_stream() -> Any:
@@ -58,8 +58,8 @@ def _option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv[:-1] else None
 
 
-def evaluator(judge: str | None = None) -> Any:
-    if (judge or judge_mode()) == "split":
+def evaluator(judge: str) -> Any:
+    if judge == "split":
         from cuforge.sandbox.judge.split import evaluate_request
     else:
         from cuforge.sandbox.judge.pipeline import evaluate_request
@@ -69,7 +69,7 @@ def evaluator(judge: str | None = None) -> Any:
 def self_test(device: str, info: dict[str, Any]) -> str:
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
-    evaluate_request = evaluator(info.get("judge"))
+    evaluate_request = evaluator(info["judge"])
     config = EvalConfig(device=device, trials=2, min_samples=5, max_samples=10, profile=False)
     evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)  # warm-up: lazy rebinding happens here
     ev, _ = evaluate_request(_SELF_TEST_PROBLEM, _SELF_TEST_CANDIDATE, config, info)
@@ -200,9 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     exit_with_parent()
     proto = _protocol_stream()
     try:
-        judge = _option(argv, "--judge") or judge_mode()
-        if judge not in JUDGES:
-            raise ValueError(f"CUFORGE_JUDGE={judge!r}: use {' or '.join(JUDGES)}")
+        judge = checked_judge(_option(argv, "--judge") or requested_judge())
     except ValueError as e:
         proto.write(json.dumps({"op": "hello", "error": str(e)}) + "\n")
         return

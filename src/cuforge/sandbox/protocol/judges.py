@@ -9,13 +9,22 @@ import os
 JUDGES = ("inprocess", "split")
 
 
-def judge_mode() -> str:
-    """Where candidates run: `inprocess` (the default: in this worker, guarded by cheats.py) or
-    `split` (each in its own confined process; see judge.py and host.py)."""
-    mode = os.environ.get("CUFORGE_JUDGE", "inprocess").strip().lower() or "inprocess"
+def requested_judge() -> str:
+    """CUFORGE_JUDGE as the user set it, normalised (`inprocess` where unset); not yet checked."""
+    return os.environ.get("CUFORGE_JUDGE", "").strip().lower() or "inprocess"
+
+
+def checked_judge(mode: str) -> str:
+    """`mode` if it names a judge; else one line naming the valid ones."""
     if mode not in JUDGES:
-        raise ValueError(f"CUFORGE_JUDGE={mode!r}: use inprocess or split")
+        raise ValueError(f"CUFORGE_JUDGE={mode!r}: use {' or '.join(JUDGES)}")
     return mode
+
+
+def judge_mode() -> str:
+    """Where candidates run: `inprocess` (the default: in the worker, watched by host/monitor.py) or
+    `split` (each in its own confined process; see judge/split.py and host/host.py)."""
+    return checked_judge(requested_judge())
 
 
 def judge_for(untrusted: bool) -> str:

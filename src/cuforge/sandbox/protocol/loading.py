@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cuforge.sandbox.protocol.evaluation import Diagnostic
-from cuforge.sandbox.protocol.precision import precision_flags, set_pytorch_defaults, tf32_switches
+from cuforge.sandbox.protocol.precision import flags_kept, precision_flags, set_pytorch_defaults, tf32_switches
 
 
 class CandidateLoadError(Exception):
@@ -65,11 +65,13 @@ def problem_module(source: str, scale: dict[str, int] | None = None) -> types.Mo
     mod = _PROBLEMS.get(key)
     if mod is None:
         # Loaded under PyTorch's defaults, so that the TF32 switches the problem's own code sets are
-        # known (a default-flags contract keeps them for its reference; see precision.apply_flags).
-        set_pytorch_defaults()
-        before = precision_flags()
-        mod = module_from_source(source, f"cuforge_problem_{key}")
-        PROBLEM_TF32[mod.__name__] = tf32_switches(before, precision_flags())
+        # known (a default-flags contract keeps them for its reference; see precision.apply_flags), and
+        # the caller's switches as they were afterwards: loading sets no contract.
+        with flags_kept():
+            set_pytorch_defaults()
+            before = precision_flags()
+            mod = module_from_source(source, f"cuforge_problem_{key}")
+            PROBLEM_TF32[mod.__name__] = tf32_switches(before, precision_flags())
         for name, value in (scale or {}).items():
             if hasattr(mod, name):
                 setattr(mod, name, value)

@@ -16,7 +16,8 @@ Whatever the contract, the flags are the harness's: a candidate that changes any
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,22 @@ def set_pytorch_defaults() -> None:
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     torch.set_default_dtype(torch.float32)
+
+
+@contextmanager
+def flags_kept() -> Iterator[None]:
+    """Whatever the body sets, this process's precision switches are as they were afterwards."""
+    import torch
+
+    m, c = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (m.allow_tf32, c.allow_tf32, m.allow_fp16_reduced_precision_reduction,
+             m.allow_bf16_reduced_precision_reduction, torch.get_default_dtype())
+    try:
+        yield
+    finally:
+        (m.allow_tf32, c.allow_tf32, m.allow_fp16_reduced_precision_reduction,
+         m.allow_bf16_reduced_precision_reduction) = saved[:4]
+        torch.set_default_dtype(saved[4])
 
 
 @dataclass(frozen=True)
