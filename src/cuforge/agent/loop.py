@@ -96,13 +96,7 @@ def eval_config(cfg: RunConfig, problem: Problem) -> EvalConfig:
     memory = {"max_host_memory_gib": cfg.worker_memory_gib} if cfg.worker_memory_gib else {}
     return EvalConfig(device="cpu" if cfg.compile_only else cfg.device, baselines=baselines, compile_only=cfg.compile_only,
                       timeout_s=cfg.eval_timeout_s, max_timing_s=cfg.max_timing_s,
-                      precision=problem_contract(cfg.precision, problem), **memory)
-
-
-def problem_contract(asked: str | None, problem: Problem) -> str:
-    """The contract a problem is judged under: the run's when it names one, else the problem's own
-    CUFORGE precision, else fp32."""
-    return asked or problem.meta.precision or "fp32"
+                      precision=problem.contract(cfg.precision), **memory)
 
 
 def feedback_text(ev: Evaluation, baseline: str) -> str:

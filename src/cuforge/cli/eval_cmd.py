@@ -62,13 +62,7 @@ def eval_cmd(
 
     from cuforge.problems.problem import POLICIES
 
-    from cuforge.sandbox.protocol.precision import UnknownContract, contract
-
-    if precision is not None:
-        try:
-            precision = contract(precision).name
-        except UnknownContract as e:
-            fail(f"--precision: {e}")
+    precision = _contract_option(precision)
     if policy is not None and policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     modes = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
@@ -97,7 +91,7 @@ def eval_cmd(
                           "kernel runs without a GPU)", highlight=False, soft_wrap=True)
         problem = problem.for_cpu_test_mode()
     config = EvalConfig(device="cpu" if cpu else "cuda", trials=trials, timeout_s=timeout, compile_mode=compile_mode,
-                        baselines=chosen_baselines, precision=precision or problem.meta.precision or "fp32")
+                        baselines=chosen_baselines, precision=problem.contract(precision))
     try:
         with console.status(f"evaluating {candidate_path.name} on {problem.id} ...", spinner="dots"):
             ev = supervisor_for(config, gpu).evaluate(problem, candidate, config)
@@ -131,6 +125,18 @@ def _check_gpu(gpu: int, without: str = "--cpu runs the harness's CPU test mode"
         fail(f"no GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty); {without}")
     if gpu >= len(gpus):
         fail(f"--gpu: no GPU {gpu} here ({len(gpus)} visible)")
+
+
+def _contract_option(value: str | None) -> str | None:
+    """--precision's value, normalised; an unknown contract is one line naming the valid ones."""
+    from cuforge.sandbox.protocol.precision import UnknownContract, contract
+
+    if value is None:
+        return None
+    try:
+        return contract(value).name
+    except UnknownContract as e:
+        fail(f"--precision: {e}")
 
 
 def baseline_label(name: str, precision: str) -> str:
@@ -211,12 +217,7 @@ def baseline_cmd(
     chosen = [p for p in loaded.problems if problem in (None, p.id, p.name)]
     if not chosen:
         fail(f"--problem: no problem {problem!r} in {loaded.name}")
-    from cuforge.sandbox.protocol.precision import UnknownContract, contract
-
-    try:
-        precision = contract(precision).name if precision is not None else None
-    except UnknownContract as e:
-        fail(f"--precision: {e}")
+    precision = _contract_option(precision)
     _require_jail(unsafe_no_jail)
     for p in chosen:
         _parse_baselines(baselines, p)
@@ -230,7 +231,7 @@ def baseline_cmd(
         task = progress.add_task("baselines", total=len(chosen))
         for p in chosen:
             wanted = tuple(b for b in _parse_baselines(baselines, p) if b != "torch")
-            config = EvalConfig(baselines=wanted, profile=False, precision=precision or p.meta.precision or "fp32")
+            config = EvalConfig(baselines=wanted, profile=False, precision=p.contract(precision))
             try:
                 sup = supervisor_for(config, gpu, untrusted=False)  # only the problem's own reference runs
                 ev = measure_baselines(sup, p, config)

@@ -163,6 +163,11 @@ class Problem:
                 f"{size / 2**20:.0f} MiB at full size (over {CPU_FULL_SIZE_BYTES // 2**20} MiB): declare them in the file, "
                 "e.g. CUFORGE = {'small': {'N': 64}}, naming the module constants that set its sizes")
 
+    def contract(self, asked: str | None = None) -> str:
+        """The precision contract this problem is judged under: the one asked for (a run's or a
+        command's --precision), else its own CUFORGE precision, else fp32."""
+        return asked or self.meta.precision or "fp32"
+
     def for_cpu_test_mode(self) -> Problem:
         """The problem as the harness's CPU test mode judges it: no custom kernel can run without a
         GPU, so any correct implementation is accepted there (policy 'any'); CPU results are never
