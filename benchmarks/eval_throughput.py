@@ -51,6 +51,7 @@ def main() -> None:
             arch = "sm_" + info["compute_capability"].replace(".", "") + ("a" if info["compute_capability"] == "9.0" else "")
             futures = [pool.submit(_compile, (c.source, arch, c.launch.options)) for c in cands]
         walls, statuses, phases = [], [], []
+        last = None
         t0 = time.perf_counter()
         for i, c in enumerate(cands):
             if pool:
@@ -59,6 +60,7 @@ def main() -> None:
             walls.append(ev.wall_s)
             statuses.append(ev.status)
             phases.append(ev.correctness.get("judge_phases_s", {}))
+            last = ev
         total = time.perf_counter() - t0
         if pool:
             pool.shutdown()
@@ -74,6 +76,10 @@ def main() -> None:
         "mean_phase_s": {k: round(statistics.fmean(p.get(k, 0.0) for p in phases), 4) for k in steps},
         "mean_eval_s": statistics.fmean(walls),
         "precompile": a.precompile, "target_per_minute": 120,
+        # What the last evaluation timed and how (a contender timed by events where graphs failed shows here).
+        "last_timings": {k: {"method": t.method, "n": t.n, "median_ms": t.median_ms} for k, t in (last.timings if last else {}).items()},
+        "last_notes": {k: v for k, v in (last.correctness if last else {}).items()
+                       if k in ("graph_fallback", "eager_flags", "escape_check", "timing_input_sets", "baselines_skipped")},
         "worker": info,
     })
 

@@ -29,7 +29,7 @@ def main() -> None:
     from test_gpu_sandbox import hgemm_candidate
 
     from cuforge.problems.hgemm import hgemm_problem
-    from cuforge.sandbox.judge import split as judge
+    from cuforge.sandbox.judge import in_host as judge
     from cuforge.sandbox.protocol.candidate import Candidate
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.driver.supervisor import problem_payload

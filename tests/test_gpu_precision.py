@@ -29,6 +29,17 @@ class ModelNew(torch.nn.Module):
             return self.conv(x)
 """
 
+FP32_CONV = """
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(64, 128, 3, padding=1)
+
+    def forward(self, x):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            return self.conv(x)
+"""
+
 BF16_CONV = """
 class ModelNew(torch.nn.Module):
     def __init__(self):
@@ -44,7 +55,8 @@ class ModelNew(torch.nn.Module):
 @pytest.fixture(scope="module")
 def conv_problem(tmp_path_factory):
     d = tmp_path_factory.mktemp("gpu_contracts")
-    (d / "conv.py").write_text(conv_problem_source(64, 128, 8, 56))
+    # The candidates here are PyTorch under other flags: policy 'any' lets their accuracy alone decide.
+    (d / "conv.py").write_text(conv_problem_source(64, 128, 8, 56) + '\nCUFORGE = {"policy": "any"}\n')
     loaded, skipped = load_files([d / "conv.py"])
     assert not skipped, skipped
     return loaded[0]
@@ -60,9 +72,12 @@ def test_a_tf32_convolution_passes_under_pytorch_and_is_a_downgrade_under_fp32(s
     assert ev.ok, ev.message
     # Both eagers were timed as contenders of their own: under PyTorch's defaults cuDNN runs TF32.
     assert pr.STRICT_EAGER in ev.timings and "eager_flags" not in ev.correctness
+    # Under fp32 the same kernel is a downgrade (and, as every cheat, not timed).
     strict = evaluate(sup, conv_problem, TF32_CONV, "fp32")
     assert strict.status == "cheat:precision_downgrade", strict.message
-    assert pr.DEFAULT_EAGER in strict.timings
+    # An honest fp32 convolution under fp32 has eager under PyTorch's defaults timed beside it.
+    fp32 = evaluate(sup, conv_problem, FP32_CONV, "fp32")
+    assert fp32.ok and pr.DEFAULT_EAGER in fp32.timings, fp32.message
 
 
 def test_a_convolution_less_accurate_than_tf32_fails_under_fp32_and_pytorch(sup, conv_problem):

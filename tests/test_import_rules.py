@@ -38,7 +38,10 @@ MAY_IMPORT = {
 }
 # The in-process judge runs candidates in the worker through the host's monitor: these judge modules,
 # and only these, may import host code.
-IN_WORKER_RUNNERS = {"cuforge.sandbox.judge.pipeline", "cuforge.sandbox.judge.worker"}
+IN_WORKER_RUNNERS = {"cuforge.sandbox.judge.in_worker", "cuforge.sandbox.judge.worker"}
+# The judge's core and the modules that hold a candidate for it (its runners and the host pool).
+JUDGE_CORE = "cuforge.sandbox.judge.core"
+RUNNER_MODULES = {"cuforge.sandbox.judge.in_worker", "cuforge.sandbox.judge.in_host", "cuforge.sandbox.judge.hosts"}
 # Outside the sandbox, code uses the sandbox through the driver and the shared records only.
 OUTSIDE_MAY_IMPORT = {"protocol", "driver", "confine"}
 
@@ -114,6 +117,10 @@ def broken_rules(graph: dict[str, set[str]]) -> list[str]:
                 continue
             elif dst_layer not in MAY_IMPORT[src_layer]:
                 out.append(f"{src} -> {dst}: {src_layer} may not import {dst_layer}")
+    # One judge core, two interchangeable runners: the core reaches the candidate only through the
+    # Runner it is handed, never a runner's module or the host pool.
+    for dst in sorted(graph.get(JUDGE_CORE, set()) & RUNNER_MODULES):
+        out.append(f"{JUDGE_CORE} -> {dst}: the judge core may not import a runner")
     for src, targets in sorted(graph.items()):  # back-edges: what the sandbox uses must not use the sandbox
         if layer(src) is not None:
             continue
@@ -190,16 +197,18 @@ def test_no_module_imports_itself_back_through_others(modules):
 
 # Each edge a past layout had, or an easy slip would add; every one must be caught.
 FORBIDDEN = [
-    ("cuforge.sandbox.host.host", "from cuforge.sandbox.judge.pipeline import run_monitored", "host may not import judge"),
+    ("cuforge.sandbox.host.host", "from cuforge.sandbox.judge.in_worker import build_models", "host may not import judge"),
     ("cuforge.sandbox.host.monitor", "from cuforge.sandbox.judge import verify", "host may not import judge"),
     ("cuforge.sandbox.host.host", "from cuforge.sandbox.driver import supervisor", "host may not import driver"),
-    ("cuforge.sandbox.judge.split", "from cuforge.sandbox.host.monitor import Guard", "judge may not import host"),
+    ("cuforge.sandbox.judge.in_host", "from cuforge.sandbox.host.monitor import Guard", "judge may not import host"),
     ("cuforge.sandbox.judge.cheats", "from cuforge.sandbox.host import monitor", "judge may not import host"),
     ("cuforge.sandbox.driver.evaluate", "from cuforge.sandbox.judge.worker import main", "driver may not import judge"),
     ("cuforge.sandbox.protocol.evaluation", "from cuforge.sandbox.confine.isolation import Limits",
      "protocol may not import confine"),
     ("cuforge.cli.eval_cmd", "from cuforge.sandbox.judge.profile import build_profile", "outside the sandbox"),
     ("cuforge.runtime", "from cuforge.sandbox.judge.timing import Event", "imports the sandbox back"),
+    ("cuforge.sandbox.judge.core", "from cuforge.sandbox.judge.in_host import HostRunner", "may not import a runner"),
+    ("cuforge.sandbox.judge.core", "from cuforge.sandbox.judge import hosts", "may not import a runner"),
 ]
 
 
@@ -212,7 +221,7 @@ def test_each_forbidden_edge_is_caught(modules, module, line, why):
 @pytest.mark.parametrize("module, line", [
     ("cuforge.sandbox.driver.executor", "from cuforge.sandbox.driver.executor_choice import make_executor"),
     ("cuforge.tma", "from cuforge.runtime import compile_to_cubin"),
-    ("cuforge.sandbox.judge.output_judge", "from cuforge.sandbox.judge.pipeline import Context"),
+    ("cuforge.sandbox.judge.output_judge", "from cuforge.sandbox.judge.in_worker import InWorkerRunner"),
 ])
 def test_a_circle_is_caught_even_through_a_lazy_import(modules, module, line):
     graph = import_graph(modules, {module: "def _probe():\n    " + line})

@@ -109,6 +109,12 @@ def test_each_cpu_detectable_cheat_is_named(sup, problems, kind):
     assert ev.status == f"cheat:{kind}", (ev.status, ev.message)
 
 
+def test_patching_the_harness_timing_module_is_a_timer_patch(sup, problems):
+    body = "from cuforge.sandbox.judge import timing\ntiming._perf_counter = lambda: 0.0\n" + HONEST
+    ev = run(sup, problems, body)
+    assert ev.status == "cheat:timer_patch" and "judge.timing._perf_counter" in ev.message, (ev.status, ev.message)
+
+
 def test_precision_flag_change_is_a_downgrade(sup, problems):
     body = "torch.backends.cuda.matmul.allow_tf32 = True\n" + HONEST
     ev = run(sup, problems, body)
@@ -307,7 +313,7 @@ def test_the_error_norm_bound_of_a_cancelling_output_rests_on_eager_s_largest_er
 
     from cuforge.problems.problem import Tolerance
     from cuforge.sandbox.judge.output_judge import Judge
-    from cuforge.sandbox.judge.pipeline import Context
+    from cuforge.sandbox.judge.context import Context
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.judge.verify import NATIVE_NORM_FACTOR, compare
 
@@ -359,7 +365,7 @@ def test_an_error_norm_accusation_on_the_first_set_waits_for_eager_s_error_on_fr
     from cuforge.problems.problem import Tolerance
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.judge.output_judge import Judge
-    from cuforge.sandbox.judge.pipeline import Context, Models
+    from cuforge.sandbox.judge.context import Context, Models
     from cuforge.sandbox.judge.verify import compare
 
     tol = Tolerance.for_dtype("float32")
@@ -404,6 +410,18 @@ def test_escaped_work_needs_the_host_to_wait_for_the_device():
     launch_bound = EscapeCheck(wall_ms=7.3, host_ms=7.2, event_ms=1.4, blocked_ms=5.1, spin_ms=5.0)
     assert escaped_work(launch_bound, kernels_per_call=400) is None
     assert "waited for" in escaped_work(launch_bound, kernels_per_call=20)
+
+
+def test_escaped_work_behind_a_slow_host_is_seen_in_what_the_device_drains():
+    from cuforge.sandbox.judge.timing import EscapeCheck, escaped_work
+
+    # A host slowed by other processes launches slower than a side stream computes: the wall clock, back
+    # to back, is then the host's own, and only the work left after the timed stream's end shows it.
+    hidden_by_host = EscapeCheck(wall_ms=0.9, host_ms=0.85, event_ms=0.002, blocked_ms=0.05, spin_ms=5.0, drain_ms=0.64)
+    assert "ran 0.64 ms more after the timed stream" in escaped_work(hidden_by_host)
+    # An honest call leaves the device idle once its own stream ends, at any host speed.
+    honest = EscapeCheck(wall_ms=0.9, host_ms=0.85, event_ms=0.16, blocked_ms=0.05, spin_ms=5.0, drain_ms=0.02)
+    assert escaped_work(honest) is None
 
 
 def test_an_escaped_work_accusation_stands_only_if_every_check_makes_it():

@@ -92,3 +92,34 @@ def test_a_wrong_result_is_still_wrong_under_the_scaled_bound():
     got[3] = -got[3]  # one element wrong by its own size
     cmp = _judge(got, ref, scale)
     assert not cmp.ok and cmp.kind == "wrong_output" and cmp.mismatches == 1
+
+
+def _truncate_mantissa(x: np.ndarray, bits: int) -> np.ndarray:
+    """Drop all but `bits` explicit mantissa bits (what a tensor core reading fp32 as TF32 may do)."""
+    drop = np.uint32(23 - bits)
+    return ((x.astype(np.float32).view(np.uint32) >> drop) << drop).view(np.float32)
+
+
+@pytest.mark.parametrize("k", [576, 4096])
+def test_under_a_tf32_reference_a_tf32_kernel_passes_and_bf16_operands_do_not(k):
+    """PyTorch's default flags run a convolution on cuDNN's TF32: a candidate rounding (or truncating)
+    its operands to TF32 is as accurate as that reference; one rounding them to bf16 is 8x less so."""
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((512, k), dtype=np.float32)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    ref = torch.from_numpy((a.astype(np.float64) * x.astype(np.float64)).sum(axis=1))
+    scale = torch.from_numpy((np.abs(a).astype(np.float64) * np.abs(x).astype(np.float64)).sum(axis=1))
+    native = torch.from_numpy((_round_mantissa(a, 10) * _round_mantissa(x, 10)).sum(axis=1, dtype=np.float32))
+
+    def judge(got: np.ndarray) -> verify.Comparison:
+        return verify.compare(torch.from_numpy(np.ascontiguousarray(got)), ref, torch.float32, TOL,
+                              native=native, scale=scale, tf32=True)
+
+    for name, got in {"tf32_rounded": _round_mantissa(a, 10) * _round_mantissa(x, 10),
+                      "tf32_truncated": _truncate_mantissa(a, 10) * _truncate_mantissa(x, 10),
+                      "fp32": a * x}.items():
+        cmp = judge(got.sum(axis=1, dtype=np.float32))
+        assert cmp.ok, (k, name, cmp.reason)
+    bf16 = _reduced(a, x)["bf16_operands"]
+    cmp = judge(bf16)
+    assert not cmp.ok and cmp.kind == "precision_downgrade", (k, cmp.rel_norm_err, cmp.reason)

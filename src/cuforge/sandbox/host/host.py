@@ -8,7 +8,7 @@ judge's request; a forked host confines itself (its own process group, Landlock:
 scratch and /dev/shm, no signal to, ptrace of or /proc access to any process outside it; seccomp),
 starts its own CUDA context and serves one socket. What it reports about the candidate (threads,
 kernels, streams, library calls, patched functions) can only fail the candidate: the verdict,
-the comparison and the timing are the judge's (`judge/split.py`).
+the comparison and the timing are the judge's (`judge/core.py` with `judge/in_host.py`).
 """
 
 from __future__ import annotations

@@ -50,12 +50,12 @@ TORCH_KERNEL = re.compile(r"at::|c10::|cub::|^Memset|^Memcpy|^triton_(poi|red|pe
 
 _TIMER_NAMES = re.compile(
     r"^(time\.|torch\.cuda\.(Event|synchronize|Stream|current_stream|default_stream|stream|set_stream|graph|CUDAGraph|"
-    r"_sleep|nvtx)|torch\.profiler|torch\.autograd\.profiler|cuforge\.sandbox\.timing)"
+    r"_sleep|nvtx)|torch\.profiler|torch\.autograd\.profiler|cuforge\.sandbox\.judge\.timing\.)"
 )
 
 
 GUARDED_HARNESS_MODULES = tuple(f"cuforge.sandbox.{m}" for m in (
-    "judge.timing", "judge.verify", "judge.cheats", "judge.pipeline", "judge.split", "judge.steps", "judge.baselines",
+    "judge.timing", "judge.verify", "judge.cheats", "judge.core", "judge.in_worker", "judge.in_host", "judge.steps", "judge.baselines",
     "judge.profile", "judge.worker", "judge.output_judge", "host.monitor", "protocol.loading", "protocol.tensors",
     "protocol.precision"))
 

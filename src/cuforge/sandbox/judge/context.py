@@ -32,6 +32,7 @@ class Context:
     # Under a default-flags contract, where the reference's own computation uses TF32 (a convolution
     # under cuDNN's default): fp32 outputs are judged at TF32's rounding, as PyTorch's are.
     tf32: bool = False
+    phase: Any = None  # core.Phases: wall seconds per step, kept in the record
 
 
 @dataclass

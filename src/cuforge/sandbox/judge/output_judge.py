@@ -1,5 +1,5 @@
-"""Judging one call's outputs against the reference, shared by both judges (pipeline.py in process,
-split.py split): `Judge` applies the bounds (the plain ones, the error-norm floor from eager's own error,
+"""Judging one call's outputs against the reference, shared by both runners (in_worker.py,
+in_host.py): `Judge` applies the bounds (the plain ones, the error-norm floor from eager's own error,
 calibrated on fresh sets before an accusation rests on it, the computation-aware bound), `Trials` keeps
 what the correctness trials showed and names their first failure as precisely as it can."""
 

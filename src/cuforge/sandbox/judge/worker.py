@@ -60,9 +60,9 @@ def _option(argv: list[str], name: str) -> str | None:
 
 def evaluator(judge: str) -> Any:
     if judge == "split":
-        from cuforge.sandbox.judge.split import evaluate_request
+        from cuforge.sandbox.judge.in_host import evaluate_request
     else:
-        from cuforge.sandbox.judge.pipeline import evaluate_request
+        from cuforge.sandbox.judge.in_worker import evaluate_request
     return evaluate_request
 
 

@@ -23,7 +23,7 @@ def checked_judge(mode: str) -> str:
 
 def judge_mode() -> str:
     """Where candidates run: `inprocess` (the default: in the worker, watched by host/monitor.py) or
-    `split` (each in its own confined process; see judge/split.py and host/host.py)."""
+    `split` (each in its own confined process; see judge/in_host.py and host/host.py)."""
     return checked_judge(requested_judge())
 
 

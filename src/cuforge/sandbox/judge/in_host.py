@@ -1,24 +1,22 @@
-"""The judge: one evaluation inside the worker. It draws the inputs (from seeds the candidate never
-sees), runs the reference and the baselines, compares, times and decides. The candidate runs in a
-candidate host, a separate confined process (`host/host.py`), that only receives inputs and returns
-outputs: nothing it says or writes sets a verdict, a timing or a status; it can only fail its own
-candidate. Each step returns early with an Evaluation naming the first failure.
+"""The host runner: the candidate runs in a candidate host, a separate confined process
+(`host/host.py`) that only receives inputs and returns outputs; `core.evaluate` runs the steps. The
+judge draws the inputs (from seeds the candidate never sees), runs the reference and the baselines,
+compares, times and decides here: nothing the host says or writes sets a verdict, a timing or a
+status; it can only fail its own candidate.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import secrets
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from cuforge.sandbox.judge import brackets, context, hosts, steps, timing, verify
-from cuforge.sandbox.judge.context import References
+from cuforge.sandbox.judge import brackets, context, core, hosts, steps, timing, verify
+from cuforge.sandbox.judge.context import Context as CoreContext, References
 from cuforge.sandbox.judge.output_judge import Judge, Trials
 from cuforge.sandbox.judge.profile import build_profile, ceilings_for
 from cuforge.sandbox.protocol import tensors
@@ -40,106 +38,88 @@ def host_pool(device: str) -> hosts.HostPool:
 class Context(context.Context):
     host: hosts.HostClient | None = None
     export: Any = None  # the memory pool inputs are drawn into: the only judge memory a host can map
-    phase: Any = None  # Phases
     input_bytes: int = 0  # the largest input set drawn
+
+
+class HostRunner:
+    """The candidate in a host taken from the worker's pool. The worker itself never runs candidate code,
+    so only a fault of its own (no host to start, its CUDA context broken) replaces it."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.pool: hosts.HostPool | None = None
+
+    def context(self, ctx: CoreContext) -> Context:
+        return Context(**{f: getattr(ctx, f) for f in ctx.__dataclass_fields__})
+
+    def start(self, ctx: CoreContext) -> None:
+        assert isinstance(ctx, Context)
+        config, phase = ctx.config, ctx.phase
+        self.pool = host_pool("none" if config.compile_only else config.device)
+        with phase("host"):
+            ctx.host = self.pool.take()
+        ctx.host.deadline = time.monotonic() + max(config.timeout_s * 0.85 - (time.perf_counter() - self.t0), 1.0)
+        ctx.correctness["candidate_process"] = ctx.host.confinement
+        if ctx.device.type == "cuda" and not config.compile_only:
+            with phase("quiet"):  # no other host's start or exit may share the GPU with the calibration
+                self.pool.wait_quiet()
+            with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
+                ctx.correctness["bracket_overhead_ms"] = brackets.calibrate(ctx.host)
+            ctx.export = _export_pool()
+
+    def load(self, ctx: CoreContext) -> tuple[str, str, list[Diagnostic]]:
+        assert isinstance(ctx, Context) and ctx.host is not None
+        scale = ctx.problem["meta"].get("small") if ctx.config.device == "cpu" else None  # the sizes the judge loaded
+        status, message, diags = ctx.host.load(ctx.problem, ctx.candidate, scale, ctx.correctness["init_seed"],
+                                               ctx.config.precision)
+        return status, message, [Diagnostic(**d) for d in diags if isinstance(d, dict)][:50] if diags else []
+
+    def references(self, ctx: CoreContext) -> References:
+        assert isinstance(ctx, Context)
+        return build_models(ctx)
+
+    def check_correctness(self, ctx: CoreContext, models: References) -> None:
+        assert isinstance(ctx, Context)
+        check_correctness(ctx, models)
+
+    def time_contenders(self, ctx: CoreContext, models: References) -> None:
+        assert isinstance(ctx, Context)
+        time_contenders(ctx, models)
+
+    def check_rules(self) -> None:
+        pass  # the candidate's process is not this one: nothing of the judge's can be patched
+
+    def failure(self, e: Exception) -> tuple[str, str] | None:
+        if isinstance(e, hosts.HostStartError):
+            return "crash", f"no candidate process: {e}"
+        if is_sticky(e):
+            return "runtime_error", f"the judge's CUDA context failed: {str(e).splitlines()[0]}"
+        return None
+
+    def finish(self, ctx: CoreContext) -> bool:
+        assert isinstance(ctx, Context)
+        restart = False
+        if ctx.host is not None:
+            ctx.host.kill()
+        _keep_export_pool(ctx)
+        if self.pool is not None:
+            try:
+                peak = int(torch.cuda.max_memory_allocated(ctx.device)) if ctx.device.type == "cuda" else 0
+                self.pool.replenish(peak + max(int(ctx.correctness.get("host_peak_bytes", 0)), 0))  # the host's word: sizing only
+            except hosts.HostStartError:  # the zygote is gone: this result stands; a new worker brings a new one
+                restart = True
+        if ctx.host is not None:
+            if ctx.host.busy_discarded:
+                ctx.correctness["busy_readings_discarded"] = ctx.host.busy_discarded
+            # how much of it was the judge waiting on the candidate's process
+            ctx.correctness["judge_phases_s"].update({f"waiting.{op}": round(s, 4) for op, s in ctx.host.waited.items()})
+        return restart
 
 
 def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig,
                      device_info: dict[str, Any]) -> tuple[Evaluation, bool]:
-    """The worker's entry point: (evaluation, whether the worker must be replaced afterwards). The
-    worker itself never runs candidate code, so only a fault of its own replaces it."""
-    t0 = time.perf_counter()
-    from cuforge.sandbox.protocol.candidate import Candidate
-
-    cand = Candidate.from_dict(candidate)
-    device = torch.device(config.device)
-    seed = config.seed if config.seed is not None else secrets.randbits(30)
-    # Parameters are drawn from a seed the candidate may learn (torch.initial_seed()); inputs from one
-    # it cannot derive from it.
-    init_seed = secrets.randbits(30) if config.seed is None else (config.seed * 2654435761 + 97) % 2**30
-    base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    module, tol, tf32 = steps.problem_setup(problem, config)
-    scale = problem["meta"].get("small") if config.device == "cpu" else None  # the host loads it at the same sizes
-    # The input seed is never sent to the candidate's process.
-    ctx = Context(problem, candidate, config, device, module, tol, seed,
-                  {"seed": seed, "init_seed": init_seed, "precision": config.precision}, {}, tf32=tf32)
-    restart = False
-    status, message, diagnostics = "ok", "", []
-    phase = ctx.phase = Phases(ctx.correctness.setdefault("judge_phases_s", {}))
-    pool = host_pool("none" if config.compile_only else config.device)
-    try:
-        with phase("host"):
-            ctx.host = pool.take()
-        ctx.host.deadline = time.monotonic() + max(config.timeout_s * 0.85 - (time.perf_counter() - t0), 1.0)
-        ctx.correctness["candidate_process"] = ctx.host.confinement
-        if device.type == "cuda" and not config.compile_only:
-            with phase("quiet"):  # no other host's start or exit may share the GPU with the calibration
-                pool.wait_quiet()
-            with phase("calibrate"):  # before the candidate is loaded, nothing of it can lengthen this
-                ctx.correctness["bracket_overhead_ms"] = brackets.calibrate(ctx.host)
-            ctx.export = _export_pool()
-        with phase("load"):
-            status, message, diags = ctx.host.load(problem, candidate, scale, init_seed, config.precision)
-        diagnostics = [Diagnostic(**d) for d in diags if isinstance(d, dict)][:50] if diags else []
-        if status == "ok":
-            with phase("reference"):
-                models = build_models(ctx)
-            with phase("correctness"):
-                check_correctness(ctx, models)
-            with phase("timing"):
-                time_contenders(ctx, models)
-                steps.name_both_eagers(ctx)
-    except Stop as s:
-        status, message = s.status, s.message
-        ctx.correctness.update(s.extra)
-    except hosts.HostStartError as e:
-        status, message, restart = "crash", f"no candidate process: {e}", True
-    except torch.cuda.OutOfMemoryError as e:
-        status, message, restart = "runtime_error", f"out of GPU memory: {str(e).splitlines()[0]}", True
-    except Exception as e:
-        if not is_sticky(e):
-            raise
-        status, message, restart = "runtime_error", f"the judge's CUDA context failed: {str(e).splitlines()[0]}", True
-    finally:
-        with phase("teardown"):
-            if ctx.host is not None:
-                ctx.host.kill()
-            _keep_export_pool(ctx)
-            try:
-                peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
-                pool.replenish(peak + max(int(ctx.correctness.get("host_peak_bytes", 0)), 0))  # the host's word: sizing only
-            except hosts.HostStartError:  # the zygote is gone: this result stands; a new worker brings a new one
-                restart = True
-        if ctx.host is not None and ctx.host.busy_discarded:
-            ctx.correctness["busy_readings_discarded"] = ctx.host.busy_discarded
-        if ctx.host is not None:  # how much of it was the judge waiting on the candidate's process
-            ctx.correctness["judge_phases_s"].update({f"waiting.{op}": round(s, 4) for op, s in ctx.host.waited.items()})
-    if device.type == "cuda":
-        # The judge's own peak, plus the peak the candidate's process reports for itself.
-        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)),
-                                                   ctx.correctness.get("peak_device_bytes", 0)) + \
-            int(ctx.correctness.get("host_peak_bytes", 0))
-    ev = Evaluation(status=status, message=message, diagnostics=diagnostics, correctness=ctx.correctness,
-                    timings=ctx.timings, profile=ctx.profile, **base)
-    ev.wall_s = time.perf_counter() - t0
-    return ev, restart
-
-
-class Phases:
-    """Wall seconds per step of an evaluation, kept in its record: where a judge's time goes."""
-
-    def __init__(self, into: dict[str, float]) -> None:
-        self.into = into
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - t, 4)
+    """One evaluation with the candidate in a candidate host: (evaluation, whether to replace the worker)."""
+    return core.evaluate(problem, candidate, config, device_info, HostRunner())
 
 
 def draw_inputs(ctx: Context, seed: int, gaussian: bool) -> list[Any]:
@@ -266,7 +246,7 @@ def time_contenders(ctx: Context, models: References) -> None:
         timers.update({name: timing.WallTimer(fn, 2) for name, fn in steps.baseline_callables(ctx, models.reference, sets, None).items()})
         ctx.timings = timing.measure_interleaved(timers, tcfg)
         return
-    phase = ctx.phase or Phases({})
+    phase = ctx.phase or core.Phases({})
     with phase("timing.inputs"):
         l2 = getattr(torch.cuda.get_device_properties(ctx.device), "L2_cache_size", 50 * 2**20) or 50 * 2**20
         sets = timing_sets(ctx, 1)

@@ -1,104 +1,98 @@
-"""The in-process judge: one evaluation inside the worker with the candidate in the worker's own
-process (the template search's own kernels). It loads the candidate, verifies it over fresh trials,
-times it interleaved with the baselines, re-verifies what was timed, checks for escaped work and
-impossible speed, and profiles. `split.py` is the same evaluation with the candidate in a candidate
-host, a separate confined process; the steps they share are in `steps.py`.
+"""The in-worker runner: the candidate runs in the worker's own process (the template search's own
+kernels, where evaluations per GPU-minute are the GPU's). `core.evaluate` runs the steps; this runner
+loads the candidate here, verifies it over fresh trials, times it interleaved with the baselines,
+re-verifies what was timed, checks for escaped work and impossible speed, and profiles. Its other
+runner, `in_host.py`, holds the candidate in a separate confined process instead.
 
 The candidate's calls go through host/monitor.py, the code that runs beside a candidate wherever it
-runs: this module is the judge's in-worker runner. Each step returns early with an Evaluation naming
-the first failure. Nothing here runs in the driver process.
+runs; its Guard names any harness function the candidate replaced. Nothing here runs in the driver.
 """
 
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Any
 
 import torch
 
 from cuforge.sandbox.host import monitor
 from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class
-from cuforge.sandbox.judge import cheats, steps, timing, verify
-from cuforge.sandbox.judge.context import Context, Models
+from cuforge.sandbox.judge import cheats, core, steps, timing, verify
+from cuforge.sandbox.judge.context import Context, Models, References
 from cuforge.sandbox.judge.output_judge import Judge, Trials
 from cuforge.sandbox.judge.profile import build_profile, ceilings_for
 from cuforge.sandbox.protocol import tensors
-from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation, cheat
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import Diagnostic, EvalConfig, Evaluation, cheat
 from cuforge.sandbox.protocol.stop import Stop
+
+
+class InWorkerRunner:
+    """The candidate in this process. A candidate that patched anything leaves a worker nobody should
+    trust again: the guard's findings stop the evaluation and replace the worker."""
+
+    def __init__(self) -> None:
+        self.guard: monitor.Guard | None = None
+        self.cls: type | None = None
+
+    def context(self, ctx: Context) -> Context:
+        return ctx
+
+    def start(self, ctx: Context) -> None:
+        # After the problem loaded and the contract set its flags: from here on, any change is the candidate's.
+        self.guard = monitor.Guard.snapshot()
+
+    def load(self, ctx: Context) -> tuple[str, str, list[Diagnostic]]:
+        cand = Candidate.from_dict(ctx.candidate)
+        try:
+            self.cls = candidate_class(cand.module_source(), ctx.module, cand.id)
+        except CandidateLoadError as e:
+            return e.status, str(e), e.diagnostics
+        self.check_rules()
+        if ctx.config.compile_only:
+            return "compiled", "loaded and compiled; nothing run (compile-only)", []
+        return "ok", "", []
+
+    def references(self, ctx: Context) -> Models:
+        assert self.cls is not None
+        return build_models(ctx, self.cls)
+
+    def check_correctness(self, ctx: Context, models: References) -> None:
+        assert isinstance(models, Models)
+        check_correctness(ctx, models)
+
+    def time_contenders(self, ctx: Context, models: References) -> None:
+        assert isinstance(models, Models)
+        time_contenders(ctx, models)
+
+    def check_rules(self) -> None:
+        found = self.guard.violations() if self.guard is not None else []
+        if found:
+            kind, msg = found[0]
+            raise Stop(cheat(kind), msg, restart=True)
+
+    def failure(self, e: Exception) -> tuple[str, str] | None:
+        return None  # anything else is the worker's to report (it replaces itself)
+
+    def finish(self, ctx: Context) -> bool:
+        return self.guard is not None and bool(self.guard.violations())
 
 
 def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig,
                      device_info: dict[str, Any]) -> tuple[Evaluation, bool]:
-    """The worker's entry point: (evaluation, whether the worker must be replaced afterwards)."""
-    t0 = time.perf_counter()
-    from cuforge.sandbox.protocol.candidate import Candidate
-
-    cand = Candidate.from_dict(candidate)
-    device = torch.device(config.device)
-    seed = config.seed if config.seed is not None else secrets.randbits(30)
-    base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    module, tol, tf32 = steps.problem_setup(problem, config)
-    guard = monitor.Guard.snapshot()
-    ctx = Context(problem, candidate, config, device, module, tol, seed, {"seed": seed, "precision": config.precision},
-                  {}, tf32=tf32)
-    restart = False
-    try:
-        try:
-            cls = candidate_class(cand.module_source(), ctx.module, cand.id)
-        except CandidateLoadError as e:
-            ev = Evaluation(status=e.status, message=str(e), diagnostics=e.diagnostics, **base)
-            ev.wall_s = time.perf_counter() - t0
-            return ev, _tainted(guard)
-        _raise_guard(guard)
-        if config.compile_only:
-            ev = Evaluation(status="compiled", message="loaded and compiled; nothing run (compile-only)", **base)
-            ev.wall_s = time.perf_counter() - t0
-            return ev, _tainted(guard)
-        models = build_models(ctx, cls)
-        check_correctness(ctx, models)
-        _raise_guard(guard)
-        time_contenders(ctx, models)
-        steps.name_both_eagers(ctx)
-        _raise_guard(guard)
-        status, message = "ok", ""
-    except Stop as s:
-        status, message, restart = s.status, s.message, s.restart
-        ctx.correctness.update(s.extra)
-    except torch.cuda.OutOfMemoryError as e:
-        status, message, restart = "runtime_error", f"out of GPU memory: {str(e).splitlines()[0]}", True
-    if device.type == "cuda":
-        ctx.correctness["peak_device_bytes"] = max(int(torch.cuda.max_memory_allocated(device)),
-                                                   ctx.correctness.get("peak_device_bytes", 0))
-    ev = Evaluation(status=status, message=message, correctness=ctx.correctness, timings=ctx.timings,
-                    profile=ctx.profile, **base)
-    ev.wall_s = time.perf_counter() - t0
-    return ev, restart or _tainted(guard)
-
-
-def _raise_guard(guard: monitor.Guard) -> None:
-    found = guard.violations()
-    if found:
-        kind, msg = found[0]
-        raise Stop(cheat(kind), msg, restart=True)
-
-
-def _tainted(guard: monitor.Guard) -> bool:
-    """A candidate that patched anything leaves a worker nobody should trust again."""
-    return bool(guard.violations())
+    """One evaluation with the candidate in this process: (evaluation, whether to replace the worker)."""
+    return core.evaluate(problem, candidate, config, device_info, InWorkerRunner())
 
 
 def build_models(ctx: Context, cls: type) -> Models:
     with tensors.on_device(ctx.device):
         init = list(ctx.module.get_init_inputs())
-        torch.manual_seed(ctx.seed)
+        torch.manual_seed(ctx.correctness["init_seed"])
         # The reference stays in the mode a new Model is in (training, unless its __init__ says
         # otherwise), as KernelBench runs it and as the candidate's ModelNew is: a BatchNorm of an eval()
         # reference would normalise by running statistics while the candidate's uses the batch's.
         reference = ctx.module.Model(*init).to(ctx.device)
-        torch.manual_seed(ctx.seed)
+        torch.manual_seed(ctx.correctness["init_seed"])
         candidate = monitor.run_candidate(lambda: cls(*init), ctx.device, "ModelNew(*get_init_inputs())")
     if isinstance(candidate, torch.nn.Module):
         candidate = monitor.run_candidate(lambda: candidate.to(ctx.device), ctx.device, "ModelNew.to(device)")
