@@ -102,6 +102,8 @@ def _candidates():
 
 def _comparable(ev) -> dict:
     d = ev.to_dict()
+    # Seeds are drawn per evaluation and step times are wall clock: the rest must be the same.
+    d["correctness"] = {k: v for k, v in d["correctness"].items() if k not in ("seed", "init_seed", "judge_phases_s")}
     return {k: d[k] for k in ("problem_id", "candidate_id", "status", "message", "diagnostics", "speedups",
                               "correctness")}
 

@@ -123,3 +123,48 @@ def test_under_a_tf32_reference_a_tf32_kernel_passes_and_bf16_operands_do_not(k)
     bf16 = _reduced(a, x)["bf16_operands"]
     cmp = judge(bf16)
     assert not cmp.ok and cmp.kind == "precision_downgrade", (k, cmp.rel_norm_err, cmp.reason)
+
+
+class _Tf32Linear(torch.nn.Module):
+    """A linear layer whose fp32 forward rounds its operands to TF32, as cuDNN's default convolution
+    does under PyTorch's flags; its float64 copy computes exactly."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(256, k) / k ** 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64:
+            return x @ self.weight.T
+        tf32 = lambda t: torch.from_numpy(_round_mantissa(t.detach().numpy(), 10))  # noqa: E731
+        return tf32(x) @ tf32(self.weight).T
+
+
+def test_the_judge_bounds_bf16_operands_by_a_tf32_reference_s_own_error():
+    """The whole judging path (plain bounds, then the computation-aware bound) under a contract whose
+    reference rounds to TF32: a candidate as accurate as it passes, bf16 operands are a downgrade."""
+    import types
+
+    from cuforge.sandbox.judge.context import Context, Models
+    from cuforge.sandbox.judge.output_judge import Judge
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+
+    torch.manual_seed(0)
+    k = 576
+    eager = _Tf32Linear(k)
+    models = Models(reference=eager, reference64=verify.float64_model(eager), candidate=None)
+    module = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512, k)])
+    x = torch.randn(512, k)
+    refs, native, kind = verify.reference_outputs(models.reference64, models.reference, [x])
+    assert kind == "float64"
+
+    def judge(out: torch.Tensor) -> verify.Comparison:
+        ctx = Context({}, {}, EvalConfig(precision="pytorch"), torch.device("cpu"), module, TOL, 0, {}, {}, tf32=True)
+        return Judge(ctx, models, [x], kind)(0, out, refs[0], native[0])
+
+    w = eager.weight.detach()
+    trunc = lambda t: torch.from_numpy(_truncate_mantissa(t.numpy(), 10))  # noqa: E731
+    assert judge(trunc(x) @ trunc(w).T).ok
+    assert judge(x @ w.T).ok
+    bf16 = judge((x.bfloat16().float() @ w.bfloat16().float().T))
+    assert not bf16.ok and bf16.kind == "precision_downgrade", (bf16.rel_norm_err, bf16.reason)

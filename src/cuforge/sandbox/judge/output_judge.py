@@ -48,7 +48,10 @@ class Judge:
         if self._scales is None:
             self._scales = verify.computation_scale(self.models.reference64, self.inputs) or []
         if i < len(self._scales) and self._scales[i] is not None:
-            cmp = verify.compare(o, r, n.dtype, self.ctx.tol, scale=self._scales[i], tf32=self.ctx.tf32)
+            # Eager's own error stays the norm's floor (and, where eager itself computed at TF32's rounding,
+            # its scale: see verify.TF32_NATIVE_NORM_FACTOR).
+            cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n, native_floor=self.ctx.native_rel.get(i, 0.0),
+                                 scale=self._scales[i], tf32=self.ctx.tf32)
         return cmp
 
     CALIBRATION_SETS = 3
