@@ -63,6 +63,9 @@ def root_cannot_drop() -> str | None:
     return next((b for b in (unreadable_to(NOBODY, p) for p in python_paths()) if b), None)
 
 SECRET = "sk-jail-test-9f2c41d7e0"
+# These tests start drivers (and their jailed workers) on one machine-wide resource each: one xdist
+# worker runs them all, one after another.
+pytestmark = pytest.mark.xdist_group("jail")
 CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
 HONEST = """
 class ModelNew(torch.nn.Module):
@@ -129,9 +132,13 @@ def evaluate(w, attack: str, config: EvalConfig = CFG):
 
 
 def test_the_driver_environment_and_home_are_out_of_reach(world):
+    # Where the Landlock jail had to keep root, other root processes' environments stay readable (the
+    # supervisor says so when it starts; docs/sandbox.md): there the candidate's own process tree is
+    # what must hold no secret. Everywhere else, no process it can see may.
+    scope = "[str(os.getpid()), str(os.getppid())]" if world["kind"] == "landlock" and root_cannot_drop() else "os.listdir('/proc')"
     ev = evaluate(world, f"""
     found = []
-    for pid in os.listdir('/proc'):
+    for pid in {scope}:
         try:
             found.append(open(f'/proc/{{pid}}/environ', 'rb').read())
         except OSError:
@@ -151,12 +158,13 @@ def test_the_driver_environment_and_home_are_out_of_reach(world):
 def test_the_package_site_packages_store_and_caches_are_read_only(world):
     ev = evaluate(world, f"""
     import sqlite3
+    from cuforge.sandbox.protocol import trusted_cache
     attempts = {{
         {str(world['package'] / '__init__.py')!r}: 'a',
-        {str(world['package'] / 'sandbox' / 'verify.py')!r}: 'w',
+        {str(world['package'] / 'sandbox' / 'judge' / 'verify.py')!r}: 'w',
         {str(world['site'] / 'cuforge_evil.pth')!r}: 'w',
         {str(world['cache'] / 'cubins' / 'trusted.cubin')!r}: 'w',
-        os.path.join(os.environ.get('CUFORGE_SHARED_CACHE', '/nonexistent'), 'cubins', 'trusted.cubin'): 'w',
+        os.path.join(str(trusted_cache.shared_dir() or '/nonexistent'), 'native', 'trusted.so'): 'w',
     }}
     for path, mode in attempts.items():
         try:

@@ -279,18 +279,16 @@ def landlock_spec(scratch: str, shared_cache: Path | None, gpu: bool, hosts: boo
     return {"read_only": read_only, "writable": writable, "devices": devices, "python": python_paths()}
 
 
-def scratch_env(scratch: str, shared_cache: str | None) -> dict[str, str]:
+def scratch_env(scratch: str) -> dict[str, str]:
     """HOME, TMPDIR and every cache directory (cuforge's, inductor's, Triton's, torch extensions')
-    on a worker's private scratch; the shared, trusted cache named read-only beside them."""
+    on a worker's private scratch."""
     cache = f"{scratch}/.cache"
     env = {"HOME": scratch, "TMPDIR": scratch, "XDG_CACHE_HOME": cache, "CUFORGE_CACHE_DIR": f"{cache}/cuforge",
            "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton",
            "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions"}
-    if shared_cache:
-        env["CUFORGE_SHARED_CACHE"] = shared_cache
     return env
 
 
-def jail_env(shared_cache: bool) -> dict[str, str]:
-    """The namespace jail's environment: its scratch tmpfs, the shared cache where it is mounted."""
-    return scratch_env(SCRATCH, SHARED_CACHE if shared_cache else None)
+def jail_env() -> dict[str, str]:
+    """The namespace jail's environment: its scratch tmpfs (the shared cache is mounted at SHARED_CACHE)."""
+    return scratch_env(SCRATCH)

@@ -29,7 +29,7 @@ from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
 from cuforge.sandbox.protocol.judges import requested_judge
 from cuforge.sandbox.confine.landlock import jail_uid, unreadable_to
 from cuforge.sandbox.confine.pids_cgroup import CgroupError, PidsCgroup
-from cuforge.sandbox.driver.jail import (LANDLOCK, NAMESPACES, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
+from cuforge.sandbox.driver.jail import (LANDLOCK, NAMESPACES, SHARED_CACHE, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
                                   python_executable, scratch_env, unconfined_allowed)
 
 START_TIMEOUT_S = 180.0
@@ -154,7 +154,9 @@ class Supervisor:
         shared = _cache_dir()
         if jail.kind == NAMESPACES:
             args += ["--jailed", NAMESPACES]
-            env.update(jail_env(shared_cache=shared.is_dir()))
+            if shared.is_dir():  # mounted read-only at SHARED_CACHE inside the jail
+                args += ["--shared-cache", SHARED_CACHE]
+            env.update(jail_env())
             env.update(self.extra_env)
             return bwrap_argv(jail, args, gpu=not self.cpu_mode, shared_cache=shared), env
         assert self.workdir is not None
@@ -175,7 +177,8 @@ class Supervisor:
         elif self.isolate_network:
             # Unconfined (--unsafe-no-jail): a private network namespace where the kernel allows one.
             args.append("--isolate-network")
-        env.update(scratch_env(str(self.workdir), str(shared)))
+        args += ["--shared-cache", str(shared)]
+        env.update(scratch_env(str(self.workdir)))
         env.update(self.extra_env)
         return args, env
 

@@ -43,7 +43,6 @@ def confine(scratch: str, gpu: bool) -> str:
     cache = f"{scratch}/.cache"
     os.environ.update(XDG_CACHE_HOME=cache, CUFORGE_CACHE_DIR=f"{cache}/cuforge", TRITON_CACHE_DIR=f"{cache}/triton",
                       TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", TORCH_EXTENSIONS_DIR=f"{cache}/torch_extensions")
-    os.environ.pop("CUFORGE_SHARED_CACHE", None)  # the judge's; a host makes its own
     import tempfile
 
     tempfile.tempdir = scratch  # the zygote may have cached the judge's before the fork

@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
         import ctypes
 
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    from cuforge.sandbox.protocol import trusted_cache
+
+    trusted_cache.configure(_option(argv, "--shared-cache"))
     if "--compile-only" in argv:
         from cuforge import runtime
 

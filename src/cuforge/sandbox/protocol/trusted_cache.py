@@ -5,8 +5,8 @@ Triton, inductor and extension builds made after candidate code ran are never re
 worker. What is worth sharing and cannot depend on a candidate - the machine's measured ceilings
 and the cuBLASLt helper library - a new worker makes before it receives any candidate and hands to
 its supervisor in its hello; the supervisor (outside the jail) writes each into the shared cache
-with its SHA-256 beside it. Workers see the shared cache read-only (CUFORGE_SHARED_CACHE) and use
-an entry only when its bytes match that digest.
+with its SHA-256 beside it. Workers see the shared cache read-only (named on their command line,
+`--shared-cache`, and set here by `configure`) and use an entry only when its bytes match that digest.
 """
 
 from __future__ import annotations
@@ -21,9 +21,16 @@ KINDS = ("ceilings", "native")
 MAX_ENTRY_BYTES = 64 * 2**20
 
 
+_SHARED: list[Path] = []  # the worker's shared cache, as its supervisor named it
+
+
+def configure(shared: str | Path | None) -> None:
+    """Where this process reads the shared cache (None: nowhere; each entry is made afresh)."""
+    _SHARED[:] = [Path(shared)] if shared else []
+
+
 def shared_dir() -> Path | None:
-    value = os.environ.get("CUFORGE_SHARED_CACHE")
-    return Path(value) if value else None
+    return _SHARED[0] if _SHARED else None
 
 
 def _digest(data: bytes) -> str:
