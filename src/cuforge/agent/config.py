@@ -129,6 +129,8 @@ class RunConfig:
     inspect_timeout_s: float = 180.0  # one problem file's import and trace; a file past it is skipped, named
     # The precision contract (fp32, pytorch, kernelbench); None: each problem's own CUFORGE precision, else fp32
     precision: str | None = None
+    # Run every fp32 problem in this dtype (bf16, fp16: inputs and weights cast); None: each problem's own
+    dtype: str | None = None
 
     @property
     def max_candidates_per_problem(self) -> int:
@@ -188,6 +190,13 @@ class RunConfig:
                 contract(self.precision)
             except UnknownContract as e:
                 raise ConfigError(f"--precision: {e}") from None
+        if self.dtype is not None:
+            from cuforge.problems.problem import ProblemError, cast_dtype
+
+            try:
+                cast_dtype(self.dtype)
+            except ProblemError as e:
+                raise ConfigError(f"--dtype: {e}") from None
         if self.device not in ("cuda", "cpu"):
             raise ConfigError("device must be cuda or cpu")
         if self.executor not in ("local", "ray"):
@@ -268,7 +277,7 @@ _TOML_TO_FIELD = {"wall_time": "wall_time_s", "problem": "problems", "eval_timeo
                   "request_timeout": "request_timeout_s"}
 _PROPOSER_KEYS = ("provider", "model", "base_url", "replay", "reasoning_effort")
 _STRING_KEYS = ("suite", "baseline", "reward", "executor", "gpus", "ray_address", "ray_resource", "prompt_dir", "prices",
-                "precision")
+                "precision", "dtype")
 # Flags of the command rather than of the search: returned under "cli" for the command to apply.
 CLI_KEYS = {"results": str, "resume": str, "json": bool, "unsafe_no_jail": bool}
 _TOML_KEYS = sorted(set(_TOML_TO_FIELD) | set(BOUNDS) - set(_TOML_TO_FIELD.values()) | set(_PROPOSER_KEYS)

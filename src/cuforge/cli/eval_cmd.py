@@ -49,6 +49,8 @@ def eval_cmd(
     precision: Optional[str] = typer.Option(None, help="Precision contract: fp32 (TF32 off everywhere), pytorch "
                                             "(PyTorch's default flags: cuDNN TF32) or kernelbench (its tolerances); "
                                             "default: the problem's own, else fp32."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Run an fp32 problem in bf16 or fp16: its inputs and "
+                                        "weights cast, as KernelBench's precision option does (default: the problem's own)."),
     unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Evaluate candidate code without a jail "
                                         "where none is available (it can then read your files and keys)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -63,6 +65,7 @@ def eval_cmd(
     from cuforge.problems.problem import POLICIES
 
     precision = _contract_option(precision)
+    dtype = dtype_option(dtype)
     if policy is not None and policy not in POLICIES:
         fail(f"--policy: unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     modes = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
@@ -77,6 +80,8 @@ def eval_cmd(
         _check_gpu(gpu)
     try:
         problem = load_problem(problem_ref)
+        if dtype:
+            problem = problem.in_dtype(dtype)
     except ProblemError as e:
         fail(str(e))
     chosen_baselines = _parse_baselines(baselines, problem)
@@ -125,6 +130,18 @@ def _check_gpu(gpu: int, without: str = "--cpu runs the harness's CPU test mode"
         fail(f"no GPU visible (nvidia-smi lists none, or CUDA_VISIBLE_DEVICES is empty); {without}")
     if gpu >= len(gpus):
         fail(f"--gpu: no GPU {gpu} here ({len(gpus)} visible)")
+
+
+def dtype_option(value: str | None) -> str | None:
+    """--dtype's value as a torch dtype name; an unknown one is one line naming the valid ones."""
+    from cuforge.problems.problem import ProblemError, cast_dtype
+
+    if value is None:
+        return None
+    try:
+        return cast_dtype(value)
+    except ProblemError as e:
+        fail(f"--dtype: {e}")
 
 
 def _contract_option(value: str | None) -> str | None:
@@ -195,6 +212,8 @@ def baseline_cmd(
     precision: Optional[str] = typer.Option(None, help="Precision contract the baselines run under: fp32 (TF32 off) "
                                             "or pytorch/kernelbench (PyTorch's default flags); default: each problem's, "
                                             "else fp32. Stored under names that say which (torch, torch.default_flags)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Run an fp32 problem in bf16 or fp16: its inputs and "
+                                        "weights cast, as KernelBench's precision option does (default: the problem's own)."),
     unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Run the problems' code without a jail "
                                         "where none is available."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -218,6 +237,12 @@ def baseline_cmd(
     if not chosen:
         fail(f"--problem: no problem {problem!r} in {loaded.name}")
     precision = _contract_option(precision)
+    cast = dtype_option(dtype)
+    if cast:
+        try:
+            chosen = [p.in_dtype(cast) for p in chosen]
+        except ProblemError as e:
+            fail(str(e))
     _require_jail(unsafe_no_jail)
     for p in chosen:
         _parse_baselines(baselines, p)

@@ -60,6 +60,8 @@ def run(
     precision: Optional[str] = typer.Option(None, help="Precision contract: fp32 (TF32 off everywhere), pytorch "
                                             "(PyTorch's default flags: cuDNN TF32) or kernelbench (its tolerances); "
                                             "default: each problem's own, else fp32."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Run every fp32 problem in bf16 or fp16: inputs and "
+                                        "weights cast, as KernelBench's precision option does (default: each problem's own)."),
     config: Optional[Path] = typer.Option(None, help="TOML file with the same settings (the flags' names); flags win."),
     prompt_dir: Optional[Path] = typer.Option(None, help="Directory of prompt templates overriding the built-in ones."),
     unsafe_no_jail: bool = typer.Option(False, "--unsafe-no-jail", help="Evaluate candidate code without a jail "
@@ -114,7 +116,7 @@ def run(
                                  "executor": executor, "gpus": gpus, "ray_address": ray_address,
                                  "ray_resource": ray_resource, "max_failures": max_failures, "max_retries": max_retries,
                                  "retry_budget": retry_budget, "request_timeout_s": request_timeout,
-                                 "inspect_timeout_s": inspect_timeout, "precision": precision}
+                                 "inspect_timeout_s": inspect_timeout, "precision": precision, "dtype": dtype}
         if provider:
             flags["proposers"] = [ProposerSpec(provider, model or "", base_url, 1.0, str(replay) if replay else None,
                                                reasoning_effort)]

@@ -554,6 +554,11 @@ def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], st
     """Every family that covers the problem (first = preferred), or why none does. Families whose
     anchor ops the graph lacks are not asked (their reason would only say so); `index=False` asks
     every family (the tests' check that the index changes nothing but the time)."""
+    if problem.meta.cast:
+        # The traced graph is the fp32 one; no family's kernel takes a cast problem's dtypes yet, and
+        # one that ran fp32 code on them would be a wrong kernel.
+        return [], (f"not covered offline (the template library's kernels take the problem as traced, in fp32; "
+                    f"{problem.id} runs in {problem.meta.cast} (--dtype)): use an LLM provider")
     found, reasons = [], []
     ops = frozenset(problem.ops)
     asked = [f for f in FAMILIES if not index or could_match(f, ops)]

@@ -212,7 +212,7 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
     graph, graph_outputs = fold_operand_scales(*drop_identity_reductions(
         tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
         tuple((data.get("graph") or {}).get("outputs", ()))))
-    return Problem(
+    problem = Problem(
         id=problem_id,
         source=source,
         meta=meta,
@@ -226,6 +226,13 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
         graph=graph,
         graph_outputs=graph_outputs,
     )
+    cast = data["declared"].get("cast")  # CUFORGE "cast": the file asks to be run in another dtype
+    if cast is not None:
+        try:
+            return problem.in_dtype(str(cast))
+        except ProblemError as e:
+            raise ProblemError(f"CUFORGE cast: {e}") from None
+    return problem
 
 
 def load_files(

@@ -32,8 +32,20 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float, float]] = {
 
 KNOWN_META_KEYS = {
     "dtype", "atol", "rtol", "rel_norm", "flops", "bytes", "families", "baselines", "policy",
-    "small", "description", "precision",
+    "small", "description", "precision", "cast",
 }
+
+# --dtype / CUFORGE "cast": the dtypes an fp32 problem can be run in, by their short and long names.
+CAST_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def cast_dtype(name: str) -> str:
+    """The torch dtype name of a --dtype value; an unknown one is one line naming the valid ones."""
+    key = str(name).strip().lower()
+    if key not in CAST_DTYPES:
+        raise ProblemError(f"unknown dtype {name!r}: use bf16 or fp16 (an fp32 problem runs in it with its inputs and weights cast)")
+    return CAST_DTYPES[key]
 
 
 class ProblemError(ValueError):
@@ -108,6 +120,9 @@ class ProblemMeta:
     small: dict[str, int] = field(default_factory=dict)
     description: str = ""
     precision: str | None = None  # the problem's own precision contract (protocol/precision.py); None: the run's
+    # An fp32 problem run in another dtype (--dtype, CUFORGE "cast"): its floating inputs and its
+    # Model's parameters cast to this torch dtype name, as KernelBench's precision option does.
+    cast: str | None = None
     # Which fields were derived rather than declared, and which could not be known at all.
     derived: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
@@ -167,6 +182,28 @@ class Problem:
         """The precision contract this problem is judged under: the one asked for (a run's or a
         command's --precision), else its own CUFORGE precision, else fp32."""
         return asked or self.meta.precision or "fp32"
+
+    def in_dtype(self, name: str) -> Problem:
+        """This fp32 problem run in another dtype: inputs and weights cast (cuforge.sandbox.protocol.loading
+        casts them wherever the problem loads), judged by that dtype's tolerance and by how far PyTorch's
+        own result in it lies from float64; its id says the dtype. A problem already in that dtype is
+        itself; one in any dtype but fp32 cannot be cast (one line)."""
+        dtype = cast_dtype(name)
+        if self.meta.cast == dtype or (self.meta.cast is None and self.meta.dtype == dtype):
+            return self
+        if self.meta.cast is not None or self.meta.dtype not in (None, "float32"):
+            raise ProblemError(f"{self.id} is {self.meta.cast or self.meta.dtype}: --dtype casts fp32 problems only")
+
+        def spec(t: TensorSpec) -> TensorSpec:
+            return replace(t, dtype=dtype) if t.dtype == "float32" and not t.is_scalar else t
+
+        # Half the bytes where every tensor was fp32; where some were not, fewer bytes than that are
+        # claimed, never more (the roofline's floor stays below what an honest kernel reaches).
+        nbytes = self.meta.bytes * dtype_size(dtype) / 4 if self.meta.bytes else self.meta.bytes
+        meta = replace(self.meta, dtype=dtype, cast=dtype, bytes=nbytes, tolerance=Tolerance.for_dtype(dtype))
+        return replace(self, id=f"{self.id}@{SHORT_DTYPE[dtype]}", meta=meta, inputs=tuple(map(spec, self.inputs)),
+                       outputs=tuple(map(spec, self.outputs)) if self.outputs is not None else None,
+                       params=tuple(map(spec, self.params)))
 
     def for_cpu_test_mode(self) -> Problem:
         """The problem as the harness's CPU test mode judges it: no custom kernel can run without a

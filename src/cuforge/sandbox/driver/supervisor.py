@@ -51,7 +51,8 @@ def problem_payload(problem: Problem) -> dict[str, Any]:
         "source": problem.source,
         "meta": {"tolerance": {"atol": m.tolerance.atol, "rtol": m.tolerance.rtol, "rel_norm": m.tolerance.rel_norm},
                  "flops": m.flops, "bytes": m.bytes, "dtype": m.dtype, "policy": m.policy, "small": dict(m.small),
-                 "ops": list(problem.ops)},  # which flags can matter to the reference (protocol/precision.py)
+                 "ops": list(problem.ops),  # which flags can matter to the reference (protocol/precision.py)
+                 "cast": m.cast},  # an fp32 problem run in another dtype (--dtype)
         "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in problem.outputs or ()],
     }
 

@@ -121,11 +121,12 @@ class Host:
         from cuforge.sandbox.protocol.loading import (
             CandidateLoadError,
             candidate_class,
+            cast_module,
             problem_module,
         )
 
         self.policy = req["policy"]
-        module = problem_module(req["problem_source"], req.get("scale"))
+        module = problem_module(req["problem_source"], req.get("scale"), req.get("cast"))
         apply_flags(req.get("precision"), problem_tf32(module))  # the judge's contract: the same flags as its reference
         cand = Candidate.from_dict(req["candidate"])
         self.guard = monitor.Guard.snapshot()
@@ -142,6 +143,8 @@ class Host:
             model = _run(lambda: cls(*init), self.device, "ModelNew(*get_init_inputs())")
         if isinstance(model, torch.nn.Module):
             model = _run(lambda: model.to(self.device), self.device, "ModelNew.to(device)")
+        if req.get("cast"):  # the problem runs in another dtype: the candidate's model is cast as the reference is
+            model = _run(lambda: cast_module(model, getattr(torch, req["cast"])), self.device, "ModelNew.to(dtype)")
         self.model = model
         self._raise_guard()
         return {"load": ["ok", "", []]}, []

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from cuforge.sandbox.protocol.loading import candidate_class, problem_module
+from cuforge.sandbox.protocol.loading import candidate_class, cast_module, problem_module
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.precision import set_strict_precision
 from cuforge.sandbox.protocol.tensors import make_inputs
@@ -18,10 +18,13 @@ def main(path: str) -> None:
     req = json.loads(open(path).read())
     set_strict_precision()
     cand = Candidate.from_dict(req["candidate"])
-    module = problem_module(req["problem"]["source"])
+    cast = req["problem"]["meta"].get("cast")
+    module = problem_module(req["problem"]["source"], None, cast)
     cls = candidate_class(cand.module_source(), module, cand.id)
     torch.manual_seed(0)
     model = cls(*module.get_init_inputs()).cuda()
+    if cast:
+        model = cast_module(model, getattr(torch, cast))
     device = torch.device("cuda")
     inputs = make_inputs(module, 1, device, gaussian=False)
     with torch.no_grad():

@@ -276,6 +276,7 @@ class HostClient:
     def load(self, problem: dict[str, Any], candidate: dict[str, Any], scale: Any, init_seed: int,
              precision: str = "fp32") -> tuple[str, str, list]:
         reply, _ = self.call({"op": "load", "problem_source": problem["source"], "scale": scale, "candidate": candidate,
+                              "cast": problem["meta"].get("cast"),
                               "init_seed": init_seed, "policy": problem["meta"]["policy"], "precision": precision},
                              what="loading the candidate")
         status, message, diags = (reply.get("load") or [None, "", []])[:3]

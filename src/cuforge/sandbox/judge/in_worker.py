@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from cuforge.sandbox.host import monitor
-from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class
+from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class, cast_module
 from cuforge.sandbox.judge import cheats, core, steps, timing, verify
 from cuforge.sandbox.judge.context import Context, Models, References
 from cuforge.sandbox.judge.output_judge import Judge, Trials
@@ -96,6 +96,10 @@ def build_models(ctx: Context, cls: type) -> Models:
         candidate = monitor.run_candidate(lambda: cls(*init), ctx.device, "ModelNew(*get_init_inputs())")
     if isinstance(candidate, torch.nn.Module):
         candidate = monitor.run_candidate(lambda: candidate.to(ctx.device), ctx.device, "ModelNew.to(device)")
+    cast = ctx.problem["meta"].get("cast")
+    if cast:  # the problem runs in another dtype: the candidate's model is cast as the reference is
+        candidate = monitor.run_candidate(lambda: cast_module(candidate, getattr(torch, cast)), ctx.device,
+                                          "ModelNew.to(dtype)")
     return Models(reference, verify.float64_model(reference), candidate)
 
 

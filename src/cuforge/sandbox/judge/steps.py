@@ -26,7 +26,7 @@ def problem_setup(problem: dict[str, Any], config: EvalConfig) -> tuple[Any, Tol
     full sizes are GPU work and can exhaust a host's memory), with the contract's precision flags set
     in this process; the tolerance it is judged by; whether its fp32 outputs may carry TF32's rounding."""
     meta = problem["meta"]
-    module = problem_module(problem["source"], meta.get("small") if config.device == "cpu" else None)
+    module = problem_module(problem["source"], meta.get("small") if config.device == "cpu" else None, meta.get("cast"))
     flags = problem_tf32(module)
     apply_flags(config.precision, flags)
     return module, contract_tolerance(config.precision, meta), tf32_allowed(config.precision, meta.get("ops") or (), flags)

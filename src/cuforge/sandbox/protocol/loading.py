@@ -58,10 +58,12 @@ def scratch_dir() -> Path:
     return Path(tempfile.gettempdir()) / "candidates"
 
 
-def problem_module(source: str, scale: dict[str, int] | None = None) -> types.ModuleType:
-    """Problem modules are cached per source (and scale): their reference outputs are reused across
-    candidates. `scale` sets module constants (the sizes) before anything reads them."""
-    key = hashlib.sha256((source + repr(sorted((scale or {}).items()))).encode()).hexdigest()[:16]
+def problem_module(source: str, scale: dict[str, int] | None = None, cast: str | None = None) -> types.ModuleType:
+    """Problem modules are cached per source (and scale and cast): their reference outputs are reused
+    across candidates. `scale` sets module constants (the sizes) before anything reads them; `cast`
+    (a torch dtype name) runs an fp32 problem in that dtype as KernelBench's precision option does:
+    its floating inputs and its Model's parameters and buffers cast."""
+    key = hashlib.sha256((source + repr(sorted((scale or {}).items())) + repr(cast)).encode()).hexdigest()[:16]
     mod = _PROBLEMS.get(key)
     if mod is None:
         # Loaded under PyTorch's defaults, so that the TF32 switches the problem's own code sets are
@@ -75,8 +77,46 @@ def problem_module(source: str, scale: dict[str, int] | None = None) -> types.Mo
         for name, value in (scale or {}).items():
             if hasattr(mod, name):
                 setattr(mod, name, value)
+        if cast:
+            cast_problem(mod, cast)
         _PROBLEMS[key] = mod
     return mod
+
+
+CASTS = ("float16", "bfloat16")
+
+
+def cast_problem(mod: types.ModuleType, dtype_name: str) -> None:
+    """The module's get_inputs returns its floating tensors in `dtype_name`, and its Model is built in it."""
+    import torch
+
+    if dtype_name not in CASTS:
+        raise ValueError(f"cannot cast a problem to {dtype_name!r}: use {' or '.join(CASTS)}")
+    dtype = getattr(torch, dtype_name)
+    get_inputs, model = mod.get_inputs, mod.Model
+
+    def cast_inputs() -> list[Any]:
+        return [cast_tensor(x, dtype) for x in get_inputs()]
+
+    def cast_model(*args: Any, **kwargs: Any) -> Any:
+        return cast_module(model(*args, **kwargs), dtype)
+
+    setattr(mod, "get_inputs", cast_inputs)
+    setattr(mod, "Model", cast_model)
+
+
+def cast_tensor(x: Any, dtype: Any) -> Any:
+    """A floating tensor in `dtype`; anything else as it is."""
+    import torch
+
+    return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def cast_module(model: Any, dtype: Any) -> Any:
+    """A module's floating parameters and buffers in `dtype` (what Module.to(dtype) does); anything else as it is."""
+    import torch
+
+    return model.to(dtype) if isinstance(model, torch.nn.Module) else model
 
 
 def problem_tf32(module: types.ModuleType) -> dict[str, bool]:
