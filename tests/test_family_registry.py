@@ -90,3 +90,18 @@ def test_an_anchored_family_is_not_asked_about_a_graph_without_its_ops():
     pointwise = next(f for f in F.FAMILIES if f.name == "pointwise")
     assert pointwise.anchors is None and F.could_match(pointwise, frozenset())
     assert replace  # dataclasses stay importable beside the registry
+
+
+def test_every_seed_is_a_point_of_its_family_s_knob_space_and_renders(corpus):
+    """Seeds are configs like any other: typed and checked (Family.config) before a kernel is rendered,
+    for every family that covers a problem of the corpus, the two- and many-kernel ones through their
+    stages' families."""
+    rendered = 0
+    for p in corpus:
+        fams, _ = F.families_for(p)
+        for fam in fams:
+            for seed in fam.seeds(p)[:4]:
+                if fam.valid(seed, p):
+                    assert fam.render(seed, p).source, (p.id, fam.name, seed)
+                    rendered += 1
+    assert rendered > len(corpus)

@@ -1,9 +1,12 @@
 """The offline template proposer on the CPU: coverage, constraints, search moves, and every config
 of a smoke set compiling with NVRTC."""
 
+import json
+
 import pytest
 
 from cuforge.agent.population import Member
+from cuforge.kernels.base import CONFIG_TAG
 from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90, config_of, families_for, family_for
 from cuforge.agent.template_proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
@@ -94,6 +97,20 @@ def test_search_seeds_then_mutates_without_repeats():
             seen.add(repr(child))
 
 
+def test_a_stored_parent_off_today_s_knob_space_is_improved_within_it():
+    """A run resumed from a store written by an older version: its parent's config has a value its
+    family's knob no longer takes. Improving it proposes configs of today's space, never that value."""
+    p = hgemm_problem(2048, 2048, 2048)
+    fam = GemmSm90()
+    old = {**config_of(TemplateProposer(seed=3).propose_candidate(p, "SEED", None, []).source), "BN": 96}
+    header = CONFIG_TAG + json.dumps(old, sort_keys=True) + "\n"
+    parent = Member(1, "k", "ok", 0.2, 1.2, 0, 0, ("tensor_core",), source=header + "// an older version's kernel\n")
+    tp = TemplateProposer(seed=5, seeds_first=0)  # improving from the first proposal
+    for _ in range(4):
+        child = config_of(tp.propose_candidate(p, "IMPROVE", parent, []).source)
+        assert child["family"] == fam.name and child["BN"] != 96 and fam.config(child)
+
+
 SMOKE = 6
 
 
@@ -135,7 +152,7 @@ def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
     few = g.seeds(hgemm_problem(256, 256, 1024))[0]
     assert (few["BM"], few["BN"], few["SPLIT_K"], few["REDUCE"], few["EPI"]) == (64, 64, 4, "cluster", "direct")
     # 64 tiles of 16 k-tiles: two 64 x 64 splits in a cluster are the second guess
-    assert {**g.seeds(hgemm_problem(1024, 256, 1024))[1], "STAGES": 0} == {**g.config(hgemm_problem(1024, 256, 1024), 64, 64, 2, "direct", "cluster"), "STAGES": 0}
+    assert {**g.seeds(hgemm_problem(1024, 256, 1024))[1], "STAGES": 0} == {**g.seed_config(hgemm_problem(1024, 256, 1024), 64, 64, 2, "direct", "cluster"), "STAGES": 0}
     # short K on few tiles: narrow 64 x 16 tiles second (4x the blocks), direct stores, a stage per k-tile
     narrow = g.seeds(hgemm_problem(256, 256, 256))[1]
     assert (narrow["BM"], narrow["BN"], narrow["STAGES"], narrow["EPI"]) == (64, 16, 4, "direct")
@@ -151,10 +168,10 @@ def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
 
 def test_split_k_launch_allocates_zeroed_scratch_inside_the_call():
     g, p = GemmSm90(), hgemm_problem(64, 64, 16384)
-    cand = g.render(g.config(p, 64, 64, split=64, reduce="atomic"), p)
+    cand = g.render(g.seed_config(p, 64, 64, split=64, reduce="atomic"), p)
     # atomic: one zeroed buffer (one memset per call) holds the fp32 sum and the per-tile counters
     assert cand.launch.scratch == (("(M * N + cdiv(M, 64) * cdiv(N, 64),)", "float32", "zeros"),)
-    ordered = g.render(g.config(p, 64, 64, split=64), p)  # every split writes its own partial: only the counters are zeroed
+    ordered = g.render(g.seed_config(p, 64, 64, split=64), p)  # every split writes its own partial: only the counters are zeroed
     assert ordered.launch.scratch == (("(64, M, N)", "float32", "empty"), ("(cdiv(M, 64) * cdiv(N, 64),)", "int32", "zeros"))
     assert "scratch0" in cand.launch.args and "getattr(torch, init)" in cand.module_source()
     plain = g.render(g.seeds(hgemm_problem(4096, 4096, 4096))[0], hgemm_problem(4096, 4096, 4096))

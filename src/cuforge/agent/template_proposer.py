@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from cuforge.kernels.base import BadConfig
 from cuforge.kernels.families import Family, config_of, families_for
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate
@@ -59,7 +60,7 @@ class TemplateProposer:
                 if cfg is None:
                     family = self.rng.choice(families)
                     cfg = self.random_config(family)
-            if self._key(family, cfg) in tried or not family.valid(cfg, problem):
+            if self._key(family, cfg) in tried or not _in_space(family, cfg) or not family.valid(cfg, problem):
                 continue
             return self._take(family, cfg, problem, tried)
         raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
@@ -102,7 +103,7 @@ class TemplateProposer:
             if i + first < len(seeds[0]):
                 order.append((families[0], seeds[0][i + first]))
         for fam, cfg in order:
-            if self._key(fam, cfg) not in tried and fam.valid(cfg, problem):
+            if self._key(fam, cfg) not in tried and _in_space(fam, cfg) and fam.valid(cfg, problem):
                 return fam, cfg
         return families[0], None
 
@@ -120,6 +121,9 @@ class TemplateProposer:
         out = family.complete(cfg)
         if not family.knobs:  # a family that only proposes its seeds (pipeline)
             return out
+        for knob, values in family.knobs.items():
+            if out[knob] not in values:  # a parent stored by an older version: today's nearest value
+                out[knob] = _nearest(out[knob], values)
         for knob in self.rng.sample(list(family.knobs), k=self.rng.choice((1, 1, 2))):
             values = family.knobs[knob]
             i = values.index(out[knob]) if out[knob] in values else 0
@@ -130,3 +134,22 @@ class TemplateProposer:
     def crossover(self, a: dict[str, Any], b: dict[str, Any], family: Family) -> dict[str, Any]:
         a, b = family.complete(a), family.complete(b)
         return {k: (a if self.rng.random() < 0.5 else b)[k] for k in family.knobs}
+
+
+def _in_space(family: Family, cfg: dict[str, Any]) -> bool:
+    """Whether a config is a point of the family's knob space today: a parent stored by an older
+    version (a knob's values since changed) is not proposed again, nor are its mutations that keep
+    the old value."""
+    try:
+        family.config(cfg)
+    except BadConfig:
+        return False
+    return True
+
+
+def _nearest(value: Any, values: tuple[Any, ...]) -> Any:
+    """The knob value closest to `value` (a number), else the knob's first."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return min(values, key=lambda v: abs(v - value))
+    return values[0]

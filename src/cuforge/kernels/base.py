@@ -4,7 +4,8 @@ a rendered candidate starts with, the Family interface, and the seeds' notion of
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,6 +47,31 @@ def config_of(source: str) -> dict[str, Any] | None:
     return None
 
 
+class BadConfig(ValueError):
+    """A config that is not a point of its family's knob space; the message is one line naming why."""
+
+
+# A family's config type per (family name, knob space): made once, shared by the family's instances.
+_CONFIG_TYPES: dict[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], type] = {}
+
+
+def config_type_for(name: str, knobs: Mapping[str, tuple[Any, ...]]) -> type:
+    """The frozen dataclass of one family's configs: a field per knob, typed by its values, with the
+    values it may take as the field's `choices`."""
+    key = (name, tuple((k, tuple(v)) for k, v in knobs.items()))
+    cls = _CONFIG_TYPES.get(key)
+    if cls is None:
+        title = "".join(part.capitalize() for part in name.replace(":", "_").replace("+", "_").split("_")) or "Family"
+        fields = [(k, type(v[0]) if v else Any, field(metadata={"choices": tuple(v)})) for k, v in knobs.items()]
+        cls = _CONFIG_TYPES[key] = make_dataclass(f"{title}Config", fields, frozen=True)
+    return cls
+
+
+def _one_of(value: Any, choices: tuple[Any, ...]) -> bool:
+    """`value` is one of `choices` with its own type too (True is not the knob value 1)."""
+    return any(value == c and type(value) is type(c) for c in choices)
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -80,10 +106,34 @@ class Family:
         """The config's knobs, the later-added ones at their defaults where it lacks them."""
         return {k: config[k] if k in config else self.DEFAULTS[k] for k in self.knobs}
 
+    @property
+    def config_type(self) -> type:
+        """This family's config class (see config_type_for)."""
+        return config_type_for(self.name, self.knobs)
+
+    def config(self, values: Mapping[str, Any]) -> Any:
+        """`values` as this family's typed config: every knob set (a later-added one at its default),
+        each to one of its values; anything else is BadConfig in one line. A "family" key (the tag a
+        rendered candidate's config carries) names this family or none."""
+        if values.get("family", self.name) != self.name:
+            raise BadConfig(f"a config of family {values['family']!r} given to {self.name}")
+        unknown = sorted(set(values) - set(self.knobs) - {"family"})
+        if unknown:
+            raise BadConfig(f"{self.name} has no knob {unknown[0]!r} (its knobs: {', '.join(self.knobs)})")
+        missing = [k for k in self.knobs if k not in values and k not in self.DEFAULTS]
+        if missing:
+            raise BadConfig(f"{self.name}: the config sets no {missing[0]!r}")
+        full = self.complete(dict(values))
+        for k, v in full.items():
+            if not _one_of(v, self.knobs[k]):
+                raise BadConfig(f"{self.name}: knob {k} = {v!r} is not one of {', '.join(map(repr, self.knobs[k]))}")
+        return self.config_type(**full)
+
     def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
         """The config's kernel for this problem; `template_text` renders it from another version of the
-        family's template instead (an A/B benchmark of a template change)."""
-        cfg = self.complete(config)
+        family's template instead (an A/B benchmark of a template change). The config must be a point
+        of the family's knob space (BadConfig otherwise)."""
+        cfg = asdict(self.config(config))
         template = (_ENV.from_string(template_text) if template_text is not None
                     else _ENV.get_template(f"{getattr(self, 'template', self.name)}.cu.j2"))
         source = template.render(ENTRY=self.name, **cfg, **self.extra(problem), **self.derived(cfg))

@@ -146,8 +146,8 @@ class GemmSm90(Family):
             return False
         return self.smem_bytes(c) <= SMEM_LIMIT
 
-    def config(self, problem: Problem, bm: int, bn: int, split: int = 1, epi: str = "tma",
-               reduce: str = "ordered", cluster: tuple[int, int] = (1, 1)) -> dict[str, Any]:
+    def seed_config(self, problem: Problem, bm: int, bn: int, split: int = 1, epi: str = "tma",
+                    reduce: str = "ordered", cluster: tuple[int, int] = (1, 1)) -> dict[str, Any]:
         # 64 x 128 and 128 x 64 tiles in one consumer warpgroup (m64n128 wgmmas, or two m64n64 sharing B's
         # reads) rather than two of m64n64: faster on 12 and 13 of 13 probed shapes, by up to 14% (1024^3;
         # docs/benchmarks.md's git history)
@@ -213,7 +213,7 @@ class GemmSm90(Family):
         def seed(plan: tuple[int, int, int, str], epi: str | None = None) -> dict[str, Any]:
             bm, bn, split, reduce = plan
             epi = epi or ("direct" if reduce == "cluster" else "tma")
-            c = self.config(problem, bm, bn, split=split, epi=epi, reduce=reduce)
+            c = self.seed_config(problem, bm, bn, split=split, epi=epi, reduce=reduce)
             # 6 stages: two 64 x 64 blocks per SM and enough loads in flight (measured on long splits:
             # 0.85-0.97x at 6, 0.73-0.90x at 4, 8 leaves one block per SM and lost up to 0.2x)
             return {**c, "STAGES": 6} if reduce == "cluster" else c
@@ -232,7 +232,7 @@ class GemmSm90(Family):
             # short K on few tiles: 64 x 16 tiles (4x the blocks of 64 x 64), 16 stages, second (measured
             # 0.95-0.97x vs 0.92-0.94x for 64 x 64 on 64-256 rows/columns at K = 256; cuBLAS picks such
             # narrow tiles there too)
-            out.insert(1, self.config(problem, 64, 16, epi="direct"))
+            out.insert(1, self.seed_config(problem, 64, 16, epi="direct"))
         if best[3] == "atomic":
             out.append(seed((*best[:3], "ordered")))  # the deterministic reduction
         if best[3] != "cluster":  # a cluster split stores directly: the other epilogue
@@ -264,7 +264,7 @@ class GemmSm90(Family):
         ordered = [fill, (64, sqrt_split) if sqrt_split else None]
         if fill and k_tiles / fill[1] > 32:
             ordered.reverse()
-        configs = [{**self.config(problem, 64, p[0], split=p[1], epi="direct", reduce="cluster"), "STAGES": 6}
+        configs = [{**self.seed_config(problem, 64, p[0], split=p[1], epi="direct", reduce="cluster"), "STAGES": 6}
                    for p in ordered if p]
         return [c for c in configs if self.valid(c, problem)]
 

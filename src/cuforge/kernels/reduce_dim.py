@@ -105,7 +105,7 @@ class ReduceDim(GraphFamily):
     the last dims (inner = 1): a block of TX x TY threads a row, UNROLL float4 loads each in flight."""
 
     def __init__(self) -> None:
-        super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 4, 8),
+        super().__init__("reduce_dim", {"TX": (32, 64, 128, 256), "TY": (1, 2, 4, 8, 16, 32), "UNROLL": (1, 2, 4, 8),
                                         "CHAINS": (1, 2, 4)})
 
     DEFAULTS = {"CHAINS": 1}  # configs from before the knob

@@ -6,10 +6,11 @@ traced graph: the longest head the anchor family matches whose remainder some fa
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, make_dataclass, replace
 from typing import Any
 
-from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
+from cuforge.kernels.base import PY_CONFIG_TAG, BadConfig, Family, GraphFamily, as_stage
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem, TensorSpec
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
@@ -194,6 +195,21 @@ class Staged(GraphFamily):
         h, t = self.split(config)
         return {f"h.{k}": v for k, v in self.head.complete(h).items()} | {f"t.{k}": v for k, v in self.tail.complete(t).items()}
 
+    @property
+    def config_type(self) -> type:
+        """The head's config and the tail's, as two fields."""
+        return staged_config_type(self.head.config_type, self.tail.config_type)
+
+    def config(self, values: Mapping[str, Any]) -> Any:
+        """`values` (the head's knobs as h.*, the tail's as t.*) checked by each family and typed."""
+        if values.get("family", self.name) != self.name:
+            raise BadConfig(f"a config of family {values['family']!r} given to {self.name}")
+        unknown = sorted(k for k in values if k != "family" and not k.startswith(("h.", "t.")))
+        if unknown:
+            raise BadConfig(f"{self.name} has no knob {unknown[0]!r} (its knobs: the head's as h.*, the tail's as t.*)")
+        h, t = self.split(dict(values))
+        return self.config_type(head=self.head.config(h), tail=self.tail.config(t))
+
     def valid(self, config: dict[str, Any], problem: Problem) -> bool:
         cut = self.match(problem)
         if isinstance(cut, str):
@@ -212,6 +228,7 @@ class Staged(GraphFamily):
 
     def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
         cut = self.matched(problem)
+        self.config(config)  # both halves checked before either renders
         cfg = self.complete(config)
         h, t = self.split(cfg)
         head, tail = self.head.render(h, cut.head), self.tail.render(t, cut.tail)
@@ -219,6 +236,18 @@ class Staged(GraphFamily):
         header = PY_CONFIG_TAG + json.dumps({"family": self.name, **cfg}, sort_keys=True) + "\n"
         source = wrap_stages([as_stage(head), as_stage(tail)], feeds, header)
         return Candidate(source, "module", proposer="template", meta={"family": self.name, "config": cfg})
+
+
+_STAGED_TYPES: dict[tuple[type, type], type] = {}
+
+
+def staged_config_type(head: type, tail: type) -> type:
+    """The frozen dataclass of a staged family's configs: its head family's config, then its tail's."""
+    cls = _STAGED_TYPES.get((head, tail))
+    if cls is None:
+        name = head.__name__.removesuffix("Config") + "Then" + tail.__name__
+        cls = _STAGED_TYPES[(head, tail)] = make_dataclass(name, [("head", head), ("tail", tail)], frozen=True)
+    return cls
 
 
 def staged_families(heads: list[Family], tails: list[Family]) -> list[Family]:
