@@ -122,6 +122,23 @@ def test_every_result_names_eager_under_both_contracts_flags(sup, problems):
     assert pr.STRICT_EAGER in ev.speedups
 
 
+def test_torch_compile_is_also_timed_under_the_other_flags_where_they_matter(sup, problems):
+    """Where the flags change what eager runs (a convolution), torch.compile of the reference is timed
+    under both too: the contract's, and a copy compiled and called under the other contract's flags."""
+    conv = ("class ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.conv = torch.nn.Conv2d(4, 8, 3, padding=1)\n"
+            "    def forward(self, x):\n        return torch.nn.functional.conv2d(x, self.conv.weight, self.conv.bias, padding=1)\n")
+    ev = evaluate(sup, problems["conv"], conv, precision="fp32", baselines=("torch", "torch.compile"))
+    assert ev.ok, ev.message
+    assert not ev.correctness.get("baselines_skipped"), ev.correctness.get("baselines_skipped")
+    twin = ev.timings[pr.DEFAULT_COMPILED]
+    assert twin is not ev.timings["torch.compile"] and twin.n >= 5 and pr.DEFAULT_COMPILED in ev.speedups
+    # A ReLU runs the same kernels under both flags: no twin is compiled.
+    relu = "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x.clamp_min(0)\n"
+    ev = evaluate(sup, problems["relu"], relu, baselines=("torch", "torch.compile"))
+    assert ev.ok and "torch.compile" in ev.timings and pr.DEFAULT_COMPILED not in ev.timings
+
+
 def test_changing_a_precision_flag_is_a_downgrade_under_every_contract(sup, problems):
     sneaky = """
     class ModelNew(torch.nn.Module):

@@ -177,12 +177,13 @@ def print_evaluation(ev: Any) -> None:
         console.print(f"correctness: {c['trials_passed']}/{c.get('trials', c['trials_passed'])} trials vs {c.get('reference')} "
                       f"reference; max abs err {c.get('max_abs_err', 0):.3g}, rel-norm err {c.get('rel_norm_err', 0):.3g}")
     if c.get("precision"):
-        from cuforge.sandbox.protocol.precision import CONTRACTS, other_eager
+        from cuforge.sandbox.protocol.precision import CONTRACTS, other_compiled, other_eager
 
         name = c["precision"]
+        twin = f", {other_compiled(name)} = torch.compile under them" if other_compiled(name) in ev.timings else ""
         console.print(f"precision contract: {name} ({CONTRACTS[name].summary}); torch = eager under its flags, "
                       f"{other_eager(name)} = eager under the other contract's"
-                      + (" (the same kernels here)" if c.get("eager_flags") else ""), highlight=False, soft_wrap=True)
+                      + (" (the same kernels here)" if c.get("eager_flags") else "") + twin, highlight=False, soft_wrap=True)
     if ev.timings:
         t = Table(title="timings (interleaved, same worker)")
         for col in ("contender", "median ms", "p20 ms", "p80 ms", "n", "method", "speedup"):

@@ -24,9 +24,9 @@ def _open_store(path: Path) -> Any:
 
 def _check_baseline(baseline: str) -> None:
     from cuforge.problems.problem import BASELINES
-    from cuforge.sandbox.protocol.precision import DEFAULT_EAGER, STRICT_EAGER
+    from cuforge.sandbox.protocol.precision import OTHER_FLAGS_BASELINES
 
-    known = (*BASELINES, STRICT_EAGER, DEFAULT_EAGER)
+    known = (*BASELINES, *OTHER_FLAGS_BASELINES)
     if baseline not in known:
         fail(f"--baseline: unknown baseline {baseline!r}; choose from {', '.join(known)}")
 
@@ -36,7 +36,8 @@ def leaderboard(
     run: Optional[str] = typer.Option(None, "--run", "-r", help="Run id (default: the latest run)."),
     suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Only problems of this suite."),
     baseline: str = typer.Option("torch", help="torch (eager under the run's precision contract), torch.strict (eager, "
-                                 "TF32 off), torch.default_flags (eager, PyTorch's default flags), torch.compile, "
+                                 "TF32 off), torch.default_flags (eager, PyTorch's default flags), torch.compile (and .strict, "
+                                 ".default_flags where the flags change what it runs), "
                                  "cublas or cublaslt."),
     results: Path = typer.Option(Path("results/cuforge.db"), help="SQLite results store (a file or a directory)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

@@ -51,13 +51,15 @@ class Leaderboard:
 
 def baseline_words(baseline: str, precision: str | None) -> str:
     """What a baseline name means in a run under that precision contract (None: each problem's own)."""
-    from cuforge.sandbox.protocol.precision import DEFAULT_EAGER, STRICT_EAGER
+    from cuforge.sandbox.protocol.precision import DEFAULT_COMPILED, DEFAULT_EAGER, STRICT_COMPILED, STRICT_EAGER
 
     contract = f"the {precision} contract" if precision else "each problem's contract (fp32 unless it declares one)"
     return {"torch": f"eager PyTorch under {contract}",
             "torch.compile": f"torch.compile under {contract}",
             STRICT_EAGER: "eager PyTorch with TF32 and reduced-precision reductions off",
             DEFAULT_EAGER: "eager PyTorch under its default flags (cuDNN TF32 on)",
+            STRICT_COMPILED: "torch.compile with TF32 and reduced-precision reductions off",
+            DEFAULT_COMPILED: "torch.compile under PyTorch's default flags (cuDNN TF32 on)",
             "cublas": "cuBLAS (torch.matmul)", "cublaslt": "cuBLASLt, algorithms autotuned"}.get(baseline, baseline)
 
 

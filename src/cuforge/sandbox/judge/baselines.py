@@ -3,6 +3,8 @@ cuBLAS (torch.matmul) and cuBLASLt with algorithm autotuning over the heuristic'
 
 from __future__ import annotations
 
+import copy
+
 import ctypes
 import glob
 import hashlib
@@ -70,6 +72,42 @@ def compiled(model: torch.nn.Module, sets: list[list[Any]], mode: str = "default
     def call(k: int) -> Any:
         with torch.no_grad():
             return fn(*sets[k])
+
+    return call
+
+
+_COMPILED_OTHER: list[tuple[torch.nn.Module, str, Any]] = []  # the same, compiled under the other flags
+
+
+def compiled_under_flags(model: torch.nn.Module, sets: list[list[Any]], mode: str, enter: Callable[[], None],
+                         leave: Callable[[], None]) -> Callable[[int], Any]:
+    """torch.compile of a copy of `model`, compiled and called under other global precision flags than the
+    evaluation's (set before each call, put back after it): what inductor builds depends on the flags
+    at compile time (TF32 in its matmul templates), so the copy is compiled under them, apart from
+    the evaluation's own compiled model."""
+    hit = next((fn for m, md, fn in _COMPILED_OTHER if m is model and md == mode), None)
+    if hit is None:
+        _COMPILED_OTHER.clear()
+        enter()
+        try:
+            hit = torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode, dynamic=False)
+            with torch.no_grad():
+                hit(*sets[0])
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot be built is skipped, with the reason
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            raise BaselineUnavailable(f"torch.compile under the other flags failed: {type(e).__name__}: {first}") from None
+        finally:
+            leave()
+        _COMPILED_OTHER.append((model, mode, hit))
+    fn = hit
+
+    def call(k: int) -> Any:
+        enter()
+        try:
+            with torch.no_grad():
+                return fn(*sets[k])
+        finally:
+            leave()
 
     return call
 

@@ -17,7 +17,8 @@ from cuforge.sandbox.judge.profile import peak_rates, roofline_floor_ms
 from cuforge.sandbox.protocol import tensors
 from cuforge.sandbox.protocol.evaluation import EvalConfig, cheat
 from cuforge.sandbox.protocol.loading import problem_module, problem_tf32
-from cuforge.sandbox.protocol.precision import STRICT_EAGER, apply_flags, contract, flags_matter, other_eager, tf32_allowed
+from cuforge.sandbox.protocol.precision import (DEFAULT_EAGER, apply_flags, contract, flags_matter, other_compiled,
+                                                other_eager, tf32_allowed)
 from cuforge.sandbox.protocol.stop import Stop
 
 
@@ -96,18 +97,30 @@ def call_on_sets(model: Any, sets: list[list[Any]]) -> Any:
 def baseline_callables(ctx: Context, reference: torch.nn.Module, sets: list[list[Any]], flush: timing.L2Flusher | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     skipped: dict[str, str] = {}
+    flags = problem_tf32(ctx.module)
+    matter = flags_matter(ctx.problem["meta"].get("ops") or (), ctx.problem["meta"].get("dtype"), flags)
+    other_contract = "pytorch" if other_eager(ctx.config.precision) == DEFAULT_EAGER else "fp32"
+
+    def enter_other() -> None:
+        apply_flags(other_contract, flags)
+
+    def leave_other() -> None:
+        apply_flags(ctx.config.precision, flags)
+
     for name in ctx.config.baselines:
         try:
             if name == "torch":
                 out[name] = bl.eager(reference, sets)
-                if flags_matter(ctx.problem["meta"].get("ops") or (), ctx.problem["meta"].get("dtype"), problem_tf32(ctx.module)):
-                    # Eager under the other contract's flags, timed beside it: every result names both.
-                    other = other_eager(ctx.config.precision)
-                    out[other] = bl.eager_under_flags(reference, sets, lambda: apply_flags(
-                        "fp32" if other == STRICT_EAGER else "pytorch", problem_tf32(ctx.module)),
-                        lambda: apply_flags(ctx.config.precision, problem_tf32(ctx.module)))
+                if matter:  # eager under the other contract's flags, timed beside it: every result names both
+                    out[other_eager(ctx.config.precision)] = bl.eager_under_flags(reference, sets, enter_other, leave_other)
             elif name == "torch.compile":
                 out[name] = bl.compiled(reference, sets, ctx.config.compile_mode)
+                if matter:  # and torch.compile under them, where they change what runs
+                    other = other_compiled(ctx.config.precision)
+                    try:
+                        out[other] = bl.compiled_under_flags(reference, sets, ctx.config.compile_mode, enter_other, leave_other)
+                    except bl.BaselineUnavailable as e:
+                        skipped[other] = str(e)
             elif name == "cublas":
                 out[name] = bl.cublas(sets)
             elif name == "cublaslt":

@@ -155,9 +155,20 @@ STRICT_EAGER = "torch.strict"  # eager with TF32 and reduced-precision reduction
 DEFAULT_EAGER = "torch.default_flags"  # eager under PyTorch's default flags (cuDNN TF32 on)
 
 
+# torch.compile under the other flags, timed where the flags change what eager runs.
+STRICT_COMPILED = "torch.compile.strict"
+DEFAULT_COMPILED = "torch.compile.default_flags"
+OTHER_FLAGS_BASELINES = (STRICT_EAGER, DEFAULT_EAGER, STRICT_COMPILED, DEFAULT_COMPILED)
+
+
 def other_eager(name: str | None) -> str:
     """The name of eager under the flags the contract does not use."""
     return STRICT_EAGER if contract(name).default_flags else DEFAULT_EAGER
+
+
+def other_compiled(name: str | None) -> str:
+    """The name of torch.compile under the flags the contract does not use."""
+    return STRICT_COMPILED if contract(name).default_flags else DEFAULT_COMPILED
 
 
 def flags_matter(ops: list[str] | tuple[str, ...], dtype: str | None, problem_flags: Mapping[str, bool] | None = None) -> bool:
