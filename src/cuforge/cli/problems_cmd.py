@@ -45,20 +45,27 @@ def problems_list(
         emit_json({"suite": loaded.name, "problems": [_problem_row(p) for p in loaded.problems],
                    "skipped": [{"path": s.path, "reason": s.reason} for s in loaded.skipped]})
         return
-    table = Table(title=f"{loaded.name}: {len(loaded.problems)} problems")
-    for col in ("id", "dtype", "shapes", "GFLOP", "MB", "family", "policy"):
+    rows = [_problem_row(p) for p in loaded.problems]
+    covered = sum(1 for r in rows if r["offline"])
+    table = Table(title=f"{loaded.name}: {len(loaded.problems)} problems, {covered} covered by the offline search")
+    for col in ("id", "dtype", "shapes", "GFLOP", "MB", "policy", "offline search"):
         table.add_column(col, overflow="fold")
-    for p in loaded.problems:
-        r = _problem_row(p)
+    for p, r in zip(loaded.problems, rows):
         table.add_row(p.id, r["dtype"] or "?", p.shapes_summary(), _fmt_num(p.meta.flops and p.meta.flops / 1e9),
-                      _fmt_num(p.meta.bytes and p.meta.bytes / 1e6), ",".join(p.meta.families) or "?", p.meta.policy)
+                      _fmt_num(p.meta.bytes and p.meta.bytes / 1e6), p.meta.policy,
+                      ", ".join(r["offline"]) or "not covered (problems show says why)")
     show_table(table)
     _print_skipped(loaded.skipped)
 
 
 def _problem_row(p: Any) -> dict[str, Any]:
+    from cuforge.kernels.families import families_for
+
+    families, why = families_for(p)
     return {"id": p.id, "dtype": p.meta.dtype, "shapes": p.shapes_summary(), "flops": p.meta.flops,
-            "bytes": p.meta.bytes, "families": list(p.meta.families), "policy": p.meta.policy}
+            "bytes": p.meta.bytes, "families": list(p.meta.families), "policy": p.meta.policy,
+            # what the offline search would use (first: preferred), or why nothing covers it
+            "offline": [f.name for f in families], "not_covered": why or None}
 
 
 def _print_skipped(skipped: list[Any]) -> None:

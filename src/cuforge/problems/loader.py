@@ -235,6 +235,26 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
     return problem
 
 
+def in_each_dtype(problem: Problem, declared: dict[str, Any]) -> list[Problem]:
+    """The problem in each dtype its CUFORGE "dtypes" lists (fp32 itself; bf16, fp16 cast from it), or
+    the problem alone."""
+    dtypes = declared.get("dtypes")
+    if dtypes is None:
+        return [problem]
+    if not isinstance(dtypes, (list, tuple)) or not dtypes:
+        raise ProblemError("CUFORGE dtypes must be a non-empty list such as ['fp32', 'bf16', 'fp16']")
+    out = []
+    for name in dtypes:
+        if str(name).strip().lower() in ("fp32", "float32"):
+            out.append(problem)
+        else:
+            try:
+                out.append(problem.in_dtype(str(name)))
+            except ProblemError as e:
+                raise ProblemError(f"CUFORGE dtypes: {e}") from None
+    return out
+
+
 def load_files(
     paths: list[Path],
     suite: str | None = None,
@@ -250,7 +270,7 @@ def load_files(
             continue
         pid = f"{id_prefix}/{path.stem}" if id_prefix else str(path)
         try:
-            problems.append(problem_from_reply(path, source, reply, pid, suite))
+            problems.extend(in_each_dtype(problem_from_reply(path, source, reply, pid, suite), reply["data"]["declared"]))
         except ProblemError as e:
             skipped.append(SkippedProblem(str(path), str(e)))
     return problems, skipped

@@ -32,7 +32,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float, float]] = {
 
 KNOWN_META_KEYS = {
     "dtype", "atol", "rtol", "rel_norm", "flops", "bytes", "families", "baselines", "policy",
-    "small", "description", "precision", "cast",
+    "small", "description", "precision", "cast", "dtypes",
 }
 
 # --dtype / CUFORGE "cast": the dtypes an fp32 problem can be run in, by their short and long names.

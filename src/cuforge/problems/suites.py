@@ -11,7 +11,7 @@ from cuforge.problems.loader import DEFAULT_TIMEOUT_S, load_files, problem_files
 from cuforge.problems.problem import Problem, ProblemError, SkippedProblem
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-DIR_SUITES = ("level1", "level2")
+DIR_SUITES = ("level1", "level2", "models")
 
 
 @dataclass
@@ -33,6 +33,7 @@ def suite_description(name: str) -> str:
         "hgemm-large": "hgemm shapes with M*N*K >= 2^40",
         "level1": "single-op problems: matmuls, activations, softmax, norms, reductions, scan, conv",
         "level2": "fused problems: GEMM epilogues, norm chains, softmax after matmul",
+        "models": "operators of real models (LLaMA, GPT-2, ViT, ResNet, MobileNetV2, ConvNeXt, LSTM/GRU) in fp32, bf16, fp16",
     }.get(name, "")
 
 
@@ -64,6 +65,7 @@ def load_problem(ref: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Problem:
             raise ProblemError(f"bad hgemm id {ref!r}: expected hgemm/M_N_K with positive integers")
         return hgemm_problem(*dims)
     suite, _, stem = ref.partition("/")
+    stem, _, variant = stem.partition("@")  # models/NAME@bf16: one dtype of a file that lists several
     if suite in DIR_SUITES and stem:
         path = BUILTIN_DIR / suite / f"{stem}.py"
         if not path.exists():
@@ -71,11 +73,16 @@ def load_problem(ref: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Problem:
             raise ProblemError(f"no problem {stem!r} in {suite}; known: {known}")
         prefix: str | None = suite
     else:
-        path = Path(ref)
+        path, variant = Path(ref), ""
         if not path.is_file():
             raise ProblemError(f"no problem {ref!r}: not a built-in id (hgemm/M_N_K, level1/NAME) and not a file")
         prefix = None
     problems, skipped = load_files([path], prefix, prefix, timeout_s)
     if skipped:
         raise ProblemError(f"{skipped[0].path}: {skipped[0].reason}")
+    if variant:
+        found = [p for p in problems if p.id == f"{suite}/{stem}@{variant}"]
+        if not found:
+            raise ProblemError(f"no problem {ref!r}: {stem} comes as {', '.join(p.id for p in problems)}")
+        return found[0]
     return problems[0]

@@ -93,16 +93,20 @@ def cast_problem(mod: types.ModuleType, dtype_name: str) -> None:
     if dtype_name not in CASTS:
         raise ValueError(f"cannot cast a problem to {dtype_name!r}: use {' or '.join(CASTS)}")
     dtype = getattr(torch, dtype_name)
-    get_inputs, model = mod.get_inputs, mod.Model
+    get_inputs = getattr(mod, "get_inputs")
+    model: type = getattr(mod, "Model")
 
     def cast_inputs() -> list[Any]:
         return [cast_tensor(x, dtype) for x in get_inputs()]
 
-    def cast_model(*args: Any, **kwargs: Any) -> Any:
-        return cast_module(model(*args, **kwargs), dtype)
+    class CastModel(model):  # type: ignore[valid-type,misc]  # still the problem's Model class (a candidate may subclass it), built cast
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.to(dtype)
 
+    CastModel.__name__, CastModel.__qualname__ = model.__name__, model.__qualname__
     setattr(mod, "get_inputs", cast_inputs)
-    setattr(mod, "Model", cast_model)
+    setattr(mod, "Model", CastModel)
 
 
 def cast_tensor(x: Any, dtype: Any) -> Any:

@@ -1,0 +1,34 @@
+"""A recommendation model's sparse feature: sum-pooled bags of rows from a 100000 x 128 embedding
+table, 4096 bags of 20 lookups each."""
+import torch
+import torch.nn as nn
+
+ROWS, DIM, BAGS, PER_BAG = 100000, 128, 4096, 20
+
+CUFORGE = {
+    'description': 'EmbeddingBag, sum mode',
+    'dtype': 'float32',
+    'dtypes': ['fp32', 'bf16', 'fp16'],
+    'flops': 'BAGS * PER_BAG * DIM',
+    'bytes': '4 * (BAGS * PER_BAG * DIM + BAGS * DIM) + 8 * (BAGS * PER_BAG + BAGS)',
+    'families': ['reduction'],
+    'policy': 'mixed',
+    'small': {'ROWS': 50, 'DIM': 8, 'BAGS': 4, 'PER_BAG': 3},
+}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(ROWS, DIM, mode="sum")
+
+    def forward(self, indices, offsets):
+        return self.bag(indices, offsets)
+
+
+def get_inputs():
+    return [torch.randint(0, ROWS, (BAGS * PER_BAG,)), torch.arange(0, BAGS * PER_BAG, PER_BAG)]
+
+
+def get_init_inputs():
+    return []
