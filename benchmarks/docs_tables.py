@@ -124,6 +124,17 @@ def level3_table(name: str = "level3_coverage") -> list[str]:
     return out
 
 
+def models_table(name: str = "models_coverage") -> list[str]:
+    d = load(name)
+    per = ", ".join(f"{k}: {v['covered']} of {v['problems']}" for k, v in d["by_dtype"].items())
+    out = [f"{d['problems']} problems, {d['covered']} covered by the offline search ({per}; {stamp(d)})", "",
+           *header("problem", "dtype", "covered by", "or why not")]
+    for r in d["rows"]:
+        why = r["why"].removeprefix("not covered offline (")[:110] if not r["covered"] else ""
+        out.append(row(r["problem"], r["dtype"], ", ".join(r["families"]) or "-", why.replace("|", "/")))
+    return out
+
+
 def gpu_checks_table(name: str) -> list[str]:
     d = load(name)
     out = [f"{d['gpu']}, torch {d['torch']}, as {d['user']}; {d['jail']} ({d['date']})", "", *header("what ran", "outcome")]
@@ -134,6 +145,7 @@ def gpu_checks_table(name: str) -> list[str]:
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
+    "models": models_table,
 }
 
 
