@@ -22,6 +22,7 @@ from cuforge.agent.config import RunConfig
 from cuforge.agent.parse import ParseError, parse_response
 from cuforge.agent.population import Member, Population, register_bucket, source_key, technique_tags
 from cuforge.agent.prompts import render
+from cuforge.kernels.partial import partial_cover
 from cuforge.agent.providers import ContextLengthError, ProposerExhausted, ProviderError
 from cuforge.problems.problem import Problem
 from cuforge.results.store import Store
@@ -54,6 +55,7 @@ class ProblemState:
     notice: str = ""  # said in the next prompt (a duplicate reply, say)
     finished: str = ""  # why this problem stopped, once it has
     history: list[float] = field(default_factory=list)  # best speedup so far after each evaluation
+    partial: Any = None  # kernels.partial.PartialCover for the prompt; False: none (asked once)
 
 
 @dataclass
@@ -447,8 +449,10 @@ class Search:
         provider, model = getattr(proposer, "provider", "?"), getattr(proposer, "model", "")
         for attempt in range(1 + self.cfg.max_retries):
             inspirations = st.population.inspirations(parent.candidate_id if parent else None, k)
+            if st.partial is None:  # asked once per problem: the kernel cuforge has for part of it, if any
+                st.partial = partial_cover(st.problem, self.device.get("compute_capability")) or False
             prompt = render(st.problem, mode, parent, inspirations, self.device, self.ceilings, self.cfg.baseline,
-                            prompt_dir, notice=st.notice)
+                            prompt_dir, notice=st.notice, partial=st.partial or None)
             reservation, why = await self._reserve(proposer, prompt)
             if reservation is None:
                 st.proposed -= 1  # not sent: the slot is not used

@@ -55,7 +55,9 @@ def hardware_facts(device: dict[str, Any] | None, ceilings: dict[str, Any] | Non
 
 def render(problem: Problem, mode: str, parent: Any = None, inspirations: list[Any] | None = None,
            device: dict[str, Any] | None = None, ceilings: dict[str, Any] | None = None,
-           baseline: str = "torch", prompt_dir: Path | None = None, notice: str = "") -> Prompt:
+           baseline: str = "torch", prompt_dir: Path | None = None, notice: str = "", partial: Any = None) -> Prompt:
+    """The prompt for one request; `partial` (kernels.partial.PartialCover) shows the kernel cuforge already
+    has for the head of the graph and names the ops left to write."""
     env = environment(prompt_dir)
     tol = problem.meta.tolerance
     arch = f"sm_{device['compute_capability'].replace('.', '')}" if device and device.get("compute_capability") else "the GPU's arch"
@@ -67,7 +69,7 @@ def render(problem: Problem, mode: str, parent: Any = None, inspirations: list[A
         problem=problem, shapes=problem.shapes_summary(), flops=_si(m.flops) if m.flops else None,
         nbytes=_si(m.bytes) + "B" if m.bytes else None,
         intensity=f"{m.arithmetic_intensity:.2f}" if m.arithmetic_intensity else "?",
-        hardware=hardware_facts(device, ceilings))
+        hardware=hardware_facts(device, ceilings), partial=partial)
     volatile = env.get_template("feedback.j2").render(
         inspirations=inspirations or [], parent=parent, mode=mode, baseline=baseline, notice=notice)
     return Prompt(system, stable, volatile)

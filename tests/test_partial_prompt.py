@@ -1,0 +1,78 @@
+"""An LLM gets the part that is left: where no family, staged pair or pipeline covers a problem, its
+prompt shows the kernel cuforge has for the longest head of the graph (a module that runs it) and
+names the ops after it, so the model writes a kernel for the rest. Tested through `cuforge run` against
+a scripted OpenAI-compatible server."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, relu_problem_source
+from llm_servers import ScriptedLLMServer, openai_reply
+
+from cuforge.kernels.partial import partial_cover
+from cuforge.problems.loader import load_files
+
+MM_SORT = """
+import torch
+M, K, N = 256, 512, 384
+CUFORGE = {"policy": "mixed", "dtype": "float32", "small": {"M": 8, "K": 16, "N": 12}}
+class Model(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.sort(a @ b, dim=-1).values
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    d = tmp_path_factory.mktemp("partial")
+    (d / "mm_sort.py").write_text(MM_SORT)
+    return d
+
+
+@pytest.fixture(scope="module")
+def mm_sort(suite):
+    (p,), skipped = load_files([suite / "mm_sort.py"])
+    assert not skipped
+    return p
+
+
+def test_the_longest_covered_head_comes_with_a_module_that_runs_its_kernel(mm_sort):
+    pc = partial_cover(mm_sort)
+    assert pc is not None and pc.family.startswith("gemm") and pc.head_ops == ("mm",) and pc.rest_ops == ("sort",)
+    assert pc.cut_shape == (256, 384) and pc.cut_dtype == "float32" and pc.rest_inputs == ()
+    compile(pc.module, "<head module>", "exec")  # a module as a candidate would be: it parses
+    assert "class ModelNew" in pc.module and "_Stage(" in pc.module
+    # On a GPU the Hopper kernels do not run on, the head is a kernel that does.
+    older = partial_cover(mm_sort, "8.0")
+    assert older is not None and older.family != "gemm_tf32x3_sm90"
+
+
+def test_a_problem_covered_whole_or_run_in_another_dtype_has_no_partial_cover(mm_sort, tmp_path):
+    (tmp_path / "relu.py").write_text(relu_problem_source())
+    (relu,), _ = load_files([tmp_path / "relu.py"])
+    assert partial_cover(relu) is None  # the offline search covers it whole
+    assert partial_cover(mm_sort.in_dtype("bf16")) is None
+
+
+def test_the_llm_prompt_names_the_rest_and_shows_the_kernel_already_chosen(suite, tmp_path):
+    db = tmp_path / "r.db"
+    with ScriptedLLMServer(openai_reply("No idea yet.")) as srv:
+        r = subprocess.run([sys.executable, "-m", "cuforge.cli", "run", "--suite", str(suite), "--provider", "openai",
+                            "--model", "test-model", "--base-url", srv.url + "/v1", "--islands", "1", "--generations", "1",
+                            "--concurrency", "1", "--compile-only", "--results", str(db), "--json"],
+                           capture_output=True, text=True, timeout=600, cwd=ROOT,
+                           env=dict(os.environ, OPENAI_API_KEY="sk-test"))
+        assert r.returncode in (0, 1), r.stderr[-3000:]
+        sent = [m["content"] for req in srv.requests for m in req["body"]["messages"] if m["role"] == "user"]
+    assert sent, r.stderr[-2000:]
+    prompt = sent[0]
+    assert "# Already covered: the first part" in prompt and "up to its first 1 op(s) (mm)" in prompt
+    assert "No kernel of cuforge's covers the rest: sort." in prompt and "class ModelNew" in prompt
+    assert json.loads(r.stdout)["llm_calls"] >= 1
