@@ -105,3 +105,30 @@ def test_every_seed_is_a_point_of_its_family_s_knob_space_and_renders(corpus):
                     assert fam.render(seed, p).source, (p.id, fam.name, seed)
                     rendered += 1
     assert rendered > len(corpus)
+
+
+def test_no_module_the_registry_imports_imports_the_family_list_back():
+    """The registry imports every module of the kernels package while `families` is still loading: a
+    module there that imports `families` at its top fails with a circular import whenever `families`
+    is imported first (`cuforge problems list` does). Read from the source, and tried in a fresh process."""
+    import ast
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    offenders = []
+    for path in sorted((ROOT / "src" / "cuforge" / "kernels").glob("*.py")):
+        if path.name == "families.py":
+            continue
+        for node in ast.parse(path.read_text()).body:  # module level only: a function may import it lazily
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module == "cuforge.kernels":
+                names = [f"cuforge.kernels.{a.name}" for a in node.names]
+            if "cuforge.kernels.families" in names:
+                offenders.append(path.name)
+    assert offenders == []
+    r = subprocess.run([sys.executable, "-c", "import cuforge.kernels.families as f; print(len(f.FAMILIES))"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and int(r.stdout) >= 28, r.stderr[-2000:]

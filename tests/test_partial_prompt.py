@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, relu_problem_source
 from llm_servers import ScriptedLLMServer, openai_reply
 
-from cuforge.kernels.partial import partial_cover
+from cuforge.agent.partial import partial_cover
 from cuforge.problems.loader import load_files
 
 MM_SORT = """

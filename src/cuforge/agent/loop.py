@@ -22,7 +22,7 @@ from cuforge.agent.config import RunConfig
 from cuforge.agent.parse import ParseError, parse_response
 from cuforge.agent.population import Member, Population, register_bucket, source_key, technique_tags
 from cuforge.agent.prompts import render
-from cuforge.kernels.partial import partial_cover
+from cuforge.agent.partial import partial_cover
 from cuforge.agent.providers import ContextLengthError, ProposerExhausted, ProviderError
 from cuforge.problems.problem import Problem
 from cuforge.results.store import Store
@@ -55,7 +55,7 @@ class ProblemState:
     notice: str = ""  # said in the next prompt (a duplicate reply, say)
     finished: str = ""  # why this problem stopped, once it has
     history: list[float] = field(default_factory=list)  # best speedup so far after each evaluation
-    partial: Any = None  # kernels.partial.PartialCover for the prompt; False: none (asked once)
+    partial: Any = None  # agent.partial.PartialCover for the prompt; False: none (asked once)
 
 
 @dataclass

@@ -56,7 +56,7 @@ def hardware_facts(device: dict[str, Any] | None, ceilings: dict[str, Any] | Non
 def render(problem: Problem, mode: str, parent: Any = None, inspirations: list[Any] | None = None,
            device: dict[str, Any] | None = None, ceilings: dict[str, Any] | None = None,
            baseline: str = "torch", prompt_dir: Path | None = None, notice: str = "", partial: Any = None) -> Prompt:
-    """The prompt for one request; `partial` (kernels.partial.PartialCover) shows the kernel cuforge already
+    """The prompt for one request; `partial` (agent.partial.PartialCover) shows the kernel cuforge already
     has for the head of the graph and names the ops left to write."""
     env = environment(prompt_dir)
     tol = problem.meta.tolerance
