@@ -117,3 +117,24 @@ def test_cli_eval_runs_a_problem_in_bf16_and_refuses_an_unknown_dtype(tmp_path):
         r = run_cli(*args)
         assert r.returncode == 2 and "--dtype: unknown dtype 'fp8': use bf16 or fp16" in r.stderr, r.stderr[-1000:]
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_traced_in_its_dtype_a_cast_problem_is_matched_as_one_written_in_it(tmp_path):
+    """`load_in_dtype` traces the file again as it runs cast: the families that take fp16 match an fp32
+    matmul file run in fp16 as they match one written in fp16; the fp32 families say why not."""
+    from cuforge.problems.loader import load_in_dtype
+
+    (tmp_path / "mm.py").write_text(
+        "import torch\nCUFORGE = {'dtype': 'float32', 'policy': 'mixed'}\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, a, b):\n        return a @ b\n"
+        "def get_inputs():\n    return [torch.randn(1024, 512), torch.randn(512, 768)]\ndef get_init_inputs():\n    return []\n")
+    (fp32,), _ = load_files([tmp_path / "mm.py"])
+    fp16 = load_in_dtype(fp32, "fp16")
+    assert fp16.id.endswith("mm.py@fp16") and fp16.meta.traced_in_cast and [t.dtype for t in fp16.inputs] == ["float16"] * 2
+    assert {n.op for n in fp16.graph} == {"mm"}
+    fams, why = families_for(fp16)
+    assert [f.name for f in fams][:1] == ["gemm_sm90"], why
+    bf16 = load_in_dtype(fp32, "bf16")
+    fams, why = families_for(bf16)
+    assert fams == [] and "not covered offline" in why and "(--dtype)" not in why  # the families' own reasons
+    assert "gemm_tf32x3_sm90" not in [f.name for f in families_for(fp16)[0]]

@@ -29,6 +29,7 @@ from cuforge.agent.providers import (
     load_prices,
 )
 from cuforge.problems.problem import Problem, ProblemError, SkippedProblem
+from cuforge.problems.loader import load_in_dtype, shared_inspector
 from cuforge.problems.suites import load_suite
 from cuforge.results.store import HEARTBEAT_S, Store
 from cuforge.sandbox.protocol.candidate import Candidate
@@ -104,11 +105,12 @@ def select_problems(cfg: RunConfig, on_file: Callable[[Path], None] | None = Non
         skipped = []  # the files not asked for are not this run's business
     if cfg.dtype:  # every problem in that dtype; one that is not fp32 cannot be cast, and says so
         cast: list[Problem] = []
-        for p in problems:
-            try:
-                cast.append(p.in_dtype(cfg.dtype))
-            except ProblemError as e:
-                skipped.append(SkippedProblem(str(p.path or p.id), str(e)))
+        with shared_inspector():  # one inspector child traces them all
+            for p in problems:
+                try:
+                    cast.append(load_in_dtype(p, cfg.dtype, cfg.inspect_timeout_s))
+                except ProblemError as e:
+                    skipped.append(SkippedProblem(str(p.path or p.id), str(e)))
         problems = cast
     if cfg.device == "cpu" and not cfg.compile_only:
         refused = [(p, p.cpu_mode_refusal()) for p in problems]

@@ -56,6 +56,7 @@ def eval_cmd(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Evaluate one candidate: correctness, anti-cheat, timing against each baseline, profile."""
+    from cuforge.problems.loader import load_in_dtype
     from cuforge.problems.problem import ProblemError
     from cuforge.problems.suites import load_problem
     from cuforge.sandbox.driver.evaluate import CandidateFileError, candidate_from_file, supervisor_for
@@ -81,7 +82,7 @@ def eval_cmd(
     try:
         problem = load_problem(problem_ref)
         if dtype:
-            problem = problem.in_dtype(dtype)
+            problem = load_in_dtype(problem, dtype)
     except ProblemError as e:
         fail(str(e))
     chosen_baselines = _parse_baselines(baselines, problem)
@@ -222,6 +223,7 @@ def baseline_cmd(
     """Measure baselines (eager, torch.compile, cuBLAS, cuBLASLt autotuned) for a suite and store them."""
     from rich.progress import Progress
 
+    from cuforge.problems.loader import load_in_dtype, shared_inspector
     from cuforge.problems.problem import ProblemError
     from cuforge.problems.suites import load_suite
     from cuforge.results.store import Store, StoreError
@@ -241,7 +243,8 @@ def baseline_cmd(
     cast = dtype_option(dtype)
     if cast:
         try:
-            chosen = [p.in_dtype(cast) for p in chosen]
+            with shared_inspector():  # one inspector child traces them all
+                chosen = [load_in_dtype(p, cast) for p in chosen]
         except ProblemError as e:
             fail(str(e))
     _require_jail(unsafe_no_jail)

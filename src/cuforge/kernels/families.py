@@ -554,9 +554,10 @@ def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], st
     """Every family that covers the problem (first = preferred), or why none does. Families whose
     anchor ops the graph lacks are not asked (their reason would only say so); `index=False` asks
     every family (the tests' check that the index changes nothing but the time)."""
-    if problem.meta.cast:
-        # The traced graph is the fp32 one; no family's kernel takes a cast problem's dtypes yet, and
-        # one that ran fp32 code on them would be a wrong kernel.
+    if problem.meta.cast and not problem.meta.traced_in_cast:
+        # The traced graph is the fp32 one: a family matching it would run fp32 code on the cast
+        # tensors, a wrong kernel. Traced in its dtype (loader.load_in_dtype), each family's own dtype
+        # checks decide, as for a problem written in that dtype.
         return [], (f"not covered offline (the template library's kernels take the problem as traced, in fp32; "
                     f"{problem.id} runs in {problem.meta.cast} (--dtype)): use an LLM provider")
     found, reasons = [], []

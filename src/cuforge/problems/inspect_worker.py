@@ -155,9 +155,18 @@ def _is_meta_gap(e: BaseException) -> bool:
     return "meta" in text or isinstance(e, NotImplementedError) or "data-dependent" in text
 
 
-def inspect(path: str) -> dict[str, Any]:
+def inspect(path: str, cast: str | None = None) -> dict[str, Any]:
+    """Import and trace a problem file; with `cast` (a torch dtype name), as it runs in that dtype (its
+    floating inputs and its Model's parameters cast, cuforge.sandbox.protocol.loading.cast_problem)."""
     module = _load_module(path)
     _check_interface(module)
+    if cast:
+        from cuforge.sandbox.protocol.loading import cast_problem
+
+        try:
+            cast_problem(module, cast)
+        except ValueError as e:
+            raise _Bad(str(e)) from None
     declared = _declared(module)
     init, inputs = _call_inputs(module, "meta")
     outputs: list[dict[str, Any]] | None = None
@@ -260,7 +269,7 @@ def _describe_import_error(e: BaseException) -> str:
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     path = request["path"]
     try:
-        data = validate(path) if request.get("mode") == "validate" else inspect(path)
+        data = validate(path) if request.get("mode") == "validate" else inspect(path, request.get("cast"))
         return {"path": path, "ok": True, "error": "", "data": data}
     except _Bad as e:
         return {"path": path, "ok": False, "error": str(e), "data": None}

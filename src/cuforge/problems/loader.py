@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -80,13 +81,13 @@ class Inspector:
             cwd=os.path.dirname(src_root),
         )
 
-    def ask(self, path: str, mode: str) -> dict[str, Any]:
+    def ask(self, path: str, mode: str, cast: str | None = None) -> dict[str, Any]:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps({"path": path, "mode": mode}) + "\n")
+            proc.stdin.write(json.dumps({"path": path, "mode": mode, "cast": cast}) + "\n")
             proc.stdin.flush()
         except BrokenPipeError:
             self.close()
@@ -149,8 +150,10 @@ def inspect_files(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_file: Callable[[Path], None] | None = None,
     use_cache: bool = True,
+    cast: str | None = None,
 ) -> list[tuple[Path, str, dict[str, Any]]]:
-    """Inspect each file; returns (path, source, reply) in order. Cached by content and versions."""
+    """Inspect each file (traced in `cast`'s dtype where given); returns (path, source, reply) in order.
+    Cached by content, cast and versions."""
     results: list[tuple[Path, str, dict[str, Any]]] = []
     cdir = cache_dir() / "inspect"
     inspector = _inspector(timeout_s)
@@ -162,7 +165,7 @@ def inspect_files(
                 results.append((path, "", {"ok": False, "error": f"cannot read: {e.strerror}"}))
                 continue
             source = raw.decode("utf-8", errors="replace")
-            cfile = cdir / f"{_cache_key(mode, raw)}.json"
+            cfile = cdir / f"{_cache_key(mode + (f'|cast={cast}' if cast else ''), raw)}.json"
             if use_cache and cfile.exists():
                 try:
                     results.append((path, source, json.loads(cfile.read_text())))
@@ -171,7 +174,7 @@ def inspect_files(
                     pass
             if on_file:  # only where time is spent: a file answered from the cache is not announced
                 on_file(path)
-            reply = inspector.ask(str(path.resolve()), mode)
+            reply = inspector.ask(str(path.resolve()), mode, cast)
             if use_cache and not reply.get("transient"):
                 _write_cache(cfile, reply)
             results.append((path, source, reply))
@@ -226,18 +229,40 @@ def problem_from_reply(path: Path, source: str, reply: dict[str, Any], problem_i
         graph=graph,
         graph_outputs=graph_outputs,
     )
-    cast = data["declared"].get("cast")  # CUFORGE "cast": the file asks to be run in another dtype
-    if cast is not None:
-        try:
-            return problem.in_dtype(str(cast))
-        except ProblemError as e:
-            raise ProblemError(f"CUFORGE cast: {e}") from None
     return problem
 
 
+def load_in_dtype(problem: Problem, name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Problem:
+    """`problem.in_dtype(name)` with its graph traced as it runs in that dtype (the file inspected again
+    with the cast applied), so that the families that take that dtype can match it and the others say
+    why not. A problem with no file (a generated one) keeps its fp32 trace, which no family takes."""
+    cast = problem.in_dtype(name)
+    if cast is problem or problem.path is None:
+        return cast
+    ((_, _, reply),) = inspect_files([problem.path], "inspect", timeout_s, cast=cast.meta.cast)
+    if not reply.get("ok"):
+        raise ProblemError(f"{problem.id} in {cast.meta.cast}: {reply.get('error') or 'the trace failed'}")
+    data = reply["data"]
+    graph, graph_outputs = fold_operand_scales(*drop_identity_reductions(
+        tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
+        tuple((data.get("graph") or {}).get("outputs", ()))))
+    outputs = data.get("outputs")
+    return replace(cast, meta=replace(cast.meta, traced_in_cast=True), graph=graph, graph_outputs=graph_outputs,
+                   ops=tuple(data.get("ops") or ()),
+                   inputs=tuple(tensor_spec_from_dict(s) for s in data["inputs"]),
+                   outputs=tuple(tensor_spec_from_dict(s) for s in outputs) if outputs is not None else cast.outputs,
+                   params=tuple(tensor_spec_from_dict(s) for s in data.get("params") or ()))
+
+
 def in_each_dtype(problem: Problem, declared: dict[str, Any]) -> list[Problem]:
-    """The problem in each dtype its CUFORGE "dtypes" lists (fp32 itself; bf16, fp16 cast from it), or
-    the problem alone."""
+    """The problem in the dtype its CUFORGE "cast" names, or in each dtype its "dtypes" lists (fp32 itself;
+    bf16, fp16 cast from it), or the problem alone."""
+    cast = declared.get("cast")  # the file asks to be run in another dtype
+    if cast is not None:
+        try:
+            return [load_in_dtype(problem, str(cast))]
+        except ProblemError as e:
+            raise ProblemError(f"CUFORGE cast: {e}") from None
     dtypes = declared.get("dtypes")
     if dtypes is None:
         return [problem]
@@ -249,7 +274,7 @@ def in_each_dtype(problem: Problem, declared: dict[str, Any]) -> list[Problem]:
             out.append(problem)
         else:
             try:
-                out.append(problem.in_dtype(str(name)))
+                out.append(load_in_dtype(problem, str(name)))
             except ProblemError as e:
                 raise ProblemError(f"CUFORGE dtypes: {e}") from None
     return out
@@ -264,15 +289,16 @@ def load_files(
 ) -> tuple[list[Problem], list[SkippedProblem]]:
     problems: list[Problem] = []
     skipped: list[SkippedProblem] = []
-    for path, source, reply in inspect_files(paths, "inspect", timeout_s, on_file):
-        if not reply.get("ok"):
-            skipped.append(SkippedProblem(str(path), reply.get("error") or "unknown failure"))
-            continue
-        pid = f"{id_prefix}/{path.stem}" if id_prefix else str(path)
-        try:
-            problems.extend(in_each_dtype(problem_from_reply(path, source, reply, pid, suite), reply["data"]["declared"]))
-        except ProblemError as e:
-            skipped.append(SkippedProblem(str(path), str(e)))
+    with shared_inspector():  # one inspector child for the files and their other dtypes' traces
+        for path, source, reply in inspect_files(paths, "inspect", timeout_s, on_file):
+            if not reply.get("ok"):
+                skipped.append(SkippedProblem(str(path), reply.get("error") or "unknown failure"))
+                continue
+            pid = f"{id_prefix}/{path.stem}" if id_prefix else str(path)
+            try:
+                problems.extend(in_each_dtype(problem_from_reply(path, source, reply, pid, suite), reply["data"]["declared"]))
+            except ProblemError as e:
+                skipped.append(SkippedProblem(str(path), str(e)))
     return problems, skipped
 
 

@@ -123,6 +123,7 @@ class ProblemMeta:
     # An fp32 problem run in another dtype (--dtype, CUFORGE "cast"): its floating inputs and its
     # Model's parameters cast to this torch dtype name, as KernelBench's precision option does.
     cast: str | None = None
+    traced_in_cast: bool = False  # the graph was traced with the cast applied (loader.load_in_dtype)
     # Which fields were derived rather than declared, and which could not be known at all.
     derived: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
