@@ -560,6 +560,9 @@ def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], st
         # checks decide, as for a problem written in that dtype.
         return [], (f"not covered offline (the template library's kernels take the problem as traced, in fp32; "
                     f"{problem.id} runs in {problem.meta.cast} (--dtype)): use an LLM provider")
+    odd = unusual_tensors(problem)
+    if odd:
+        return [], f"not covered offline ({odd}): use an LLM provider"
     found, reasons = [], []
     ops = frozenset(problem.ops)
     asked = [f for f in FAMILIES if not index or could_match(f, ops)]
@@ -580,6 +583,20 @@ def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], st
         return [PIPELINE], ""
     reasons.append(f"{PIPELINE.name}: {why}")
     return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + "): use an LLM provider"
+
+
+def unusual_tensors(problem: Problem) -> str:
+    """Why no family's kernel takes the problem's tensors as they are, or "": an input that is not
+    row-major in memory (every kernel reads its inputs so), or a dim of size zero (nothing to launch)."""
+    for i, t in enumerate(problem.inputs):
+        if not t.is_scalar and not t.contiguous:
+            return (f"input {i} ({t.describe()}) is a transposed or expanded view: the template kernels read "
+                    "their inputs in row-major order")
+    for kind, specs in (("input", problem.inputs), ("output", problem.outputs or ())):
+        for i, t in enumerate(specs):
+            if not t.is_scalar and 0 in t.shape:
+                return f"{kind} {i} ({t.describe()}) has a dim of size zero: there is nothing to launch a kernel for"
+    return ""
 
 
 def family_for(problem: Problem) -> tuple[Family | None, str]:

@@ -29,7 +29,10 @@ def _spec(t: Any) -> dict[str, Any]:
     if not isinstance(t, torch.Tensor):  # a number passed through as it is
         kind = "bool" if isinstance(t, bool) else "int64" if isinstance(t, int) else "float64"
         return {"shape": [], "dtype": kind, "value": t}
-    return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+    spec = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+    if not t.is_contiguous():  # a transposed or expanded input: kernels that read row-major would misread it
+        spec["contiguous"] = False
+    return spec
 
 
 def _flatten_outputs(out: Any) -> list[Any]:

@@ -71,6 +71,7 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str
     value: bool | int | float | None = None
+    contiguous: bool = True  # row-major in memory (False: a transposed or expanded view)
 
     @property
     def is_scalar(self) -> bool:
@@ -230,7 +231,7 @@ class SkippedProblem:
 
 
 def tensor_spec_from_dict(d: dict[str, Any]) -> TensorSpec:
-    return TensorSpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]), d.get("value"))
+    return TensorSpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]), d.get("value"), bool(d.get("contiguous", True)))
 
 
 def meta_from_inspection(declared: dict[str, Any], derived: dict[str, Any]) -> ProblemMeta:
