@@ -135,6 +135,17 @@ def models_table(name: str = "models_coverage") -> list[str]:
     return out
 
 
+def dtype_coverage_table(name: str = "kernelbench_dtype_coverage") -> list[str]:
+    d = load(name)
+    out = [*header("dtype", "files", "covered by the offline search", "by family (first choice)")]
+    for dtype, v in d["dtypes"].items():
+        fams = ", ".join(f"{k} {n}" for k, n in list(v["by_family"].items())[:6])
+        more = len(v["by_family"]) - 6
+        out.append(row(dtype, v["files"], f"{v['covered']} ({100 * v['covered'] / max(v['files'], 1):.0f}%)",
+                       fams + (f", {more} more" if more > 0 else "")))
+    return out + ["", f"({stamp(d)})"]
+
+
 def gpu_checks_table(name: str) -> list[str]:
     d = load(name)
     out = [f"{d['gpu']}, torch {d['torch']}, as {d['user']}; {d['jail']} ({d['date']})", "", *header("what ran", "outcome")]
@@ -145,7 +156,7 @@ def gpu_checks_table(name: str) -> list[str]:
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
-    "models": models_table,
+    "models": models_table, "dtype_coverage": dtype_coverage_table,
 }
 
 

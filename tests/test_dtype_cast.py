@@ -138,3 +138,20 @@ def test_traced_in_its_dtype_a_cast_problem_is_matched_as_one_written_in_it(tmp_
     fams, why = families_for(bf16)
     assert fams == [] and "not covered offline" in why and "(--dtype)" not in why  # the families' own reasons
     assert "gemm_tf32x3_sm90" not in [f.name for f in families_for(fp16)[0]]
+
+
+def test_a_kernelbench_style_super_call_casts_without_recursion(tmp_path, cpu_sup):
+    """KernelBench's files call super(Model, self).__init__(): the cast builds that class cast rather than
+    binding a subclass to the name Model (which sent that call round forever)."""
+    from cuforge.problems.loader import load_in_dtype
+
+    (tmp_path / "kb.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 32)\n    def forward(self, x):\n        return torch.relu(self.fc(x))\n"
+        "def get_inputs():\n    return [torch.randn(16, 64)]\ndef get_init_inputs():\n    return []\n")
+    (fp32,), _ = load_files([tmp_path / "kb.py"])
+    bf16 = load_in_dtype(fp32, "bf16")
+    assert bf16.meta.traced_in_cast and {t.dtype for t in bf16.params} == {"bfloat16"}
+    ev = cpu_sup.evaluate(bf16.for_cpu_test_mode(),
+                          candidate("class ModelNew(__cuforge_problem__.Model):\n    pass\n"), CFG)
+    assert ev.ok, ev.message

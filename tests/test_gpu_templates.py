@@ -127,7 +127,7 @@ def test_elementwise_family_is_correct_with_tails(sup, tmp_path):
              "silu": "F.silu(x)", "sigmoid": "torch.sigmoid(x)"}
     e = Elementwise()
     for op, expr in exprs.items():
-        for dtype in ("float32", "float16"):
+        for dtype in ("float32", "float16", "bfloat16"):
             f = tmp_path / f"{op}_{dtype}.py"
             f.write_text(ELEMENTWISE.format(n=1000003, dtype=dtype, expr=expr))  # not a multiple of any vector width
             (p,), skipped = load_files([f])

@@ -10,6 +10,7 @@ from cuforge.kernels.base import CONFIG_TAG
 from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90, config_of, families_for, family_for
 from cuforge.agent.template_proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
+from cuforge.problems.loader import load_in_dtype
 from cuforge.problems.suites import load_problem
 from template_helpers import problem_from_expr, smoke_compile
 
@@ -22,6 +23,10 @@ def test_coverage_and_clear_refusals(tmp_path):
     assert family_for(load_problem("level2/gemm_bias_gelu"))[0].name == "gemm_tf32x3_sm90"  # fp32: 3xTF32 (wgmma) + fused epilogue
     for name in ("relu", "gelu", "gelu_fp16", "silu", "sigmoid"):
         assert family_for(load_problem(f"level1/{name}"))[0].name == "elementwise", name
+    for name in ("gelu", "relu"):  # run in bf16 (--dtype): traced cast, the same family in its bf16 kernel
+        bf16 = load_in_dtype(load_problem(f"level1/{name}"), "bf16")
+        fam = family_for(bf16)[0]
+        assert fam.name == "elementwise" and "__nv_bfloat16" in fam.render(fam.seeds(bf16)[0], bf16).source
     assert family_for(load_problem("level1/softmax"))[0].name == "softmax_rows"
     assert family_for(load_problem("level1/log_softmax"))[0].name == "softmax_rows"
     for name in ("sum_dim", "max_dim", "argmax_dim"):
@@ -121,6 +126,13 @@ def test_smoke_configs_compile_with_nvrtc(problem_ref):
 
     p = lp(problem_ref)
     for fam in families_for(p)[0]:
+        smoke_compile(fam, p, SMOKE)
+
+
+def test_bf16_elementwise_configs_compile_with_nvrtc():
+    for ref in ("level1/gelu", "level1/silu"):
+        p = load_in_dtype(load_problem(ref), "bf16")
+        (fam,), _ = families_for(p)
         smoke_compile(fam, p, SMOKE)
 
 

@@ -448,18 +448,18 @@ class Elementwise(Family):
     def supports(self, problem: Problem) -> str | None:
         if len(problem.ops) != 1 or problem.ops[0] not in ELEMENTWISE_OPS:
             return f"not a single activation of {', '.join(ELEMENTWISE_OPS)}"
-        if len(problem.inputs) != 1 or problem.inputs[0].dtype not in ("float32", "float16"):
-            return "needs one fp32 or fp16 input"
+        if len(problem.inputs) != 1 or problem.inputs[0].dtype not in ("float32", "float16", "bfloat16"):
+            return "needs one fp32, fp16 or bf16 input"
         if not problem.outputs or problem.outputs[0] != problem.inputs[0]:
             return "output must have the input's shape and dtype"
         return None
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        fp16 = problem.inputs[0].dtype == "float16"
-        return c["VEC"] in ((1, 2, 8) if fp16 else (1, 2, 4))
+        half = problem.inputs[0].dtype in ("float16", "bfloat16")  # 16 bytes: 8 halves, 4 floats
+        return c["VEC"] in ((1, 2, 8) if half else (1, 2, 4))
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        vec = 8 if problem.inputs[0].dtype == "float16" else 4
+        vec = 8 if problem.inputs[0].dtype in ("float16", "bfloat16") else 4
         # First the shape of eager PyTorch's own kernel (128 threads, two vectors each): on an H200 the
         # erf and exp activations lose 2-5% to eager with one vector a thread (measured on an H100).
         return [dict(VEC=vec, BLOCK=128, WAVES=0, UNROLL=2), dict(VEC=vec, BLOCK=256, WAVES=0, UNROLL=4),
@@ -467,7 +467,8 @@ class Elementwise(Family):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         dtype = problem.inputs[0].dtype
-        return {"OP": problem.ops[0], "DTYPE": dtype, "CTYPE": "float" if dtype == "float32" else "half"}
+        return {"OP": problem.ops[0], "DTYPE": dtype,
+                "CTYPE": {"float32": "float", "float16": "half", "bfloat16": "__nv_bfloat16"}[dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         grid = grid_stride_grid(f"cdiv(n, {c['VEC'] * c['UNROLL']})", c["BLOCK"], c["WAVES"])
