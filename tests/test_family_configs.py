@@ -87,3 +87,12 @@ def test_a_staged_family_s_config_is_its_head_s_and_its_tail_s():
         fam.config(values | {f"t.{next(iter(fam.tail.knobs))}": -7})
     with pytest.raises(BadConfig, match=r"has no knob 'BN' \(its knobs: the head's as h\.\*"):
         fam.config(values | {"BN": 64})
+
+
+def test_a_pipeline_s_config_is_its_stages_configs():
+    """Which families a pipeline's stages are depends on the problem: its config keys each stage's knobs
+    s0.*, s1.*, ..., and each stage's family checks its own part when it renders."""
+    cfg = F.PIPELINE.config({"family": "pipeline", "s0.BX": 32, "s1.VEC": 4, "s0.TY": 8})
+    assert cfg.stages == ((("BX", 32), ("TY", 8)), (("VEC", 4),))
+    with pytest.raises(BadConfig, match=r"pipeline has no knob 'VEC' \(its knobs: each stage's as s0"):
+        F.PIPELINE.config({"VEC": 4})

@@ -496,3 +496,14 @@ def check_modes(top, uid, unreadable_to):
     (base / "lib" / "python" / "mod.py").chmod(0o600)
     assert unreadable_to(uid, str(base / "lib" / "python" / "mod.py")) == str(base / "lib" / "python" / "mod.py")
     assert unreadable_to(uid, str(base / "missing")) is None  # nothing there to read
+
+
+def test_a_plan_made_under_one_jail_switch_is_not_handed_out_under_another(monkeypatch):
+    """The jail probe is cached per value of CUFORGE_JAIL: a plan made while a test (or a user) had it say
+    `none` once went on being handed out after the switch was put back, and every later worker of the
+    process was refused."""
+    before = jail_plan()
+    monkeypatch.setenv("CUFORGE_JAIL", "none")
+    assert jail_plan().kind == "none"
+    monkeypatch.undo()
+    assert jail_plan() == before

@@ -10,10 +10,11 @@ problem, so the family has no knobs of its own to search: it proposes the stages
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
+from cuforge.kernels.base import PY_CONFIG_TAG, BadConfig, Family, GraphFamily, as_stage
 from cuforge.kernels.staged import MAX_CUTS, cut_at, cut_points, first_computed
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
@@ -53,6 +54,18 @@ def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tu
             if rest is not None:
                 return [Stage(head, cut.head, feed)] + rest
     return None
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Per stage, in order, its knobs and their values (each checked by that stage's family)."""
+
+    stages: tuple[tuple[tuple[str, Any], ...], ...]
+
+
+def _stage_key(key: str) -> bool:
+    stage, _, knob = key.partition(".")
+    return stage.startswith("s") and stage[1:].isdigit() and bool(knob)
 
 
 class Pipeline(GraphFamily):
@@ -98,6 +111,25 @@ class Pipeline(GraphFamily):
             if stage.startswith("s") and stage[1:].isdigit() and knob:
                 out[key] = config[key]
         return out
+
+    @property
+    def config_type(self) -> type:
+        return PipelineConfig
+
+    def config(self, values: Mapping[str, Any]) -> Any:
+        """A pipeline's config is its stages' configs, keyed s0.*, s1.*, ...: which families those are
+        depends on the problem, so each stage's family checks its own when it renders (and `valid`)."""
+        if values.get("family", self.name) != self.name:
+            raise BadConfig(f"a config of family {values['family']!r} given to {self.name}")
+        stray = sorted(k for k in values if k != "family" and not _stage_key(k))
+        if stray:
+            raise BadConfig(f"{self.name} has no knob {stray[0]!r} (its knobs: each stage's as s0.*, s1.*, ...)")
+        stages: dict[int, dict[str, Any]] = {}
+        for key, value in values.items():
+            if key != "family":
+                stage, _, knob = key.partition(".")
+                stages.setdefault(int(stage[1:]), {})[knob] = value
+        return PipelineConfig(tuple(tuple(sorted(stages[i].items())) for i in sorted(stages)))
 
     def valid(self, config: dict[str, Any], problem: Problem) -> bool:
         stages = self.match(problem)

@@ -79,11 +79,22 @@ def _bwrap_works(bwrap: str) -> tuple[bool, str]:
     return True, ""
 
 
-@functools.lru_cache(maxsize=1)
 def jail_plan() -> JailPlan:
     """The strongest jail this machine allows. CUFORGE_JAIL=none forces none (tests of the refusal);
-    CUFORGE_JAIL=namespaces makes its absence an error."""
-    wanted = os.environ.get("CUFORGE_JAIL", "auto").strip().lower() or "auto"
+    CUFORGE_JAIL=namespaces makes its absence an error. Probed once per value of CUFORGE_JAIL: a plan
+    made while the switch said one thing is never handed out once it says another."""
+    return _jail_plan(os.environ.get("CUFORGE_JAIL", "auto").strip().lower() or "auto")
+
+
+def _cache_clear() -> None:
+    _jail_plan.cache_clear()
+
+
+jail_plan.cache_clear = _cache_clear  # type: ignore[attr-defined]  # the probe again (tests, a changed machine)
+
+
+@functools.lru_cache(maxsize=8)
+def _jail_plan(wanted: str) -> JailPlan:
     if wanted not in ("auto", NAMESPACES, LANDLOCK, NONE):
         raise JailError(f"CUFORGE_JAIL={wanted!r}: use auto, namespaces, landlock or none")
     if wanted == NONE:
