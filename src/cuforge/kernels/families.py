@@ -10,6 +10,7 @@ from typing import Any
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, grid_stride_grid, sm_count, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
 from cuforge.kernels.dropout import TorchDropout
+from cuforge.kernels.inputs import unusual_tensors
 from cuforge.kernels.pipeline import Pipeline
 from cuforge.kernels.registry import family, registered
 from cuforge.kernels.staged import Staged, staged_families
@@ -584,20 +585,6 @@ def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], st
         return [PIPELINE], ""
     reasons.append(f"{PIPELINE.name}: {why}")
     return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + "): use an LLM provider"
-
-
-def unusual_tensors(problem: Problem) -> str:
-    """Why no family's kernel takes the problem's tensors as they are, or "": an input that is not
-    row-major in memory (every kernel reads its inputs so), or a dim of size zero (nothing to launch)."""
-    for i, t in enumerate(problem.inputs):
-        if not t.is_scalar and not t.contiguous:
-            return (f"input {i} ({t.describe()}) is a transposed or expanded view: the template kernels read "
-                    "their inputs in row-major order")
-    for kind, specs in (("input", problem.inputs), ("output", problem.outputs or ())):
-        for i, t in enumerate(specs):
-            if not t.is_scalar and 0 in t.shape:
-                return f"{kind} {i} ({t.describe()}) has a dim of size zero: there is nothing to launch a kernel for"
-    return ""
 
 
 def family_for(problem: Problem) -> tuple[Family | None, str]:
