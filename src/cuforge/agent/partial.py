@@ -13,10 +13,6 @@ from cuforge.kernels.staged import Staged, cuts_of, head_covers
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import wrap_stages
 
-_VIEWS = frozenset({"view", "reshape", "_unsafe_view", "permute", "transpose", "t", "expand", "squeeze",
-                    "unsqueeze", "flatten", "contiguous", "clone", "alias", "slice", "select"})
-
-
 @dataclass(frozen=True)
 class PartialCover:
     """One family's kernel for the head of a problem's graph; the ops after it are left to write."""
@@ -53,11 +49,8 @@ def partial_cover(problem: Problem, compute_capability: str | None = None) -> Pa
             out = cut.head.outputs[0] if cut.head.outputs else None
             return PartialCover(
                 family=fam.name, module=wrap_stages([as_stage(cand)], [None], header),
-                head_ops=_computed(cut.head), rest_ops=_computed(cut.tail),
+                head_ops=cut.head.ops, rest_ops=cut.tail.ops,  # the computed ops, views left out
                 cut_shape=tuple(out.shape) if out else (), cut_dtype=out.dtype if out else "?",
                 rest_inputs=cut.tail_inputs)
     return None
 
-
-def _computed(problem: Problem) -> tuple[str, ...]:
-    return tuple(n.op for n in problem.graph if n.op not in _VIEWS)

@@ -242,16 +242,12 @@ def load_in_dtype(problem: Problem, name: str, timeout_s: float = DEFAULT_TIMEOU
     ((_, _, reply),) = inspect_files([problem.path], "inspect", timeout_s, cast=cast.meta.cast)
     if not reply.get("ok"):
         raise ProblemError(f"{problem.id} in {cast.meta.cast}: {reply.get('error') or 'the trace failed'}")
-    data = reply["data"]
-    graph, graph_outputs = fold_operand_scales(*drop_identity_reductions(
-        tuple(OpNode.from_json(n) for n in (data.get("graph") or {}).get("nodes", ())),
-        tuple((data.get("graph") or {}).get("outputs", ()))))
-    outputs = data.get("outputs")
-    return replace(cast, meta=replace(cast.meta, traced_in_cast=True), graph=graph, graph_outputs=graph_outputs,
-                   ops=tuple(data.get("ops") or ()),
-                   inputs=tuple(tensor_spec_from_dict(s) for s in data["inputs"]),
-                   outputs=tuple(tensor_spec_from_dict(s) for s in outputs) if outputs is not None else cast.outputs,
-                   params=tuple(tensor_spec_from_dict(s) for s in data.get("params") or ()))
+    # The cast trace's tensors and graph; the metadata stays the cast problem's (its declared fp32 sizes
+    # and tolerance are in_dtype's to translate).
+    traced = problem_from_reply(problem.path, problem.source, reply, cast.id, problem.suite)
+    return replace(cast, meta=replace(cast.meta, traced_in_cast=True), graph=traced.graph,
+                   graph_outputs=traced.graph_outputs, ops=traced.ops, inputs=traced.inputs,
+                   outputs=traced.outputs if traced.outputs is not None else cast.outputs, params=traced.params)
 
 
 def in_each_dtype(problem: Problem, declared: dict[str, Any]) -> list[Problem]:
