@@ -49,34 +49,19 @@ def eager_under_flags(model: torch.nn.Module, sets: list[list[Any]], enter: Call
     return call
 
 
-_COMPILED: list[tuple[torch.nn.Module, str, Any]] = []  # (model, mode, compiled): this evaluation's only
+# (model, mode, compiled) of this evaluation only, per flags: the evaluation's own, and the other contract's.
+_COMPILED: dict[str, list[tuple[torch.nn.Module, str, Any]]] = {"own": [], "other": []}
+
+
+def _nothing() -> None:
+    pass
 
 
 def compiled(model: torch.nn.Module, sets: list[list[Any]], mode: str = "default") -> Callable[[int], Any]:
     """torch.compile (inductor), compiled outside any timed region. Only the current evaluation's
     model is kept (an earlier one's would hold its GPU memory); a new model of the same problem
     reuses dynamo's compiled code, so a run pays the compile once per problem and worker."""
-    hit = next((fn for m, md, fn in _COMPILED if m is model and md == mode), None)
-    if hit is None:
-        _COMPILED.clear()
-        try:
-            hit = torch.compile(model, mode=None if mode == "default" else mode, dynamic=False)
-            with torch.no_grad():
-                hit(*sets[0])
-        except Exception as e:  # noqa: BLE001 - a baseline that cannot be built is skipped, with the reason
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            raise BaselineUnavailable(f"torch.compile failed: {type(e).__name__}: {first}") from None
-        _COMPILED.append((model, mode, hit))
-    fn = hit
-
-    def call(k: int) -> Any:
-        with torch.no_grad():
-            return fn(*sets[k])
-
-    return call
-
-
-_COMPILED_OTHER: list[tuple[torch.nn.Module, str, Any]] = []  # the same, compiled under the other flags
+    return _compiled("own", model, sets, mode, _nothing, _nothing)
 
 
 def compiled_under_flags(model: torch.nn.Module, sets: list[list[Any]], mode: str, enter: Callable[[], None],
@@ -85,20 +70,28 @@ def compiled_under_flags(model: torch.nn.Module, sets: list[list[Any]], mode: st
     evaluation's (set before each call, put back after it): what inductor builds depends on the flags
     at compile time (TF32 in its matmul templates), so the copy is compiled under them, apart from
     the evaluation's own compiled model."""
-    hit = next((fn for m, md, fn in _COMPILED_OTHER if m is model and md == mode), None)
+    return _compiled("other", model, sets, mode, enter, leave)
+
+
+def _compiled(which: str, model: torch.nn.Module, sets: list[list[Any]], mode: str, enter: Callable[[], None],
+              leave: Callable[[], None]) -> Callable[[int], Any]:
+    cache = _COMPILED[which]
+    hit = next((fn for m, md, fn in cache if m is model and md == mode), None)
     if hit is None:
-        _COMPILED_OTHER.clear()
+        cache.clear()
         enter()
         try:
-            hit = torch.compile(copy.deepcopy(model), mode=None if mode == "default" else mode, dynamic=False)
+            target = model if which == "own" else copy.deepcopy(model)
+            hit = torch.compile(target, mode=None if mode == "default" else mode, dynamic=False)
             with torch.no_grad():
                 hit(*sets[0])
         except Exception as e:  # noqa: BLE001 - a baseline that cannot be built is skipped, with the reason
             first = (str(e).strip().splitlines() or [""])[0][:300]
-            raise BaselineUnavailable(f"torch.compile under the other flags failed: {type(e).__name__}: {first}") from None
+            under = "" if which == "own" else " under the other flags"
+            raise BaselineUnavailable(f"torch.compile{under} failed: {type(e).__name__}: {first}") from None
         finally:
             leave()
-        _COMPILED_OTHER.append((model, mode, hit))
+        cache.append((model, mode, hit))
     fn = hit
 
     def call(k: int) -> Any:
