@@ -196,6 +196,10 @@ def test_a_spare_is_replaced_only_when_the_judge_replenishes():
         assert second.pid != first.pid and {first.pid, second.pid}.isdisjoint({os.getpid()})
         first.kill()
         second.kill()
+        # The judge ends its evaluation only once the hosts it killed have exited (the GPU's turn
+        # goes with the reply): none is left running after wait_exited.
+        assert pool.wait_exited(timeout_s=5) < 5
+        assert not any(hosts._running(pid) for pid in (first.pid, second.pid))
     finally:
         pool.close()
 

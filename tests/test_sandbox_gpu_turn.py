@@ -121,3 +121,25 @@ def test_a_supervisor_shut_down_while_waiting_for_the_gpu_returns_at_once(tmp_pa
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_killed_tree_is_waited_for_to_its_last_process():
+    """The supervisor holds the GPU's turn until a killed worker's processes have all exited, those
+    that left its process group (a new session) included."""
+    proc = subprocess.Popen(["sh", "-c", "setsid sleep 60 & sleep 60 & wait"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(turns.process_tree(proc.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tree = turns.process_tree(proc.pid)
+    assert len(tree) == 3, tree
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    t = time.monotonic()
+    assert not turns.wait_exited(tree, timeout_s=0.3)  # the new session's sleep outlived the group's kill
+    assert time.monotonic() - t >= 0.3
+    for pid in tree - {proc.pid}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert turns.wait_exited(tree, timeout_s=5)

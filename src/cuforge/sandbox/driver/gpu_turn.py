@@ -68,3 +68,48 @@ def gpu_turn(gpu_id: str, give_up: Callable[[], bool] | None = None, poll_s: flo
         yield time.monotonic() - t0
     finally:
         os.close(fd)  # closing the only descriptor releases the lock
+
+
+
+def _live_processes() -> dict[int, int]:
+    """pid -> parent pid of every process that has not exited, from /proc. A zombie has closed its
+    files, and its GPU context with them, so it does not count."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if state not in ("Z", "X"):
+            out[int(entry.name)] = int(ppid)
+    return out
+
+
+def process_tree(pid: int) -> set[int]:
+    """A process and all its live descendants (a jail's processes run in their own session, out of
+    the reach of its process group)."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _live_processes().items():
+        children.setdefault(parent, []).append(child)
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p not in tree:
+            tree.add(p)
+            todo.extend(children.get(p, ()))
+    return tree
+
+
+def wait_exited(pids: set[int], timeout_s: float = 10.0) -> bool:
+    """Wait until all these processes have exited, at most `timeout_s`; whether they did. A worker
+    killed in a hung kernel keeps the GPU busy while the driver tears its context down: the turn is
+    held until then, so the next evaluation (of any process) is not timed beside it."""
+    deadline = time.monotonic() + timeout_s
+    while pids & _live_processes().keys():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True

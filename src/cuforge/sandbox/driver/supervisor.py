@@ -23,7 +23,7 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol import trusted_cache
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
-from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn
+from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, process_tree, wait_exited
 from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
 from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
 from cuforge.sandbox.protocol.judges import requested_judge
@@ -256,11 +256,18 @@ class Supervisor:
     def close(self) -> None:
         self.closes += 1
         if self.proc is not None:
+            tree = set() if self.cpu_mode else process_tree(self.proc.pid)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own process group
             except (ProcessLookupError, PermissionError):
                 pass
+            for pid in tree - {self.proc.pid}:  # and whatever left it (a new session) before the kill
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             self.proc.wait()
+            wait_exited(tree)  # in the GPU's turn where evaluate() closes it: its context must be gone
             for f in (self.proc.stdin, self.proc.stdout):
                 try:
                     if f:

@@ -187,6 +187,19 @@ class HostPool:
                 time.sleep(0.002)
         return time.monotonic() - t
 
+    def wait_exited(self, timeout_s: float = EXIT_WAIT_S) -> float:
+        """Wait until no host this pool killed is still exiting. A judge calls it before its evaluation
+        ends: the GPU's turn is released with the reply, and another cuforge process's evaluation
+        must not calibrate or time beside this one's dying context (a host killed in a hung kernel
+        keeps the GPU busy for seconds while the driver tears it down). Returns the seconds waited."""
+        t = time.monotonic()
+        while time.monotonic() - t < timeout_s:
+            self._bury()
+            if not self._exiting():
+                break
+            time.sleep(0.002)
+        return time.monotonic() - t
+
     def _exiting(self) -> bool:
         """A host killed in the last EXIT_WAIT_S still exiting (one that takes longer is stuck in the
         driver, and waiting for it would stall every evaluation)."""

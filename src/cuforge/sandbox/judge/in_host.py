@@ -108,6 +108,9 @@ class HostRunner:
                 self.pool.replenish(peak + max(int(ctx.correctness.get("host_peak_bytes", 0)), 0))  # the host's word: sizing only
             except hosts.HostStartError:  # the zygote is gone: this result stands; a new worker brings a new one
                 restart = True
+            if ctx.device.type == "cuda":
+                with ctx.phase("host_exit"):
+                    self.pool.wait_exited()
         if ctx.host is not None:
             if ctx.host.busy_discarded:
                 ctx.correctness["busy_readings_discarded"] = ctx.host.busy_discarded
