@@ -259,3 +259,26 @@ def test_flat_tiles_run_over_padded_planes(tmp_path):
     # where TH x TW tiles already fill the output, no FLAT seed
     even = conv_problem(tmp_path, "nn.Conv2d(32, 64, 3, padding=1)", "(1, 32, 16, 256)")
     assert not any(c.get("FLAT") for c in FAM.seeds(even))
+
+
+@pytest.mark.parametrize("layer, x_shape", [
+    ("nn.Conv2d(64, 128, 3, padding=1)", "(2, 64, 30, 30)"),
+    ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)"),
+    ("nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1)", "(2, 4, 5, 6, 7)"),
+    ("nn.Conv2d(20, 16, 3)", "(4, 20, 40, 44)"),
+])
+def test_one_tf32_pass_only_where_the_contract_allows_tf32(tmp_path, layer, x_shape):
+    # Under PyTorch's default flags cuDNN computes a convolution in TF32: the family leads with one TF32
+    # product per k-tile (PASSES 1) there, and never under the fp32 contract.
+    strict = conv_problem(tmp_path, layer, x_shape)
+    assert all(c.get("PASSES", 3) == 3 for c in FAM.seeds(strict))
+    assert not FAM.valid({**FAM.seeds(strict)[0], "PASSES": 1}, strict)
+    default = strict.under("pytorch")
+    seeds = FAM.seeds(default)
+    ones = [c for c in seeds if c.get("PASSES") == 1]
+    assert seeds[0]["PASSES"] == 1 and ones == [{**c, "PASSES": 1} for c in seeds[len(ones):]]
+    for c in (seeds[0], next((c for c in ones if c.get("DIRECT")), seeds[0])):
+        cand = FAM.render(c, default)
+        assert "#define PASSES 1" in cand.source
+        mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
+        assert FAM.name in mod.signatures and len(mod.cubin) > 0, c

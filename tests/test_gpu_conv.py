@@ -113,3 +113,26 @@ def test_flat_tiles_over_padded_planes(sup, tmp_path, layer, x_shape, tail):
     configs = [flat, {**flat, "TW": 32, "BN": 64}, {**flat, "BN": 64, "PERSIST": 1, "OVERLAP": 1}]
     assert all(fam.valid(c, p) for c in configs), layer
     assert_all_ok(sup, fam, p, configs, CFG)
+
+
+@pytest.mark.parametrize("layer, x_shape, tail", [
+    ("nn.Conv2d(64, 128, 3, padding=1)", "(4, 64, 56, 56)", "torch.relu(y)"),
+    ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)", "y"),
+    ("nn.Conv3d(16, 32, 3, padding=1)", "(2, 16, 12, 20, 24)", "y * 2"),
+    ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)", "y"),
+])
+def test_one_tf32_pass_is_correct_under_pytorch_and_a_downgrade_under_fp32(sup, tmp_path, layer, x_shape, tail):
+    # PASSES 1 computes what cuDNN computes under PyTorch's default flags: judged by the `pytorch`
+    # contract's bound (PyTorch's own TF32 error against float64) it passes; under `fp32` it may not.
+    fam = ConvTf32x3Sm90()
+    skip_unless_sm90(sup, "wgmma needs sm_90a")
+    p = conv_problem(tmp_path, layer, x_shape, tail).under("pytorch")
+    ones = [c for c in fam.seeds(p) if c.get("PASSES") == 1]
+    assert ones
+    default = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="pytorch")
+    for c in ones[:3]:
+        ev = sup.evaluate(p, fam.render(c, p), default)
+        assert ev.status == "ok", (layer, c, ev.status, ev.message)
+    strict = sup.evaluate(p, fam.render(ones[0], p), EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5,
+                                                               profile=False, precision="fp32"))
+    assert strict.status in ("cheat:precision_downgrade", "wrong_output"), (layer, strict.status, strict.message)

@@ -143,3 +143,36 @@ def test_a_killed_tree_is_waited_for_to_its_last_process():
         except ProcessLookupError:
             pass
     assert turns.wait_exited(tree, timeout_s=5)
+
+
+def test_a_gpu_worker_starts_in_the_gpus_turn():
+    # The worker's self-test times an honest kernel and checks it for escaped work: another process's
+    # evaluation on the same GPU must not run beside it.
+    import threading
+
+    from cuforge.sandbox.driver.supervisor import Supervisor
+
+    gpu = f"test-{uuid.uuid4().hex}"
+    holder = hold(gpu, 120)
+    sup = Supervisor(gpu=gpu)
+    done = []
+    starter = threading.Thread(target=lambda: done.append(_outcome(sup.start)))
+    try:
+        starter.start()
+        time.sleep(0.5)
+        assert sup.spawns == 0 and not done  # waiting for the holder's turn, no worker spawned
+        holder.kill()
+        holder.wait()
+        starter.join(timeout=120)
+        assert done and sup.spawns == 1  # the turn came, the worker was spawned (its start may fail without a GPU)
+    finally:
+        holder.kill()
+        holder.wait()
+        sup.close()
+
+
+def _outcome(call):  # noqa: ANN001, ANN202
+    try:
+        return call()
+    except Exception as e:  # noqa: BLE001 - a worker with no GPU behind it may refuse to start
+        return e

@@ -112,6 +112,8 @@ def select_problems(cfg: RunConfig, on_file: Callable[[Path], None] | None = Non
                 except ProblemError as e:
                     skipped.append(SkippedProblem(str(p.path or p.id), str(e)))
         problems = cast
+    if cfg.precision:  # the run's contract decides what the families may compute (a TF32 convolution)
+        problems = [p.under(cfg.precision) for p in problems]
     if cfg.device == "cpu" and not cfg.compile_only:
         refused = [(p, p.cpu_mode_refusal()) for p in problems]
         skipped += [SkippedProblem(str(p.path or p.id), why) for p, why in refused if why]

@@ -21,6 +21,7 @@ from cuforge.kernels.chains import Epilogue, compile_chain, constant_scale, leaf
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.sandbox.protocol.precision import tf32_allowed
 from cuforge.kernels.registry import family
 
 
@@ -264,7 +265,7 @@ class ConvTf32x3Sm90(GraphFamily):
         super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
                                                  "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
                                                  "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1),
-                                                 "DIRECT": (0, 1), "DENSE_W": (0, 1), "FLAT": (0, 1)})
+                                                 "DIRECT": (0, 1), "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1)})
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
@@ -308,6 +309,8 @@ class ConvTf32x3Sm90(GraphFamily):
             return False
         if c.get("FLAT", 0) and (not flat_fits(f) or c.get("FOLD", 0)):
             return False
+        if c.get("PASSES", 3) == 1 and not tf32_allowed(problem.contract(), problem.ops):
+            return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
         if c.get("FOLD", 0) > min(f.dims, 2) or (c.get("FOLD", 0) and f.transposed):
             return False
         # A tile's epilogue beside the next tile's first wgmmas: only where a block walks tiles, and with both
@@ -427,6 +430,10 @@ class ConvTf32x3Sm90(GraphFamily):
         flat = next((c for c in flats if self.valid(c, problem)), None)
         if flat and self.covered_share(flat, f) > 1.05 * self.covered_share(out[0], f):
             out.insert(0, flat)
+        # Where the contract allows TF32 (a convolution under PyTorch's default flags, whose cuDNN runs
+        # TF32), one product per k-tile instead of three: the same seeds, one TF32 pass each, first.
+        if out and self.valid({**out[0], "PASSES": 1}, problem):
+            out = [{**c, "PASSES": 1} for c in out] + out
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:
@@ -436,7 +443,7 @@ class ConvTf32x3Sm90(GraphFamily):
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
                 "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool), "FLAT_WP": flat_pitch(f) if flat_fits(f) else 0}
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0, "FLAT": 0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0, "FLAT": 0, "PASSES": 3}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)

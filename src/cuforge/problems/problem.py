@@ -185,6 +185,11 @@ class Problem:
         command's --precision), else its own CUFORGE precision, else fp32."""
         return asked or self.meta.precision or "fp32"
 
+    def under(self, contract: str) -> Problem:
+        """This problem judged under another precision contract (a run's --precision): the families
+        read it to know what they may compute (one TF32 product where the contract allows TF32)."""
+        return replace(self, meta=replace(self.meta, precision=contract))
+
     def in_dtype(self, name: str) -> Problem:
         """This fp32 problem run in another dtype: inputs and weights cast (cuforge.sandbox.protocol.loading
         casts them wherever the problem loads), judged by that dtype's tolerance and by how far PyTorch's

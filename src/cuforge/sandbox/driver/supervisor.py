@@ -123,6 +123,7 @@ class Supervisor:
         self.cgroup: PidsCgroup | None = None
         self.info: dict[str, Any] = {}
         self.workdir: Path | None = None
+        self.in_turn = False  # this supervisor holds the GPU's turn (a worker started in it needs no other)
         self.log_path: Path | None = None
         self.spawns = 0
         self.closes = 0  # close() calls: one made while an evaluation waits for the GPU's turn ends the wait
@@ -184,6 +185,19 @@ class Supervisor:
         return args, env
 
     def start(self) -> dict[str, Any]:
+        """Start the worker; its info. On a GPU it starts in the GPU's turn: the worker's self-test
+        times an honest kernel and checks it for escaped work, which another process's evaluation on
+        the same GPU would make look busy."""
+        if self.cpu_mode or self.in_turn:
+            return self._start_worker()
+        with gpu_turn(physical_gpu(self.gpu)):
+            self.in_turn = True
+            try:
+                return self._start_worker()
+            finally:
+                self.in_turn = False
+
+    def _start_worker(self) -> dict[str, Any]:
         self.close()
         self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
         self.log_path = self.workdir / "worker.log"
@@ -343,7 +357,11 @@ class Supervisor:
         t0 = time.monotonic()
         try:
             with gpu_turn(physical_gpu(self.gpu), give_up=lambda: self.closes != closes) as waited:
-                ev = self._evaluate_in_worker(problem, candidate, config)
+                self.in_turn = True
+                try:
+                    ev = self._evaluate_in_worker(problem, candidate, config)
+                finally:
+                    self.in_turn = False
         except TurnAbandoned as e:  # close() from another thread: the run is stopping
             return Evaluation(problem.id, candidate.id, "crash", f"not evaluated: the worker was shut down while it waited "
                               f"for the GPU, which another cuforge process was evaluating on ({e})",
