@@ -263,22 +263,55 @@ def test_flat_tiles_run_over_padded_planes(tmp_path):
 
 @pytest.mark.parametrize("layer, x_shape", [
     ("nn.Conv2d(64, 128, 3, padding=1)", "(2, 64, 30, 30)"),
-    ("nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 3, 40, 41)"),
-    ("nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1, output_padding=1)", "(2, 4, 5, 6, 7)"),
+    ("nn.Conv2d(16, 32, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(2, 1))", "(4, 16, 40, 41)"),
+    ("nn.ConvTranspose2d(32, 64, 3, stride=2, padding=1, output_padding=1)", "(3, 32, 17, 16)"),
     ("nn.Conv2d(20, 16, 3)", "(4, 20, 40, 44)"),
+    ("nn.Conv1d(40, 16, 3, stride=5, dilation=2)", "(2, 40, 2000)"),
+    ("nn.Conv3d(16, 32, 3, padding=1)", "(2, 16, 12, 20, 24)"),
 ])
 def test_one_tf32_pass_only_where_the_contract_allows_tf32(tmp_path, layer, x_shape):
-    # Under PyTorch's default flags cuDNN computes a convolution in TF32: the family leads with one TF32
-    # product per k-tile (PASSES 1) there, and never under the fp32 contract.
+    # Under PyTorch's default flags cuDNN computes a convolution of 16 or more input channels in TF32: the
+    # family leads with one TF32 product per k-tile (PASSES 1) there, in half the shared memory a stage,
+    # never under fp32.
     strict = conv_problem(tmp_path, layer, x_shape)
     assert all(c.get("PASSES", 3) == 3 for c in FAM.seeds(strict))
     assert not FAM.valid({**FAM.seeds(strict)[0], "PASSES": 1}, strict)
     default = strict.under("pytorch")
     seeds = FAM.seeds(default)
     ones = [c for c in seeds if c.get("PASSES") == 1]
-    assert seeds[0]["PASSES"] == 1 and ones == [{**c, "PASSES": 1} for c in seeds[len(ones):]]
-    for c in (seeds[0], next((c for c in ones if c.get("DIRECT")), seeds[0])):
+    def without_stages(c):  # noqa: ANN001, ANN202
+        return {k: v for k, v in c.items() if k not in ("STAGES", "PASSES")}
+
+    assert seeds[0]["PASSES"] == 1 and [without_stages(c) for c in ones] == [without_stages(c) for c in seeds[len(ones):]]
+    assert all(a["STAGES"] >= b["STAGES"] for a, b in zip(ones, seeds[len(ones):]))
+    assert all(FAM.smem_bytes(c) < FAM.smem_bytes({**c, "PASSES": 3}) for c in ones if not c.get("DIRECT"))
+    for c in ones:
         cand = FAM.render(c, default)
         assert "#define PASSES 1" in cand.source
         mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
         assert FAM.name in mod.signatures and len(mod.cubin) > 0, c
+
+
+def test_few_input_channels_are_not_seeded_with_one_tf32_pass(tmp_path):
+    # cuDNN keeps 3-channel convolutions in fp32 under the default flags: a TF32 kernel would be a downgrade.
+    p = conv_problem(tmp_path, "nn.Conv3d(3, 64, 3, padding=1)", "(2, 3, 12, 20, 24)").under("pytorch")
+    assert all(c.get("PASSES", 3) == 3 for c in FAM.seeds(p))
+    assert FAM.seeds(conv_problem(tmp_path, "nn.Conv3d(16, 32, 3, padding=1)", "(2, 16, 12, 20, 24)").under("pytorch"))[0]["PASSES"] == 1
+
+
+def test_the_search_drops_one_tf32_pass_where_it_was_judged_a_downgrade(tmp_path):
+    # cuDNN picks TF32 per shape: where PyTorch's default computation stayed fp32, the judge calls a TF32
+    # kernel a downgrade, and the search then proposes only 3xTF32 configs for that problem.
+    from cuforge.agent.template_proposer import TemplateProposer
+
+    p = conv_problem(tmp_path, "nn.Conv2d(64, 128, 3, padding=1)", "(2, 64, 30, 30)").under("pytorch")
+    assert families_for(p)[0][0].name == FAM.name
+    search = TemplateProposer(seed=1)
+    first = search.propose_candidate(p, "IMPROVE", None, [], "9.0")
+    assert first.meta["config"]["PASSES"] == 1
+    search.learn(p, first.source, "wrong_output")  # any other failure: nothing learned
+    assert search.propose_candidate(p, "IMPROVE", None, [], "9.0").meta["config"].get("PASSES") == 1
+    search.learn(p, first.source, "cheat:precision_downgrade")
+    fp32 = [c for c in FAM.seeds(p) if c.get("PASSES", 3) == 3]
+    proposed = [search.propose_candidate(p, "IMPROVE", None, [], "9.0").meta["config"] for _ in fp32]
+    assert [c["PASSES"] for c in proposed] == [3] * len(fp32)

@@ -512,6 +512,10 @@ class Search:
         speedup = ev.speedup_vs(self.cfg.baseline) if ev.ok else None
         reward = self.reward(Outcome(ev.status, speedup, parent.speedup if parent else None))
         self.store.add_evaluation(cid, self.run_id, ev.to_dict(), reward)
+        for proposer, _ in self.proposers:  # the template search learns where TF32 cannot pass
+            learn = getattr(proposer, "learn", None)
+            if learn is not None and cand.proposer == getattr(proposer, "name", None):
+                learn(st.problem, cand.source, ev.status)
         profile = vars(ev.profile) if ev.profile else None
         member = Member(cid, source_key(cand.source), ev.status, reward, speedup, island, generation,
                         technique_tags(cand.source) + (register_bucket(profile),),

@@ -29,6 +29,9 @@ class TemplateProposer:
         # one correct seed must not end the seeding (its mutations are often worse than the next seed).
         self.seeds_first = seeds_first
         self.seeded: dict[str, int] = {}
+        # Problems where a reduced-precision config was judged a downgrade: PyTorch's own default
+        # computation there is fp32 (cuDNN picks TF32 per shape), so no such config can pass.
+        self.fp32_only: set[str] = set()
 
     def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any],
                           compute_capability: str | None = None) -> Candidate:
@@ -60,10 +63,23 @@ class TemplateProposer:
                 if cfg is None:
                     family = self.rng.choice(families)
                     cfg = self.random_config(family)
-            if self._key(family, cfg) in tried or not _in_space(family, cfg) or not family.valid(cfg, problem):
+            if (self._key(family, cfg) in tried or not _in_space(family, cfg) or not family.valid(cfg, problem)
+                    or not self._allowed(family, cfg, problem)):
                 continue
             return self._take(family, cfg, problem, tried)
         raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
+
+    def learn(self, problem: Problem, source: str, status: str) -> None:
+        """An evaluation's verdict on one of this proposer's candidates."""
+        cfg = config_of(source)
+        if status != "cheat:precision_downgrade" or not cfg:
+            return
+        family = next((f for f in families_for(problem)[0] if f.name == cfg.get("family")), None)
+        if family is not None and family.reduced_precision(cfg):
+            self.fp32_only.add(problem.id)
+
+    def _allowed(self, family: Family, cfg: dict[str, Any], problem: Problem) -> bool:
+        return problem.id not in self.fp32_only or not family.reduced_precision(cfg)
 
     def remember(self, problem: Problem, source: str) -> None:
         """A candidate the run already has (restored on --resume): its config is not proposed again,
@@ -103,7 +119,8 @@ class TemplateProposer:
             if i + first < len(seeds[0]):
                 order.append((families[0], seeds[0][i + first]))
         for fam, cfg in order:
-            if self._key(fam, cfg) not in tried and _in_space(fam, cfg) and fam.valid(cfg, problem):
+            if (self._key(fam, cfg) not in tried and _in_space(fam, cfg) and fam.valid(cfg, problem)
+                    and self._allowed(fam, cfg, problem)):
                 return fam, cfg
         return families[0], None
 

@@ -148,6 +148,12 @@ class Family:
         """Template values that follow from the config (not knobs of their own)."""
         return {}
 
+    def reduced_precision(self, config: dict[str, Any]) -> bool:
+        """Whether the config computes below fp32 accuracy where the precision contract allows it (one
+        TF32 product): the search stops proposing such configs for a problem once one was judged a
+        precision downgrade there (PyTorch's own default computation of it stayed fp32)."""
+        return False
+
     def runs_on(self, compute_capability: str) -> bool:
         """Whether this family's kernels compile and run on a GPU of this compute capability."""
         return tuple(int(x) for x in compute_capability.split(".")) >= (8, 0)

@@ -270,6 +270,9 @@ class ConvTf32x3Sm90(GraphFamily):
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
 
+    def reduced_precision(self, config: dict[str, Any]) -> bool:
+        return config.get("PASSES", 3) == 1
+
     def match(self, problem: Problem) -> ConvMatch | str:
         found = match_conv(problem)
         if not isinstance(found, str) and direct_only(found):
@@ -294,11 +297,12 @@ class ConvTf32x3Sm90(GraphFamily):
     def smem_bytes(cls, c: dict[str, Any], dims: int = 2, row: int = 0) -> int:
         """The dynamic shared memory: the stages, alignment slack and the barriers; DIRECT, a stage holds the
         weight's tiles and the raw input boxes (rows of `row` floats), the split tiles lie past the ring."""
+        planes = 2 if c.get("PASSES", 3) == 3 else 1  # big and small tiles, or big only
         if not c.get("DIRECT", 0):
-            return c["STAGES"] * 2 * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+            return c["STAGES"] * planes * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
         td, th, tw = cls.tile(c, dims)
         raw = -(-(tw // c["TW"]) * cls.BK * td * th * row * 4 // 1024) * 1024
-        return c["STAGES"] * (2 * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+        return c["STAGES"] * (planes * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"]
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = self.match(problem)
@@ -432,8 +436,18 @@ class ConvTf32x3Sm90(GraphFamily):
             out.insert(0, flat)
         # Where the contract allows TF32 (a convolution under PyTorch's default flags, whose cuDNN runs
         # TF32), one product per k-tile instead of three: the same seeds, one TF32 pass each, first.
-        if out and self.valid({**out[0], "PASSES": 1}, problem):
-            out = [{**c, "PASSES": 1} for c in out] + out
+        # cuDNN picks TF32 per shape, and keeps few input channels in fp32: on the H200, level1/54, 59, 60
+        # and 66 (3 channels, 3-D) time the same with TF32 on and off, and a TF32 kernel for them or for a
+        # 3-channel 2-D convolution is judged a downgrade, while 16 to 64 channels (level1/55, 56, 62, 63,
+        # 80, 87; a 16-channel 3-D one) pass. Not seeded below 16 channels; where a guess is wrong the
+        # search stops proposing them (TemplateProposer.learn). Half the shared memory a stage: the most
+        # stages that fit.
+        if out and f.c >= 16 and self.valid({**out[0], "PASSES": 1}, problem):
+            ones = []
+            for c in out:
+                fits = [s for s in self.knobs["STAGES"] if self.valid({**c, "PASSES": 1, "STAGES": s}, problem)]
+                ones.append({**c, "PASSES": 1, "STAGES": max(fits)})
+            out = ones + out
         return out
 
     def extra(self, problem: Problem) -> dict[str, Any]:

@@ -191,6 +191,10 @@ class Staged(GraphFamily):
         return ({k[2:]: v for k, v in config.items() if k.startswith("h.")},
                 {k[2:]: v for k, v in config.items() if k.startswith("t.")})
 
+    def reduced_precision(self, config: dict[str, Any]) -> bool:
+        h, t = self.split(config)
+        return self.head.reduced_precision(h) or self.tail.reduced_precision(t)
+
     def complete(self, config: dict[str, Any]) -> dict[str, Any]:
         h, t = self.split(config)
         return {f"h.{k}": v for k, v in self.head.complete(h).items()} | {f"t.{k}": v for k, v in self.tail.complete(t).items()}
