@@ -176,3 +176,34 @@ def _outcome(call):  # noqa: ANN001, ANN202
         return call()
     except Exception as e:  # noqa: BLE001 - a worker with no GPU behind it may refuse to start
         return e
+
+
+BACK_TO_BACK = """
+import sys, time
+from cuforge.sandbox.driver.gpu_turn import gpu_turn
+end = time.monotonic() + float(sys.argv[2])
+first = True
+while time.monotonic() < end:
+    with gpu_turn(sys.argv[1]):
+        if first:
+            print("held", flush=True)
+            first = False
+        time.sleep(0.05)
+"""
+
+
+def test_a_process_evaluating_back_to_back_does_not_starve_a_waiter():
+    # It lets go and asks again at once; the waiter, polling, must still get the GPU within a few turns.
+    gpu = f"test-{uuid.uuid4().hex}"
+    busy = subprocess.Popen([sys.executable, "-c", BACK_TO_BACK, gpu, "8"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout.readline().strip() == "held"
+        for _ in range(5):
+            t0 = time.monotonic()
+            with turns.gpu_turn(gpu) as waited:
+                assert waited is not None and waited < 1.0, waited  # without the queueing: the whole 8 s
+            time.sleep(0.01)
+        assert busy.poll() is None and time.monotonic() - t0 < 8  # it was still evaluating all along
+    finally:
+        busy.kill()
+        busy.wait()

@@ -44,31 +44,57 @@ class TurnAbandoned(Exception):
     """The waiter gave up before the GPU's turn came (its evaluator was shut down meanwhile)."""
 
 
+def _others_waiting(wait_fd: int) -> bool:
+    """Whether another process announced that it waits for this GPU's turn (holds the waiters' file)."""
+    try:
+        fcntl.flock(wait_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(wait_fd, fcntl.LOCK_UN)
+    return False
+
+
 @contextmanager
 def gpu_turn(gpu_id: str, give_up: Callable[[], bool] | None = None, poll_s: float = 0.02) -> Iterator[float | None]:
     """Hold the GPU's turn for the block; yields the seconds waited for it, or None where the lock file
     cannot be made (a read-only temporary directory): the block then runs without a turn, as before.
     While waiting, `give_up()` is asked every `poll_s`; when it says so, TurnAbandoned is raised (a
-    blocking wait would hold a stopped run's thread until another process's evaluation ended)."""
+    blocking wait would hold a stopped run's thread until another process's evaluation ended).
+
+    Waiters announce themselves with a shared lock on a second file, and a process that finds others
+    waiting queues behind them for a poll or two: without it, one evaluating candidates back to back
+    takes the turn again the moment it lets go, before any poller wakes, and starves the others."""
     try:
         fd = _open(turn_path(gpu_id))
+        wait_fd = _open(turn_path(gpu_id).with_suffix(".waiting"))
     except OSError:
         yield None
         return
     try:
         t0 = time.monotonic()
+        polite = _others_waiting(wait_fd)
+        announced = False
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if give_up is not None and give_up():
-                    raise TurnAbandoned(f"gave up waiting for GPU {gpu_id}'s turn after {time.monotonic() - t0:.1f} s") from None
-                time.sleep(poll_s)
+            if not polite:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+            polite = False
+            if not announced:
+                fcntl.flock(wait_fd, fcntl.LOCK_SH)
+                announced = True
+            if give_up is not None and give_up():
+                raise TurnAbandoned(f"gave up waiting for GPU {gpu_id}'s turn after {time.monotonic() - t0:.1f} s") from None
+            time.sleep(poll_s)
+        os.close(wait_fd)  # no longer waiting
+        wait_fd = -1
         yield time.monotonic() - t0
     finally:
+        if wait_fd >= 0:
+            os.close(wait_fd)
         os.close(fd)  # closing the only descriptor releases the lock
-
 
 
 def _live_processes() -> dict[int, int]:
