@@ -126,10 +126,12 @@ def test_a_supervisor_shut_down_while_waiting_for_the_gpu_returns_at_once(tmp_pa
 def test_a_killed_tree_is_waited_for_to_its_last_process():
     """The supervisor holds the GPU's turn until a killed worker's processes have all exited, those
     that left its process group (a new session) included."""
-    proc = subprocess.Popen(["sh", "-c", "setsid sleep 60 & sleep 60 & wait"], start_new_session=True)
+    escapee = f"{sys.executable} -c 'import os, time; os.setsid(); time.sleep(60)'"  # no fork: its pid stays
+    proc = subprocess.Popen(["sh", "-c", f"{escapee} & sleep 60 & wait"], start_new_session=True)
     deadline = time.monotonic() + 10
     while len(turns.process_tree(proc.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
+    time.sleep(0.3)  # the escapee has left the group by now
     tree = turns.process_tree(proc.pid)
     assert len(tree) == 3, tree
     os.killpg(proc.pid, signal.SIGKILL)
