@@ -153,10 +153,25 @@ def gpu_checks_table(name: str) -> list[str]:
     return out
 
 
+def conv_tf32_table(name: str = "conv_tf32_l1") -> list[str]:
+    d = load(name)
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    out = [*header("file", "best 1xTF32 kernel ms", "eager, default flags (cuDNN TF32) ms", "ratio",
+                   "eager, TF32 off ms", "1xTF32 vs the first 3xTF32 seed", "judged")]
+    for r in d["rows"]:
+        judged = ", ".join(f"{'1x' if k['config'].get('PASSES') == 1 else '3x'} {k['status']}" for k in r.get("kernels", []))
+        out.append(row(r["file"].split("/")[-1][:48], fmt(r.get("best_ms")), fmt(r.get("cudnn_tf32_ms")),
+                       fmt(r.get("vs_cudnn_tf32")), fmt(r.get("eager_strict_ms")), fmt(r.get("one_pass_vs_three")),
+                       judged or r.get("why", "-")))
+    return out + ["", f"contract `{d['contract']}`; geomean vs cuDNN TF32 {fmt(d['geomean_vs_cudnn_tf32'])} over "
+                      f"{d['with_a_correct_one_pass_kernel']} files with a correct 1xTF32 kernel, "
+                      f"{d['faster_than_cudnn_tf32']} faster ({stamp(d)})"]
+
+
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
-    "models": models_table, "dtype_coverage": dtype_coverage_table,
+    "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
 }
 
 
