@@ -7,6 +7,7 @@ best kernel timed again beside eager PyTorch and torch.compile in one worker.
     python benchmarks/kernelbench_search.py --coverage --levels 1,2 --name kb_coverage
     python benchmarks/kernelbench_search.py --levels 1 --families pointwise,reduce_dim,scan_rows \
         --generations 2 --name kb_search_l1
+    python benchmarks/kernelbench_search.py --levels 1 --files 55_,56_ --precision pytorch --name kb_search_l1_pytorch
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -56,7 +57,8 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
     return {"summary": summary, "rows": rows}
 
 
-def search(chosen: list[tuple[str, Path]], families: set[str], generations: int, max_timing: float) -> dict:
+def search(chosen: list[tuple[str, Path]], families: set[str], generations: int, max_timing: float,
+           precision: str = "fp32") -> dict:
     """The template search over the chosen files that a wanted family covers; leaderboard rows, then
     each best kernel re-timed beside eager and torch.compile."""
     from level_suites import time_against_torch_compile
@@ -81,20 +83,20 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     wanted = sorted(pid for pid, fam in covered.items() if not families or fam in families or fam.split(":")[0] in families)
     store = Store(str(work / "cuforge.db"))
     cfg = RunConfig(suite=str(suite_dir), problems=wanted, islands=1, generations=generations, baseline="torch",
-                    max_timing_s=max_timing)
+                    max_timing_s=max_timing, precision=precision)
     t0 = time.perf_counter()
     run_id, searched = execute(cfg, store, None, False)
     board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
     rows = [{"problem": r.problem_id, "family": covered.get(r.problem_id), "evaluations": r.evaluations, "correct": r.correct,
              "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": None, "best_ms": r.best_median_ms,
              "best_candidate_id": r.best_candidate_id} for r in board.rows]
-    time_against_torch_compile(store, {p.id: p for p in problems}, rows)
+    time_against_torch_compile(store, {p.id: p.under(precision) for p in problems}, rows, precision)
     for r in rows:  # the side-by-side recheck is the number reported
         if r.get("recheck", {}).get("status") == "ok":
             r["vs_torch"] = r["recheck"]["vs_torch"]
     best = {r["problem"]: r["vs_torch"] for r in rows}
     compiled = {r["problem"]: r["vs_torch_compile"] for r in rows}
-    return {"problems": len(wanted), "generations": generations, "wall_s": round(time.perf_counter() - t0, 1),
+    return {"problems": len(wanted), "generations": generations, "precision": precision, "wall_s": round(time.perf_counter() - t0, 1),
             "evaluations": searched.stats.evaluations, "fast_1_vs_torch": fast_p(best, wanted, 1.0),
             "fast_1_vs_torch_compile": fast_p(compiled, wanted, 1.0),
             "geomean_vs_torch": geomean(v for v in best.values() if v),
@@ -111,6 +113,8 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=2)
     ap.add_argument("--max-timing", type=float, default=1.0)
     ap.add_argument("--inspectors", type=int, default=8)
+    ap.add_argument("--precision", default="fp32", help="the precision contract searched and timed under "
+                                                          "(fp32, pytorch, kernelbench)")
     ap.add_argument("--name", default="kernelbench_search")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
@@ -119,7 +123,7 @@ def main() -> None:
     out: dict = {"coverage": coverage(chosen)}
     print(out["coverage"]["summary"], flush=True)
     if not a.coverage:
-        out["search"] = search(chosen, {x for x in a.families.split(",") if x}, a.generations, a.max_timing)
+        out["search"] = search(chosen, {x for x in a.families.split(",") if x}, a.generations, a.max_timing, a.precision)
         s = out["search"]
         print(f"{s['problems']} problems: fast_1 vs eager {s['fast_1_vs_torch']:.2f}, vs torch.compile "
               f"{s['fast_1_vs_torch_compile']:.2f}, geomean vs eager {s['geomean_vs_torch']}", flush=True)

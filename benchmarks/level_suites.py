@@ -68,14 +68,15 @@ def main() -> None:
     write_result(a.name, out)
 
 
-def time_against_torch_compile(store, problems: dict, rows: list[dict]) -> None:
+def time_against_torch_compile(store, problems: dict, rows: list[dict], precision: str = "fp32") -> None:
     """Each problem's best kernel evaluated once more with torch eager and torch.compile timed beside
-    it in one worker (the search leaves torch.compile out: its compile time dominates short evaluations)."""
+    it in one worker (the search leaves torch.compile out: its compile time dominates short evaluations),
+    under the run's precision contract (eager and torch.compile under the other flags are timed too)."""
     from cuforge.sandbox.protocol.candidate import Candidate
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.driver.supervisor import Supervisor
 
-    cfg = EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=2.0, profile=False)
+    cfg = EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=2.0, profile=False, precision=precision)
     with Supervisor(gpu=0) as sup:
         for row in rows:
             if row["best_candidate_id"] is None:
@@ -83,7 +84,9 @@ def time_against_torch_compile(store, problems: dict, rows: list[dict]) -> None:
             cand = Candidate.from_dict(store.candidate_source(row["best_candidate_id"]))
             ev = sup.evaluate(problems[row["problem"]], cand, cfg)
             row["recheck"] = {"status": ev.status, "vs_torch": ev.speedups.get("torch"),
-                              "vs_torch_compile": ev.speedups.get("torch.compile")}
+                              "vs_torch_compile": ev.speedups.get("torch.compile"),
+                              # the same kernel against eager and torch.compile under the other contract's flags
+                              **{f"vs_{k}": v for k, v in ev.speedups.items() if k not in ("torch", "torch.compile")}}
             row["vs_torch_compile"] = ev.speedups.get("torch.compile")
             print(f"  {row['problem']} recheck: {row['recheck']}", flush=True)
 
