@@ -10,7 +10,7 @@ from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged, cut_at
 from cuforge.runtime import compile_cuda
-from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchGraph, wrap_stages
 from template_helpers import problem_from_expr, smoke_compile
 
 CONV_GN = ("self.gn(torch.relu(self.conv(a)) * 2)", "torch.randn(2, 8, 20, 20)",
@@ -103,8 +103,13 @@ def test_the_staged_module_launches_both_kernels_and_carries_its_config(tmp_path
 
 def test_stages_are_fed_only_from_inputs_and_earlier_stages():
     launch = LaunchSpec(entry="k", grid="(1,)", block="(1,)", args=("in0", "out0"), outputs=(("in0.shape", "float32"),))
-    with pytest.raises(ValueError, match="an input, or an earlier stage"):
+    with pytest.raises(ValueError, match="an input, an earlier stage"):
         wrap_stages([("src", launch), ("src", launch)], [[("in", 0)], [("stage", 1)]])
+    # the k-th value of an earlier stage: only a PyTorch part returns several
+    with pytest.raises(ValueError, match="a value of an earlier PyTorch part"):
+        wrap_stages([("src", launch), ("src", launch)], [[("in", 0)], [("stage", 0, 1)]])
+    part = TorchGraph("def part(inputs, params):\n    return (inputs[0], inputs[0] * 2)\n", "two values")
+    compile(wrap_stages([part, ("src", launch)], [[("in", 0)], [("stage", 0, 1)]]), "<staged>", "exec")
     with pytest.raises(ValueError, match="one feed list per stage"):
         wrap_stages([("src", launch)], [])
 

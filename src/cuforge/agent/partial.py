@@ -33,7 +33,8 @@ def partial_cover(problem: Problem, compute_capability: str | None = None) -> Pa
     traced in (no family takes those yet)."""
     if problem.meta.cast or not problem.graph:
         return None
-    if families_for(problem)[0]:
+    covering = families_for(problem)[0]
+    if covering and covering[0].name != "partition":  # a partition leaves parts to PyTorch: a kernel could do them
         return None
     singles = [f for f in FAMILIES if not isinstance(f, Staged)
                and (compute_capability is None or f.runs_on(compute_capability))]

@@ -12,6 +12,7 @@ from cuforge.problems.problem import Problem
 from cuforge.kernels.dropout import TorchDropout
 from cuforge.kernels.inputs import unusual_tensors
 from cuforge.kernels.pipeline import Pipeline
+from cuforge.kernels.partition import Partition
 from cuforge.kernels.registry import family, registered
 from cuforge.kernels.staged import Staged, staged_families
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -545,6 +546,8 @@ _SINGLES = list(FAMILIES) + [TorchDropout()]
 FAMILIES += staged_families(_HEADS, _SINGLES)
 # Three or four kernels, tried only where nothing above covers the graph (its search is the slowest).
 PIPELINE = Pipeline(_HEADS, _SINGLES)
+# Any number of kernels with PyTorch between them: where nothing else covers the graph.
+PARTITION = Partition()
 
 
 def could_match(fam: Family, ops: frozenset[str]) -> bool:
@@ -552,10 +555,12 @@ def could_match(fam: Family, ops: frozenset[str]) -> bool:
     return fam.anchors is None or bool(fam.anchors & ops)
 
 
-def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], str]:
+def families_for(problem: Problem, index: bool = True, several: bool = True) -> tuple[list[Family], str]:
     """Every family that covers the problem (first = preferred), or why none does. Families whose
     anchor ops the graph lacks are not asked (their reason would only say so); `index=False` asks
-    every family (the tests' check that the index changes nothing but the time)."""
+    every family (the tests' check that the index changes nothing but the time). `several=False`
+    leaves out the last resorts of several kernels (a pipeline, a partition): a partition asks so of
+    each run of ops."""
     if problem.meta.cast and not problem.meta.traced_in_cast:
         # The traced graph is the fp32 one: a family matching it would run fp32 code on the cast
         # tensors, a wrong kernel. Traced in its dtype (loader.load_in_dtype), each family's own dtype
@@ -580,10 +585,16 @@ def families_for(problem: Problem, index: bool = True) -> tuple[list[Family], st
     if found:
         # One kernel before two; within each, a family measured faster on the problem first.
         return sorted(found, key=lambda f: (isinstance(f, Staged), not f.leads(problem))), ""
+    if not several:
+        return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + ")"
     why = PIPELINE.supports(problem)
     if why is None:
         return [PIPELINE], ""
     reasons.append(f"{PIPELINE.name}: {why}")
+    why = PARTITION.supports(problem)
+    if why is None:
+        return [PARTITION], ""
+    reasons.append(f"{PARTITION.name}: {why}")
     return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + "): use an LLM provider"
 
 

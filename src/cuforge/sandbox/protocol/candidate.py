@@ -209,6 +209,18 @@ class _Stage:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+class _GraphStage:
+    # Ops of the traced graph that no kernel of the candidate covers, run by PyTorch as written out
+    # (`part(inputs, params)` returns the values later stages read, in order).
+    def __init__(self, code):
+        ns = {{"torch": torch, "aten": torch.ops.aten}}
+        exec(compile(code, "<pytorch part>", "exec"), ns)
+        self.part = ns["part"]
+
+    def __call__(self, inputs, params):
+        return self.part(inputs, [t for _, t in params])
+
+
 class _TorchStage:
     # One PyTorch call as a stage: an op whose result only PyTorch's own kernel reproduces (the random
     # draws of a training-mode dropout).
@@ -236,7 +248,10 @@ class ModelNew(torch.nn.Module):
         params = list(self.ref.named_parameters()) + list(self.ref.named_buffers())
         results = []
         for stage, feed in zip(_STAGES, _FEEDS):
-            xs = inputs if feed is None else [inputs[i] if kind == "in" else results[i] for kind, i in feed]
+            # ("in", i): the forward's input i; ("stage", j): stage j's output; ("stage", j, k): the k-th
+            # value a PyTorch part j returns
+            xs = inputs if feed is None else [inputs[f[1]] if f[0] == "in" else results[f[1]] if len(f) == 2
+                                              else results[f[1]][f[2]] for f in feed]
             results.append(stage(xs, params))
         return results[-1]
 '''
@@ -254,16 +269,31 @@ class TorchCall:
         compile(self.expr, "<torch stage>", "eval")  # a SyntaxError here, not when the module is imported
 
 
-def _stage_text(stage: tuple[str, LaunchSpec] | TorchCall) -> str:
+@dataclass(frozen=True)
+class TorchGraph:
+    """A stage of a staged candidate that is PyTorch running a run of traced ops no kernel covers:
+    `code` defines part(inputs, params) -> the tuple of values later stages read (parameters in
+    Problem.params order)."""
+
+    code: str
+    summary: str  # the ops it runs, for the module's docstring
+
+    def __post_init__(self) -> None:
+        compile(self.code, "<pytorch part>", "exec")  # a SyntaxError here, not when the module is imported
+
+
+def _stage_text(stage: tuple[str, LaunchSpec] | TorchCall | TorchGraph) -> str:
     if isinstance(stage, TorchCall):
         return f"_TorchStage({stage.expr!r})"
+    if isinstance(stage, TorchGraph):
+        return f"_GraphStage({stage.code!r})"
     source, launch = stage
     return (f"_Stage({source!r}, {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
             f"{[(entry, args) for entry, _, _, args in launch.pre]!r}, {launch_plan(launch)!r}, {launch_args(launch)!r})")
 
 
-def wrap_stages(stages: list[tuple[str, LaunchSpec] | TorchCall], feeds: list[list[tuple[str, int]] | None],
-                header: str = "") -> str:
+def wrap_stages(stages: list[tuple[str, LaunchSpec] | TorchCall | TorchGraph],
+                feeds: list[list[tuple[str, int]] | list[tuple[Any, ...]] | None], header: str = "") -> str:
     """A format-A module running format-B kernels (and PyTorch calls, TorchCall) one after another:
     stage i's launch spec sees its inputs, as listed in feeds[i] (None: the forward's inputs), as in0,
     in1, ... and the model's parameters as usual. A malformed expression fails when the module is
@@ -271,12 +301,21 @@ def wrap_stages(stages: list[tuple[str, LaunchSpec] | TorchCall], feeds: list[li
     if len(stages) != len(feeds) or not stages:
         raise ValueError("a staged candidate needs one feed list per stage, and at least one stage")
     for i, feed in enumerate(feeds):
-        for kind, j in feed or ():
-            if kind not in ("in", "stage") or (kind == "stage" and not 0 <= j < i):
-                raise ValueError(f"stage {i} is fed from {(kind, j)!r}: an input, or an earlier stage")
+        for f in feed or ():
+            kind, j = f[0], f[1]
+            if kind not in ("in", "stage") or (kind == "stage" and not 0 <= j < i) or len(f) > (3 if kind == "stage" else 2) \
+                    or (len(f) == 3 and not isinstance(stages[j], TorchGraph)):
+                raise ValueError(f"stage {i} is fed from {tuple(f)!r}: an input, an earlier stage, or a value of an earlier PyTorch part")
+
+    def named(stage: tuple[str, LaunchSpec] | TorchCall | TorchGraph) -> str:
+        if isinstance(stage, TorchCall):
+            return f"torch call {stage.expr!r}"
+        if isinstance(stage, TorchGraph):
+            return f"PyTorch ({stage.summary})"
+        return repr(stage[1].entry)
+
     rendered = ", ".join(_stage_text(stage) for stage in stages)
-    entries = " then ".join(f"torch call {stage.expr!r}" if isinstance(stage, TorchCall) else repr(stage[1].entry)
-                            for stage in stages)
+    entries = " then ".join(named(stage) for stage in stages)
     return header + _WRAPPER.format(entries=f"kernel {entries}" if len(stages) == 1 else f"kernels {entries}",
                                     stages=rendered, feeds=[None if f is None else list(f) for f in feeds])
 

@@ -1,0 +1,399 @@
+"""Any traced graph as a row of parts: each run of ops one family covers becomes that family's kernel,
+and the ops between them stay PyTorch's, written out from the trace (KernelBench's mixed rule: PyTorch
+may compute beside the candidate's own kernels). A problem no one kernel, head-and-tail pair or
+pipeline covers still gets a correct candidate, faster where its kernels are.
+
+Parts are found left to right: at each op, the longest run (at most MAX_RUN ops) that one family's
+kernel covers and whose only value read later is one tensor; where none starts, the op joins the
+PyTorch part before it. A value crossing a part boundary is fed to the next part that reads it: a
+kernel's one output, or any value a PyTorch part made."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
+from cuforge.op_graph import OpNode, is_ref
+from cuforge.problems.problem import Problem, TensorSpec
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchGraph, wrap_stages
+
+# Ops whose result is not floating point: a kernel part never reads one (the trace keeps no dtypes).
+NOT_FLOAT = frozenset({"argmax", "argmax_lastdim", "argmin", "eq", "ne", "gt", "lt", "ge", "le", "logical_and",
+                       "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "arange", "nonzero",
+                       "bitwise_and", "bitwise_or", "bitwise_not", "empty", "scalar_tensor", "full", "zeros", "ones",
+                       "randint", "bucketize", "searchsorted", "_to_copy", "to", "type_as", "lift_fresh_copy"})
+MAX_RUN = 16  # the longest run of ops asked of the families (a fused chain is rarely longer)
+MAX_NODES = 4000  # a longer graph (a recurrent model traced step by step) is not cut: its search would not end
+
+
+@dataclass(frozen=True)
+class Part:
+    """Graph nodes [start, end): one family's kernel over its own problem, or PyTorch (family None)."""
+
+    start: int
+    end: int
+    family: Family | None
+    problem: Problem | None
+    reads: tuple[str, ...]  # values it reads from outside itself (forward inputs, earlier parts' values), in order
+    makes: tuple[str, ...]  # its values that later parts or the forward's outputs read
+
+
+def base_ref(ref: str) -> str:
+    """The value a ref names: 't4.T' is t4 transposed, 't3.1' is t3's second result (its own value)."""
+    return ref[:-2] if ref.endswith(".T") else ref
+
+
+def refs_of(node: OpNode) -> list[str]:
+    out: list[str] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, tuple):
+            for v in x:
+                walk(v)
+        elif is_ref(x):
+            out.append(base_ref(x))
+
+    walk(node.args)
+    walk(tuple(v for _, v in node.kwargs))
+    return out
+
+
+def _maker(ref: str) -> str:
+    """The node result a value belongs to ('t3.1' -> 't3')."""
+    return ref.split(".")[0]
+
+
+def external_reads(nodes: tuple[OpNode, ...]) -> list[str]:
+    """Values the nodes read that none of them made, in first-read order (parameters excluded: every
+    stage sees the model's parameters)."""
+    made = {n.out for n in nodes}
+    out: list[str] = []
+    for n in nodes:
+        for r in refs_of(n):
+            if _maker(r) not in made and not r.startswith("param") and r not in out:
+                out.append(r)
+    return out
+
+
+def last_reads(problem: Problem) -> dict[str, int]:
+    """For each value, the index of the last node reading it (len(graph) for what the forward returns)."""
+    out: dict[str, int] = {}
+    for j, n in enumerate(problem.graph):
+        for r in refs_of(n):
+            out[r] = j
+    for o in problem.graph_outputs:
+        if o is not None:
+            out[base_ref(o)] = len(problem.graph)
+    return out
+
+
+def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], made: str) -> Problem | str:
+    """Nodes [start, end) as a problem of their own: the values they read as inputs in0, in1, ... (the
+    parameters stay the model's), `made` its one output; or why they cannot be one."""
+    if any("." in r for r in reads):
+        return "reads a second result of an op"
+    makers = {n.out: n.op for n in problem.graph}
+    odd = next((r for r in reads if makers.get(r) in NOT_FLOAT), None)
+    if odd is not None:  # the trace keeps shapes, not dtypes: a kernel would take the values for floats
+        return f"reads {odd}, made by {makers[odd]} (not floating point)"
+    shapes = {n.out: n.shape for n in problem.graph}
+    alias = {r: f"in{i}" for i, r in enumerate(reads)}
+    specs = []
+    for r in reads:
+        if r.startswith("in"):
+            specs.append(problem.inputs[int(r[2:])])
+        elif r in shapes:
+            specs.append(TensorSpec(tuple(shapes[r]), problem.inputs[0].dtype if problem.inputs else "float32"))
+        else:
+            return f"reads {r}, a tensor made outside the forward"
+
+    def rename(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(rename(v) for v in x)
+        if is_ref(x):
+            base, dot, rest = x.partition(".")
+            if base in alias:
+                return alias[base] + dot + rest
+        return x
+
+    nodes = tuple(OpNode(n.op, rename(n.args), tuple((k, rename(v)) for k, v in n.kwargs), n.out, n.shape)
+                  for n in problem.graph[start:end])
+    out_shape = shapes[made]
+    return replace(problem, id=f"{problem.id}#{start}-{end}", inputs=tuple(specs), graph=nodes, graph_outputs=(made,),
+                   outputs=(TensorSpec(tuple(out_shape), specs[0].dtype if specs else "float32"),),
+                   ops=tuple(n.op for n in nodes))
+
+
+def _one_kernel(problem: Problem) -> Family | None:
+    """The preferred family whose kernel alone covers the problem (not a module of several)."""
+    from cuforge.kernels.families import families_for
+
+    fams, _ = families_for(problem, several=False)
+    return next((f for f in fams if not f.name.startswith("staged:")), None)
+
+
+# Runs one op longer than the longest covered so far are tried until this many in a row are not
+# covered: a fused chain grows op by op (a convolution, + bias, + ReLU), and asking the families about
+# every run up to MAX_RUN at every op would take minutes on a network of a thousand ops.
+GIVE_UP_AFTER = 3
+
+
+def kernel_run(problem: Problem, start: int, last: dict[str, int]) -> Part | None:
+    """The longest run of ops from `start` that one family's kernel covers, with one value read after it."""
+    graph = problem.graph
+    best, misses = None, 0
+    for end in range(start + 1, min(len(graph), start + MAX_RUN) + 1):
+        run = _run(problem, start, end, last)
+        if run is None:
+            misses += 1
+            if misses >= GIVE_UP_AFTER or end == start + 1:
+                break
+            continue
+        best, misses = run, 0
+    return best
+
+
+def _run(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part | None:
+    nodes = problem.graph[start:end]
+    mine = {n.out for n in nodes}
+    makes = [r for r, j in last.items() if j >= end and _maker(r) in mine]
+    if len(makes) != 1 or makes[0] != nodes[-1].out:
+        return None
+    reads = external_reads(nodes)
+    sub = kernel_problem(problem, start, end, reads, makes[0])
+    if isinstance(sub, str):
+        return None
+    family = _one_kernel(sub)
+    return None if family is None else Part(start, end, family, sub, tuple(reads), tuple(makes))
+
+
+def partition(problem: Problem) -> list[Part] | str:
+    """The graph as parts, left to right (see the module's docstring); or why it is not cut."""
+    graph = problem.graph
+    if not graph:
+        return "no traced graph"
+    if len(graph) > MAX_NODES:
+        return f"{len(graph)} traced ops (a recurrent model traced step by step?): more than the {MAX_NODES} a partition is searched over"
+    opaque = sorted({r for n in graph for r in refs_of(n) if r.startswith("c") and r.endswith("x")})
+    if opaque:
+        return f"reads {opaque[0]}, a tensor made outside the forward (a captured global), which PyTorch's part cannot name"
+    if any(o is None or base_ref(o).startswith("param") for o in problem.graph_outputs) or not problem.graph_outputs:
+        return "the forward returns something other than tensors it computed"
+    last = last_reads(problem)
+    parts: list[Part] = []
+    torch_start, i = None, 0
+    while i < len(graph):
+        run = kernel_run(problem, i, last)
+        if run is None:
+            torch_start = i if torch_start is None else torch_start
+            i += 1
+            continue
+        if torch_start is not None:
+            parts.append(_torch_part(problem, torch_start, i, last))
+            torch_start = None
+        parts.append(run)
+        i = run.end
+    if torch_start is not None:
+        parts.append(_torch_part(problem, torch_start, len(graph), last))
+    if not any(p.family is not None for p in parts):
+        return "no run of its ops is one family's kernel"
+    return parts
+
+
+def _torch_part(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part:
+    nodes = problem.graph[start:end]
+    mine = {n.out for n in nodes}
+    makes = sorted((r for r, j in last.items() if j >= end and _maker(r) in mine), key=lambda r: (int(_maker(r)[1:]), r))
+    return Part(start, end, None, None, tuple(external_reads(nodes)), tuple(makes))
+
+
+# ------------------------------------------------------------------------------------ PyTorch's part
+
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+           "complex64", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format", "strided")
+
+
+def _name(ref: str) -> str:
+    """A Python name for a value: t3.1 -> t3_1."""
+    return ref.replace(".", "_")
+
+
+def _expr(x: Any) -> str:
+    if isinstance(x, tuple):
+        return "[" + ", ".join(_expr(v) for v in x) + "]"
+    if is_ref(x):
+        if x.endswith(".T"):
+            return f"{_name(x[:-2])}.transpose(-1, -2)"
+        return _name(x)
+    if isinstance(x, str):
+        if x.startswith("torch.") and x[6:] in _DTYPES:
+            return x
+        if x.startswith("device("):
+            return "_device"  # traced on the meta device: the inputs' device now
+        return repr(x)
+    if isinstance(x, float) and x != x:
+        return "float('nan')"
+    if isinstance(x, float) and x in (float("inf"), float("-inf")):
+        return f"float('{x}')"
+    return repr(x)
+
+
+def _call(node: OpNode) -> str:
+    op = node.op.removesuffix("_lastdim")
+    args = ", ".join([_expr(a) for a in node.args] + [f"{k}={_expr(v)}" for k, v in node.kwargs])
+    if op == "dropout":
+        return f"torch.dropout({args})"
+    if op == "gelu_tanh":
+        op = "gelu"
+    if op in ("view", "_unsafe_view"):  # the trace passes copies through: the source may not be contiguous
+        op = "reshape"
+    return f"aten.{op}({args})"
+
+
+def torch_part_code(problem: Problem, part: Part) -> str:
+    """part(inputs, params): the part's nodes as PyTorch calls, returning the values it makes."""
+    nodes = problem.graph[part.start:part.end]
+    used_params = sorted({int(r[5:]) for n in nodes for r in refs_of(n) if r.startswith("param")})
+    lines = ["def part(inputs, params):"]
+    if part.reads:
+        lines.append(f"    {', '.join(_name(r) for r in part.reads)}, = inputs")
+    lines += [f"    param{i} = params[{i}]" for i in used_params]
+    first = next((_name(r) for r in part.reads), f"param{used_params[0]}" if used_params else None)
+    lines.append(f"    _device = {first}.device" if first else "    _device = torch.device('cuda')")
+    seconds = {r for r in set(part.makes) | {r for n in nodes for r in refs_of(n)} if "." in r}
+    for n in nodes:
+        lines.append(f"    {_name(n.out)} = {_call(n)}")
+        results = sorted(int(r.split(".")[1]) for r in seconds if _maker(r) == n.out)
+        if results:  # an op of several results: the first is its own name, the others name.i
+            lines.append(f"    {_name(n.out)}_all = {_name(n.out)}")
+            lines.append(f"    {_name(n.out)} = {_name(n.out)}_all[0]")
+            lines += [f"    {_name(n.out)}_{k} = {_name(n.out)}_all[{k}]" for k in results]
+        elif n.op in _MULTI:
+            lines.append(f"    {_name(n.out)} = {_name(n.out)}[0]")
+    # Kernels read their inputs row-major: a view made here (a permute) goes on as a contiguous copy.
+    lines.append(f"    return ({''.join(_name(r) + '.contiguous(), ' for r in part.makes)})")
+    return "\n".join(lines) + "\n"
+
+
+# aten ops whose result is a tuple of which the graph names the first as the node's value
+_MULTI = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                    "native_layer_norm", "native_group_norm", "max_pool2d_with_indices", "max_pool3d_with_indices",
+                    "max_pool1d_with_indices", "max", "min", "sort", "topk", "var_mean", "std_mean", "aminmax",
+                    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
+                    "native_dropout", "lstm", "gru", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "kthvalue",
+                    "mode", "median", "nanmedian", "cummax", "cummin", "unique_dim", "_unique2", "split", "chunk",
+                    "unbind", "split_with_sizes", "unsafe_split", "unsafe_chunk", "frexp", "_embedding_bag",
+                    "embedding_bag", "max_lastdim", "min_lastdim"})
+
+
+# --------------------------------------------------------------------------------------- the family
+
+class Partition(GraphFamily):
+    """The last resort of the offline search: its config is the kernel parts' configs under p<i>.
+    prefixes (i: the part's index), seeded with each kernel's first seed."""
+
+    def __init__(self) -> None:
+        super().__init__("partition", {})
+
+    def match(self, problem: Problem) -> list[Part] | str:
+        return self.memo_match(problem)
+
+    def _match(self, problem: Problem) -> list[Part] | str:
+        if problem.meta.policy == "custom":
+            return "policy 'custom' allows no PyTorch op beside the candidate's kernels"
+        return partition(problem)
+
+    def runs_on(self, compute_capability: str) -> bool:
+        # Which kernels its parts get is not known here, and most are Hopper's (wgmma, TMA).
+        return compute_capability == "9.0"
+
+    def kernel_configs(self, config: dict[str, Any], parts: list[Part]) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {i: {} for i, p in enumerate(parts) if p.family is not None}
+        for key, value in config.items():
+            part, _, knob = key.partition(".")
+            if part.startswith("p") and part[1:].isdigit() and int(part[1:]) in out and knob:
+                out[int(part[1:])][knob] = value
+        return out
+
+    def complete(self, config: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in sorted(config.items()) if k != "family"}
+
+    def config(self, values: dict[str, Any]) -> Any:  # type: ignore[override]
+        return self.complete(dict(values))  # each part's family checks its own when it renders
+
+    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
+        parts = self.match(problem)
+        if isinstance(parts, str):
+            return False
+        for i, c in self.kernel_configs(config, parts).items():
+            fam, sub = parts[i].family, parts[i].problem
+            assert fam is not None and sub is not None
+            try:
+                if not fam.valid(fam.complete(c), sub):
+                    return False
+            except KeyError:
+                return False
+        return True
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        parts = self.matched(problem)
+        seed: dict[str, Any] = {}
+        for i, p in enumerate(parts):
+            if p.family is not None and p.problem is not None:
+                first = p.family.seeds(p.problem)
+                seed.update({f"p{i}.{k}": v for k, v in (first[0] if first else {}).items()})
+        return [seed]
+
+    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
+        raise NotImplementedError("a partition is a module of kernels and PyTorch parts: use render")
+
+    def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
+        parts = self.matched(problem)
+        cfg = self.complete(config)
+        per = self.kernel_configs(cfg, parts)
+        stages = [p.family.render(per[i], p.problem) if p.family is not None and p.problem is not None else None
+                  for i, p in enumerate(parts)]
+        source = parts_module(problem, parts, [None if c is None else as_stage(c) for c in stages], {"family": self.name, **cfg})
+        names = "+".join("torch" if p.family is None else p.family.name for p in parts)
+        return Candidate(source, "module", proposer="template", meta={"family": self.name, "parts": names, "config": cfg})
+
+
+def as_pytorch(parts: list[Part]) -> list[Part]:
+    """The same parts with every kernel part run by PyTorch too: what a CPU checks the cuts and feeds by."""
+    return [replace(p, family=None, problem=None) for p in parts]
+
+
+def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: dict[str, Any]) -> str:
+    """The candidate module: kernels[i], a rendered stage, runs kernel part i; PyTorch runs the others."""
+    stages: list[Any] = []
+    feeds: list[list[tuple[Any, ...]]] = []
+    where: dict[str, tuple[Any, ...]] = {f"in{i}": ("in", i) for i in range(len(problem.inputs))}
+    for i, (p, kernel) in enumerate(zip(parts, kernels)):
+        if p.family is None:
+            ops = sorted({n.op for n in problem.graph[p.start:p.end]})
+            stages.append(TorchGraph(torch_part_code(problem, p),
+                                     f"{p.end - p.start} ops: {', '.join(ops[:6])}" + (", ..." if len(ops) > 6 else "")))
+        else:
+            stages.append(kernel)
+        feeds.append([where[r] for r in p.reads])
+        for k, r in enumerate(p.makes):
+            where[r] = ("stage", i, k) if p.family is None else ("stage", i)
+    # The forward's result: the last kernel's output as it is, else a PyTorch part that returns it.
+    final = base_ref(problem.graph_outputs[0]) if problem.graph_outputs[0] else None
+    if len(problem.graph_outputs) != 1 or problem.graph_outputs[0].endswith(".T") or where.get(final or "") != ("stage", len(parts) - 1):
+        stages.append(TorchGraph(_return_code(problem), "the forward's result"))
+        feeds.append([where[base_ref(o)] for o in problem.graph_outputs if o is not None])
+    names = "+".join("torch" if p.family is None else p.family.name for p in parts)
+    header = PY_CONFIG_TAG + json.dumps({**tag, "parts": names}, sort_keys=True) + "\n"
+    return wrap_stages(stages, feeds, header)
+
+
+def _return_code(problem: Problem) -> str:
+    outs = [o for o in problem.graph_outputs if o is not None]
+    body = ", ".join(f"x{i}.transpose(-1, -2)" if o.endswith(".T") else f"x{i}" for i, o in enumerate(outs))
+    single = len(problem.graph_outputs) == 1
+    return (f"def part(inputs, params):\n    {''.join(f'x{i}, ' for i in range(len(outs)))}= inputs\n"
+            f"    return {body if single else '(' + body + ',)'}\n")

@@ -1,0 +1,124 @@
+"""Any graph as parts (kernels/partition.py): which runs of ops become kernels and which stay PyTorch's,
+why a graph is not cut, that PyTorch's parts compute what the forward computes (the whole candidate
+run by the CPU judge with every part in PyTorch: the cuts and the values fed between parts), and that
+the kernel parts' sources compile."""
+
+from pathlib import Path
+
+import pytest
+
+from cuforge.kernels.families import families_for
+from cuforge.kernels.partition import MAX_NODES, Partition, as_pytorch, parts_module, partition, torch_part_code
+from cuforge.problems.loader import load_files
+from cuforge.runtime import compile_cuda
+from cuforge.sandbox.protocol.candidate import Candidate
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from template_helpers import problem_from_expr
+
+FAM = Partition()
+CFG = EvalConfig(device="cpu", baselines=("torch",), trials=2, max_timing_s=0.05, min_samples=2, profile=False)
+ANY = 'CUFORGE = {"policy": "any"}'
+# A linear layer, an op no family covers (flip), a sort's values and indices, then another linear layer
+# and a ReLU over the flipped values: kernels, PyTorch, kernels.
+MIXED = "torch.relu(self.fc2(torch.flip(self.fc1(a), dims=[1]) + torch.sort(self.fc1(a), dim=1)[0]))"
+INIT = "        self.fc1 = nn.Linear(64, 96)\n        self.fc2 = nn.Linear(96, 32)"
+
+
+def mixed(tmp_path, cuforge=ANY):
+    return problem_from_expr(tmp_path, MIXED, "torch.randn(16, 64)", args="a", init=INIT, cuforge=cuforge)
+
+
+def test_kernels_where_families_cover_pytorch_between(tmp_path):
+    p = mixed(tmp_path)
+    assert [f.name for f in families_for(p)[0]] == ["partition"]
+    parts = partition(p)
+    kinds = [q.family.name if q.family else "torch" for q in parts]
+    assert kinds[0].startswith("gemm") and "torch" in kinds and kinds.count("torch") < len(kinds)
+    for q in parts:  # each part reads what earlier parts made, or the forward's inputs
+        assert all(r.startswith("in") or r.startswith(("t", "c")) for r in q.reads)
+    assert kinds == ["gemm_tf32x3_sm90", "torch", "gemm_tf32x3_sm90", "torch", "pointwise", "gemm_tf32x3_sm90"]
+    code = "".join(torch_part_code(p, q) for q in parts if q.family is None)
+    assert "aten.flip(" in code and "aten.sort(" in code
+    assert parts[-1].end == len(p.graph) and parts[-1].end - parts[-1].start == 2  # the last linear layer and its ReLU
+
+
+def test_the_parts_compute_the_forward(tmp_path, cpu_sup):
+    # Every part run by PyTorch: the cuts and what is fed between them, judged as any candidate is.
+    p = mixed(tmp_path)
+    parts = partition(p)
+    source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+
+
+def test_the_kernel_parts_compile(tmp_path):
+    p = mixed(tmp_path)
+    (config,) = FAM.seeds(p)
+    cand = FAM.render(config, p)
+    compile(cand.module_source(), "<partition>", "exec")
+    parts = partition(p)
+    for i, q in enumerate(parts):
+        if q.family is None:
+            continue
+        part_cfg = {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith(f"p{i}.")}
+        stage = q.family.render(part_cfg, q.problem)
+        mod = compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options)
+        assert q.family.name in mod.signatures
+    assert cand.meta["parts"].count("torch") >= 1
+
+
+def test_a_resnet_block_is_convolutions_and_pytorch(cpu_sup):
+    # KernelBench level3's basic block: training-mode batch norms and in-place ReLUs between convolutions.
+    path = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level3" / "8_ResNetBasicBlock.py"
+    if not path.is_file():
+        pytest.skip("KernelBench is not beside this checkout")
+    (p,), _ = load_files([path])
+    parts = partition(p)
+    assert sum(q.family is not None and q.family.name.startswith("conv") for q in parts) == 3
+    source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+    small = p.for_cpu_test_mode()
+    import torch
+
+    ns: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), ns)  # the file itself, to run both on the CPU
+    import types
+
+    cand = types.ModuleType("cand")
+    cand.__dict__["__cuforge_problem__"] = types.SimpleNamespace(Model=ns["Model"])
+    exec(compile(source, "<candidate>", "exec"), cand.__dict__)
+    torch.manual_seed(0)
+    ref = ns["Model"](*ns["get_init_inputs"]())
+    torch.manual_seed(0)
+    new = cand.ModelNew(*ns["get_init_inputs"]())
+    x = torch.randn(2, 3, 24, 24)
+    with torch.no_grad():
+        assert torch.allclose(ref(x), new(x), atol=1e-5, rtol=1e-5)
+    assert small.graph == p.graph
+
+
+def test_what_is_not_cut_says_why(tmp_path):
+    from dataclasses import replace
+
+    from cuforge.op_graph import OpNode
+
+    alone = problem_from_expr(tmp_path, "torch.flip(a, dims=[0])", "torch.randn(16, 64)", args="a", cuforge=ANY)
+    assert partition(alone) == "no run of its ops is one family's kernel"
+    p = mixed(tmp_path)
+    n = p.graph[1]
+    opaque = replace(p, graph=(p.graph[0], OpNode(n.op, ("c9x",) + n.args[1:], n.kwargs, n.out, n.shape)) + p.graph[2:])
+    found = partition(opaque)
+    assert isinstance(found, str) and "captured global" in found, found
+
+
+def test_policy_custom_allows_no_pytorch_part(tmp_path):
+    p = mixed(tmp_path, cuforge='CUFORGE = {"policy": "custom"}')
+    assert FAM.supports(p) is not None and "custom" in FAM.supports(p)
+
+
+def test_a_graph_too_long_to_search_is_refused(tmp_path):
+    from dataclasses import replace
+
+    p = mixed(tmp_path)
+    long = replace(p, graph=p.graph * (MAX_NODES // len(p.graph) + 1))
+    found = partition(long)
+    assert isinstance(found, str) and str(MAX_NODES) in found
