@@ -116,9 +116,9 @@ def level3_table(name: str = "level3_coverage") -> list[str]:
     d = load(name)
     out = [f"{d['files']} files, {d['loaded']} loaded, {d['covered']} covered; deciding coverage took at most "
            f"{d['max_coverage_s']:.1f} s a file, tracing at most {d['max_trace_s']:.1f} s ({stamp(d)})", "",
-           *header("file", "nodes", "trace s", "coverage s", "covered by", "or why not")]
+           *header("file", "nodes", "trace s", "coverage s", "covered by", "its parts, or why not")]
     for r in d["rows"]:
-        why = (r.get("why") or "").splitlines()[0][:120] if r.get("why") else ""
+        why = (r.get("why") or "").splitlines()[0][:120] if r.get("why") else r.get("parts", "")[:160]
         out.append(row(r["file"], r.get("nodes", "-"), r.get("trace_s", "-"), r.get("coverage_s", "-"),
                        ", ".join(r.get("families") or []) or "-", why.replace("|", "/")))
     return out

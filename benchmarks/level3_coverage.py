@@ -1,6 +1,7 @@
 """How long deciding the offline search's coverage takes on the CPU, per KernelBench level3 file:
 the trace (a fresh inspector, no cache) and the matching over every family (families_for), with
-the families found or why none covers the file. No GPU is needed.
+the families found (for a partition, which ops its kernels run and which stay PyTorch's) or why none
+covers the file. No GPU is needed.
 
     python benchmarks/level3_coverage.py [DIR]   # default ../shared/kernelbench/level3
 """
@@ -36,6 +37,8 @@ def main() -> None:
             families, why = families_for(problem)
             row.update(loaded=True, nodes=len(problem.graph), coverage_s=round(time.perf_counter() - t0, 3),
                        families=[f.name for f in families], covered=bool(families), why=why[:300])
+            if families and families[0].name == "partition":  # kernels and PyTorch's parts
+                row["parts"] = families[0].describe(problem)
         print(row, flush=True)
         rows.append(row)
     loaded = [r for r in rows if r["loaded"]]

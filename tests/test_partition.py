@@ -53,7 +53,8 @@ def test_the_parts_compute_the_forward(tmp_path, cpu_sup):
 
 def test_the_kernel_parts_compile(tmp_path):
     p = mixed(tmp_path)
-    (config,) = FAM.seeds(p)
+    config, *others = FAM.seeds(p)
+    assert others and all(FAM.valid(c, p) for c in others)  # one kernel's second seed each
     cand = FAM.render(config, p)
     compile(cand.module_source(), "<partition>", "exec")
     parts = partition(p)
@@ -122,3 +123,16 @@ def test_a_graph_too_long_to_search_is_refused(tmp_path):
     long = replace(p, graph=p.graph * (MAX_NODES // len(p.graph) + 1))
     found = partition(long)
     assert isinstance(found, str) and str(MAX_NODES) in found
+
+
+def test_problems_show_says_which_parts_are_kernels(tmp_path):
+    from typer.testing import CliRunner
+
+    from cuforge.cli.app import app
+
+    p = mixed(tmp_path)
+    out = CliRunner().invoke(app, ["problems", "show", str(p.path)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "partition: 4 kernels over 5 of 7 ops" in text and "PyTorch runs" in text and "flip" in text, text
+

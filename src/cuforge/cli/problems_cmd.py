@@ -65,7 +65,8 @@ def _problem_row(p: Any) -> dict[str, Any]:
     return {"id": p.id, "dtype": p.meta.dtype, "shapes": p.shapes_summary(), "flops": p.meta.flops,
             "bytes": p.meta.bytes, "families": list(p.meta.families), "policy": p.meta.policy,
             # what the offline search would use (first: preferred), or why nothing covers it
-            "offline": [f.name for f in families], "not_covered": why or None}
+            "offline": [f.name for f in families], "not_covered": why or None,
+            "parts": families[0].describe(p) if families and families[0].name == "partition" else None}  # type: ignore[attr-defined]
 
 
 def _print_skipped(skipped: list[Any]) -> None:
@@ -123,6 +124,8 @@ def _coverage(problem: Any) -> str:
     from cuforge.kernels.families import families_for
 
     families, why = families_for(problem)
+    if families and families[0].name == "partition":  # which parts are kernels and which stay PyTorch's
+        return f"partition: {families[0].describe(problem)}"  # type: ignore[attr-defined]
     return ", ".join(f.name for f in families) if families else why
 
 

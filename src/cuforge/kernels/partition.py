@@ -19,6 +19,8 @@ from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem, TensorSpec
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchGraph, wrap_stages
 
+MAX_VARIANTS = 6  # seeds beyond the first: one kernel's second seed each
+
 # Ops whose result is not floating point: a kernel part never reads one (the trace keeps no dtypes).
 NOT_FLOAT = frozenset({"argmax", "argmax_lastdim", "argmin", "eq", "ne", "gt", "lt", "ge", "le", "logical_and",
                        "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "arange", "nonzero",
@@ -202,6 +204,20 @@ def partition(problem: Problem) -> list[Part] | str:
     return parts
 
 
+def summary(problem: Problem, parts: list[Part]) -> str:
+    """Which families' kernels run which share of the ops, and which ops stay PyTorch's, in one line."""
+    from collections import Counter
+
+    kernels = [p for p in parts if p.family is not None]
+    by_family = Counter(p.family.name for p in kernels if p.family is not None)
+    left = Counter(n.op for p in parts if p.family is None for n in problem.graph[p.start:p.end])
+    covered = sum(p.end - p.start for p in kernels)
+    fams = ", ".join(f"{name} x{k}" if k > 1 else name for name, k in by_family.most_common())
+    torch_ops = ", ".join(op for op, _ in left.most_common(8)) + (", ..." if len(left) > 8 else "")
+    return (f"{len(kernels)} kernels over {covered} of {len(problem.graph)} ops ({fams})"
+            + (f"; PyTorch runs {torch_ops}" if left else ""))
+
+
 def _torch_part(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part:
     nodes = problem.graph[start:end]
     mine = {n.out for n in nodes}
@@ -306,6 +322,10 @@ class Partition(GraphFamily):
             return "policy 'custom' allows no PyTorch op beside the candidate's kernels"
         return partition(problem)
 
+    def describe(self, problem: Problem) -> str:
+        parts = self.match(problem)
+        return parts if isinstance(parts, str) else summary(problem, parts)
+
     def runs_on(self, compute_capability: str) -> bool:
         # Which kernels its parts get is not known here, and most are Hopper's (wgmma, TMA).
         return compute_capability == "9.0"
@@ -339,13 +359,19 @@ class Partition(GraphFamily):
         return True
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        """Every kernel's first seed; then, for the kernels over the most ops first, one kernel's second
+        seed with the others' first (at most MAX_VARIANTS)."""
         parts = self.matched(problem)
-        seed: dict[str, Any] = {}
-        for i, p in enumerate(parts):
-            if p.family is not None and p.problem is not None:
-                first = p.family.seeds(p.problem)
-                seed.update({f"p{i}.{k}": v for k, v in (first[0] if first else {}).items()})
-        return [seed]
+        per = {i: p.family.seeds(p.problem) for i, p in enumerate(parts) if p.family is not None and p.problem is not None}
+        first = {f"p{i}.{k}": v for i, seeds in per.items() for k, v in (seeds[0] if seeds else {}).items()}
+        out = [first]
+        for i in sorted(per, key=lambda i: parts[i].start - parts[i].end):
+            if len(out) > MAX_VARIANTS:
+                break
+            if len(per[i]) > 1:
+                out.append({**{k: v for k, v in first.items() if not k.startswith(f"p{i}.")},
+                            **{f"p{i}.{k}": v for k, v in per[i][1].items()}})
+        return out
 
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
         raise NotImplementedError("a partition is a module of kernels and PyTorch parts: use render")
