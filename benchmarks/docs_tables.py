@@ -168,10 +168,23 @@ def conv_tf32_table(name: str = "conv_tf32_l1") -> list[str]:
                       f"{d['faster_than_cudnn_tf32']} faster ({stamp(d)})"]
 
 
+def replay_table(name: str = "partition_replay") -> list[str]:
+    d = load(name)
+    out = [f"{d['files']} files: the parts compute the forward on {d['same']}, differ on {d['differs']}, fail on "
+           f"{d['error']}; {d['not run']} not run (inputs too large for this CPU), {d['not cut']} not cut ({stamp(d)})", "",
+           *header("file", "ops", "parts", "kernel parts", "outcome", "max abs diff or why")]
+    for r in d["rows"]:
+        diff = f"{r['max_abs_diff']:.2g}" if r.get("max_abs_diff") is not None else (r.get("why") or "")[:110]
+        out.append(row(r["file"], r.get("nodes", "-"), r.get("parts", "-"), r.get("kernel_parts", "-"), r["outcome"],
+                       diff.replace("|", "/")))
+    return out
+
+
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
+    "replay": replay_table,
 }
 
 
