@@ -94,6 +94,8 @@ def last_reads(problem: Problem) -> dict[str, int]:
 def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], made: str) -> Problem | str:
     """Nodes [start, end) as a problem of their own: the values they read as inputs in0, in1, ... (the
     parameters stay the model's), `made` its one output; or why they cannot be one."""
+    if not reads:
+        return "reads no tensor of the forward (parameters only)"  # a kernel's outputs take its first input's device
     if any("." in r for r in reads):
         return "reads a second result of an op"
     makers = {n.out: n.op for n in problem.graph}
