@@ -128,9 +128,9 @@ def models_table(name: str = "models_coverage") -> list[str]:
     d = load(name)
     per = ", ".join(f"{k}: {v['covered']} of {v['problems']}" for k, v in d["by_dtype"].items())
     out = [f"{d['problems']} problems, {d['covered']} covered by the offline search ({per}; {stamp(d)})", "",
-           *header("problem", "dtype", "covered by", "or why not")]
+           *header("problem", "dtype", "covered by", "its parts, or why not")]
     for r in d["rows"]:
-        why = r["why"].removeprefix("not covered offline (")[:110] if not r["covered"] else ""
+        why = r["why"].removeprefix("not covered offline (")[:110] if not r["covered"] else (r.get("parts") or "")[:140]
         out.append(row(r["problem"], r["dtype"], ", ".join(r["families"]) or "-", why.replace("|", "/")))
     return out
 

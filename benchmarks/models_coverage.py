@@ -18,7 +18,9 @@ def main() -> None:
     for p in suite.problems:
         families, why = families_for(p)
         rows.append({"problem": p.id, "dtype": p.meta.dtype, "families": [f.name for f in families],
-                     "covered": bool(families), "why": why[:300]})
+                     "covered": bool(families), "why": why[:300],
+                     # a partition: which ops its kernels run and which stay PyTorch's
+                     "parts": families[0].describe(p) if families and families[0].name == "partition" else None})
     by_dtype = {}
     for r in rows:
         d = by_dtype.setdefault(r["dtype"], {"problems": 0, "covered": 0})

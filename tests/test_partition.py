@@ -13,6 +13,7 @@ from cuforge.problems.loader import load_files
 from cuforge.runtime import compile_cuda
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig
+from partition_cases import CASES
 from template_helpers import problem_from_expr
 
 FAM = Partition()
@@ -135,4 +136,17 @@ def test_problems_show_says_which_parts_are_kernels(tmp_path):
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "partition: 4 kernels over 5 of 7 ops" in text and "PyTorch runs" in text and "flip" in text, text
+
+
+@pytest.mark.parametrize("expr, inputs, init", CASES)
+def test_the_gpu_tests_partitions_compute_the_forward(tmp_path, cpu_sup, expr, inputs, init):
+    # The problems tests/test_gpu_partition.py judges on a GPU: their cuts and feeds, every part in PyTorch.
+    p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init, cuforge=ANY)
+    parts = partition(p)
+    assert not isinstance(parts, str) and sum(q.family is not None for q in parts) >= 2, parts
+    source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+    for config in FAM.seeds(p)[:3]:
+        compile(FAM.render(config, p).module_source(), "<partition>", "exec")
 
