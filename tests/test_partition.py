@@ -150,3 +150,18 @@ def test_the_gpu_tests_partitions_compute_the_forward(tmp_path, cpu_sup, expr, i
     for config in FAM.seeds(p)[:3]:
         compile(FAM.render(config, p).module_source(), "<partition>", "exec")
 
+
+
+def test_an_in_place_activation_fuses_unless_it_overwrites_an_input(tmp_path):
+    # nn.ReLU(inplace=True) traces as relu_: over a value the forward made, the convolution's kernel takes
+    # it (a fresh output computes the same); over the forward's own input it stays PyTorch's.
+    from partition_cases import VGG
+
+    vgg = problem_from_expr(tmp_path, "self.f(a)", "torch.randn(8, 16, 32, 32)", args="a", init=VGG, cuforge=ANY)
+    parts = partition(vgg)
+    convs = [q for q in parts if q.family is not None and q.family.name.startswith("conv")]
+    assert len(convs) == 2 and all([n.op for n in q.problem.graph] == ["convolution", "relu"] for q in convs)
+    first = problem_from_expr(tmp_path, "self.fc(torch.relu_(a))", "torch.randn(16, 64)", args="a",
+                              init="        self.fc = nn.Linear(64, 32)", cuforge=ANY)
+    parts = partition(first)
+    assert parts[0].family is None and [n.op for n in first.graph[parts[0].start:parts[0].end]] == ["relu_"]

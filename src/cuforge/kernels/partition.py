@@ -122,12 +122,26 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
                 return alias[base] + dot + rest
         return x
 
-    nodes = tuple(OpNode(n.op, rename(n.args), tuple((k, rename(v)) for k, v in n.kwargs), n.out, n.shape)
+    nodes = tuple(OpNode(_out_of_place(n), rename(n.args), tuple((k, rename(v)) for k, v in n.kwargs), n.out, n.shape)
                   for n in problem.graph[start:end])
     out_shape = shapes[made]
     return replace(problem, id=f"{problem.id}#{start}-{end}", inputs=tuple(specs), graph=nodes, graph_outputs=(made,),
                    outputs=(TensorSpec(tuple(out_shape), specs[0].dtype if specs else "float32"),),
                    ops=tuple(n.op for n in nodes))
+
+
+def _out_of_place(node: OpNode) -> str:
+    """An in-place elementwise op (relu_, hardtanh_, add_) as the families know it, out of place, where
+    what it overwrites is a value the forward made: the trace names its result anew, so no later op
+    reads the old values, and a kernel writing a fresh tensor computes the same. One overwriting a
+    forward input or a parameter (a batch norm's counter) is left as it is, and no family takes it."""
+    from cuforge.kernels.chains import ELEMENTWISE
+
+    op = node.op
+    target = node.args[0] if node.args else None
+    if op.endswith("_") and op[:-1] in ELEMENTWISE and isinstance(target, str) and target.startswith(("t", "c")):
+        return op[:-1]
+    return op
 
 
 def _one_kernel(problem: Problem) -> Family | None:
