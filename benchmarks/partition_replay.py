@@ -9,6 +9,9 @@ inputs exceed --max-elements are listed, not run. No GPU is needed; the kernels 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -58,23 +61,36 @@ def replay(path: Path, max_elements: int) -> dict:
             "run_s": round(time.perf_counter() - t0, 2)}
 
 
+def one_file(path: Path, max_elements: int, memory_gib: float) -> dict:
+    """replay() in a child process under an address-space limit: a network too large for this machine's
+    memory fails its own row, not the run."""
+    code = (f"import json, resource, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"resource.setrlimit(resource.RLIMIT_AS, ({int(memory_gib * 2**30)}, {int(memory_gib * 2**30)})); "
+            f"from partition_replay import replay; from pathlib import Path; "
+            f"print(json.dumps(replay(Path({str(path)!r}), {max_elements})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+    if done.returncode == 0 and done.stdout.strip():
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    tail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    why = f"out of memory under {memory_gib:g} GiB" if "MemoryError" in done.stderr or "alloc" in tail.lower() else tail[:200]
+    return {"outcome": "error", "why": why}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", nargs="?", default=str(ROOT.parent / "shared" / "kernelbench" / "level3"))
     ap.add_argument("--max-elements", type=float, default=3e6)
+    ap.add_argument("--memory-gib", type=float, default=16.0, help="address space per file's child process")
     ap.add_argument("--name", default="partition_replay")
     a = ap.parse_args()
     rows = []
     for path in sorted(Path(a.folder).glob("*.py"), key=lambda q: int(q.name.split("_")[0]) if q.name[0].isdigit() else 0):
-        try:
-            row = replay(path, int(a.max_elements))
-        except Exception as e:  # noqa: BLE001 - a file's failure is its row, and the next file runs
-            row = {"outcome": "error", "why": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
-        row = {"file": path.name, **row}
+        row = {"file": path.name, **one_file(path, int(a.max_elements), a.memory_gib)}
         print(row, flush=True)
         rows.append(row)
     count = {k: sum(r["outcome"] == k for r in rows) for k in ("same", "differs", "error", "not run", "not cut", "not loaded")}
-    write_result(a.name, {"folder": Path(a.folder).name, "files": len(rows), **count, "rows": rows})
+    write_result(a.name, {"folder": Path(a.folder).name, "files": len(rows), "max_elements": a.max_elements, **count,
+                          "rows": rows})
 
 
 if __name__ == "__main__":
