@@ -165,3 +165,15 @@ def test_an_in_place_activation_fuses_unless_it_overwrites_an_input(tmp_path):
                               init="        self.fc = nn.Linear(64, 32)", cuforge=ANY)
     parts = partition(first)
     assert parts[0].family is None and [n.op for n in first.graph[parts[0].start:parts[0].end]] == ["relu_"]
+
+
+def test_batch_norm_counters_go_first_so_no_pytorch_part_splits_a_block(tmp_path):
+    # Training-mode batch norm adds 1 to a buffer and makes an empty placeholder between the convolution
+    # and the norm: nothing reads either, so they run first and the block is kernels end to end.
+    from partition_cases import BASIC_BLOCK
+
+    expr = "torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(a))))) + self.down(a))"
+    p = problem_from_expr(tmp_path, expr, "torch.randn(4, 32, 28, 28)", args="a", init=BASIC_BLOCK, cuforge=ANY)
+    parts = partition(p)
+    assert parts[0].family is None and {n.op for n in parts[0].nodes} == {"add_", "empty"}
+    assert all(q.family is not None for q in parts[1:]), [q.family and q.family.name for q in parts]

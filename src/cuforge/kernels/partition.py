@@ -40,6 +40,7 @@ class Part:
     problem: Problem | None
     reads: tuple[str, ...]  # values it reads from outside itself (forward inputs, earlier parts' values), in order
     makes: tuple[str, ...]  # its values that later parts or the forward's outputs read
+    nodes: tuple[OpNode, ...] = ()  # its ops, as PyTorch runs them
 
 
 def base_ref(ref: str) -> str:
@@ -184,7 +185,21 @@ def _run(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part |
     if isinstance(sub, str):
         return None
     family = _one_kernel(sub)
-    return None if family is None else Part(start, end, family, sub, tuple(reads), tuple(makes))
+    return None if family is None else Part(start, end, family, sub, tuple(reads), tuple(makes), nodes)
+
+
+def side_effects_first(problem: Problem) -> Problem:
+    """The graph with the ops that read no value of the forward and make none it reads (a batch norm's
+    counter update, add_ on a buffer; an empty placeholder) moved to its start, in their order: they
+    sat between a convolution and its batch norm, where each would cost a PyTorch part of its own.
+    Nothing reads what they make, so running them first computes the same."""
+    last = last_reads(problem)
+    loose = [n for n in problem.graph
+             if all(r.startswith("param") for r in refs_of(n)) and not any(_maker(r) == n.out for r in last)]
+    if not loose:
+        return problem
+    ids = {id(n) for n in loose}
+    return replace(problem, graph=tuple(loose) + tuple(n for n in problem.graph if id(n) not in ids))
 
 
 def partition(problem: Problem) -> list[Part] | str:
@@ -199,6 +214,7 @@ def partition(problem: Problem) -> list[Part] | str:
         return f"reads {opaque[0]}, a tensor made outside the forward (a captured global), which PyTorch's part cannot name"
     if any(o is None or base_ref(o).startswith("param") for o in problem.graph_outputs) or not problem.graph_outputs:
         return "the forward returns something other than tensors it computed"
+    problem = side_effects_first(problem)
     last = last_reads(problem)
     parts: list[Part] = []
     torch_start, i = None, 0
@@ -226,7 +242,7 @@ def summary(problem: Problem, parts: list[Part]) -> str:
 
     kernels = [p for p in parts if p.family is not None]
     by_family = Counter(p.family.name for p in kernels if p.family is not None)
-    left = Counter(n.op for p in parts if p.family is None for n in problem.graph[p.start:p.end])
+    left = Counter(n.op for p in parts if p.family is None for n in p.nodes)
     covered = sum(p.end - p.start for p in kernels)
     fams = ", ".join(f"{name} x{k}" if k > 1 else name for name, k in by_family.most_common())
     torch_ops = ", ".join(op for op, _ in left.most_common(8)) + (", ..." if len(left) > 8 else "")
@@ -238,7 +254,7 @@ def _torch_part(problem: Problem, start: int, end: int, last: dict[str, int]) ->
     nodes = problem.graph[start:end]
     mine = {n.out for n in nodes}
     makes = sorted((r for r, j in last.items() if j >= end and _maker(r) in mine), key=lambda r: (int(_maker(r)[1:]), r))
-    return Part(start, end, None, None, tuple(external_reads(nodes)), tuple(makes))
+    return Part(start, end, None, None, tuple(external_reads(nodes)), tuple(makes), nodes)
 
 
 # ------------------------------------------------------------------------------------ PyTorch's part
@@ -286,7 +302,7 @@ def _call(node: OpNode) -> str:
 
 def torch_part_code(problem: Problem, part: Part) -> str:
     """part(inputs, params): the part's nodes as PyTorch calls, returning the values it makes."""
-    nodes = problem.graph[part.start:part.end]
+    nodes = part.nodes
     used_params = sorted({int(r[5:]) for n in nodes for r in refs_of(n) if r.startswith("param")})
     lines = ["def part(inputs, params):"]
     if part.reads:
@@ -415,7 +431,7 @@ def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: d
     where: dict[str, tuple[Any, ...]] = {f"in{i}": ("in", i) for i in range(len(problem.inputs))}
     for i, (p, kernel) in enumerate(zip(parts, kernels)):
         if p.family is None:
-            ops = sorted({n.op for n in problem.graph[p.start:p.end]})
+            ops = sorted({n.op for n in p.nodes})
             stages.append(TorchGraph(torch_part_code(problem, p),
                                      f"{p.end - p.start} ops: {', '.join(ops[:6])}" + (", ..." if len(ops) > 6 else "")))
         else:
