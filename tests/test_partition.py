@@ -177,3 +177,12 @@ def test_batch_norm_counters_go_first_so_no_pytorch_part_splits_a_block(tmp_path
     parts = partition(p)
     assert parts[0].family is None and {n.op for n in parts[0].nodes} == {"add_", "empty"}
     assert all(q.family is not None for q in parts[1:]), [q.family and q.family.name for q in parts]
+
+
+def test_an_update_of_a_parameter_read_before_it_keeps_its_place(tmp_path):
+    # y = fc(a), then the weight is changed in place: moving the update first would change y.
+    p = problem_from_expr(tmp_path, "(lambda y: (self.fc.weight.data.add_(1), torch.relu(y))[1])(self.fc(a))",
+                          "torch.randn(16, 64)", args="a", init="        self.fc = nn.Linear(64, 32)", cuforge=ANY)
+    parts = partition(p)
+    ops = [n.op for q in parts for n in q.nodes]
+    assert ops.index("add_") > ops.index("addmm"), ops

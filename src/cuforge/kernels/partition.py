@@ -192,10 +192,15 @@ def side_effects_first(problem: Problem) -> Problem:
     """The graph with the ops that read no value of the forward and make none it reads (a batch norm's
     counter update, add_ on a buffer; an empty placeholder) moved to its start, in their order: they
     sat between a convolution and its batch norm, where each would cost a PyTorch part of its own.
-    Nothing reads what they make, so running them first computes the same."""
+    Nothing reads what they make, and no op before them reads a parameter they touch, so running them
+    first computes the same."""
     last = last_reads(problem)
-    loose = [n for n in problem.graph
-             if all(r.startswith("param") for r in refs_of(n)) and not any(_maker(r) == n.out for r in last)]
+    loose, seen = [], set()  # seen: parameters read so far (one an op overwrites must not be read before it)
+    for n in problem.graph:
+        mine = refs_of(n)
+        if all(r.startswith("param") for r in mine) and not seen & set(mine) and not any(_maker(r) == n.out for r in last):
+            loose.append(n)
+        seen.update(mine)
     if not loose:
         return problem
     ids = {id(n) for n in loose}
