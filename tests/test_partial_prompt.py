@@ -1,7 +1,7 @@
-"""An LLM gets the part that is left: where no family, staged pair or pipeline covers a problem, its
-prompt shows the kernel cuforge has for the longest head of the graph (a module that runs it) and
-names the ops after it, so the model writes a kernel for the rest. Tested through `cuforge run` against
-a scripted OpenAI-compatible server."""
+"""An LLM gets the part that is left: where only a partition covers a problem, its prompt shows that
+candidate (cuforge's kernels, PyTorch written out for the rest) and names the ops no kernel covers;
+where no partition runs on the GPU, the kernel for the longest head of the graph and the ops after it.
+Tested through `cuforge run` against a scripted OpenAI-compatible server."""
 
 import json
 import os
@@ -43,15 +43,22 @@ def mm_sort(suite):
     return p
 
 
+def test_a_partition_comes_as_its_candidate_with_the_pytorch_parts_named(mm_sort):
+    pc = partial_cover(mm_sort, "9.0")
+    assert pc is not None and pc.family == "partition" and pc.head_ops == ("mm",) and pc.rest_ops == ("sort",)
+    compile(pc.module, "<partition module>", "exec")  # a module as a candidate would be: it parses
+    assert "class ModelNew" in pc.module and "_Stage(" in pc.module and "_GraphStage(" in pc.module
+    assert "aten.sort(" in pc.module
+
+
 def test_the_longest_covered_head_comes_with_a_module_that_runs_its_kernel(mm_sort):
-    pc = partial_cover(mm_sort)
-    assert pc is not None and pc.family.startswith("gemm") and pc.head_ops == ("mm",) and pc.rest_ops == ("sort",)
+    # On a GPU the partition's Hopper kernels do not run on, the head is a kernel that does.
+    pc = partial_cover(mm_sort, "8.0")
+    assert pc is not None and pc.family.startswith("gemm") and pc.family != "gemm_tf32x3_sm90"
+    assert pc.head_ops == ("mm",) and pc.rest_ops == ("sort",)
     assert pc.cut_shape == (256, 384) and pc.cut_dtype == "float32" and pc.rest_inputs == ()
-    compile(pc.module, "<head module>", "exec")  # a module as a candidate would be: it parses
+    compile(pc.module, "<head module>", "exec")
     assert "class ModelNew" in pc.module and "_Stage(" in pc.module
-    # On a GPU the Hopper kernels do not run on, the head is a kernel that does.
-    older = partial_cover(mm_sort, "8.0")
-    assert older is not None and older.family != "gemm_tf32x3_sm90"
 
 
 def test_a_problem_covered_whole_or_run_in_another_dtype_has_no_partial_cover(mm_sort, tmp_path):
@@ -73,6 +80,8 @@ def test_the_llm_prompt_names_the_rest_and_shows_the_kernel_already_chosen(suite
         sent = [m["content"] for req in srv.requests for m in req["body"]["messages"] if m["role"] == "user"]
     assert sent, r.stderr[-2000:]
     prompt = sent[0]
-    assert "# Already covered: the first part" in prompt and "up to its first 1 op(s) (mm)" in prompt
-    assert "No kernel of cuforge's covers the rest: sort." in prompt and "class ModelNew" in prompt
+    # A partition covers it (the GEMM a kernel, the sort PyTorch's): the prompt shows that candidate
+    assert "# Already covered: the parts cuforge's kernels compute" in prompt and "compute 1 of the forward's ops (mm)" in prompt
+    assert "No kernel of cuforge's covers these ops: sort." in prompt and "class ModelNew" in prompt
+    assert "aten.sort(" in prompt
     assert json.loads(r.stdout)["llm_calls"] >= 1
