@@ -22,14 +22,15 @@ from _common import ROOT, write_result
 def replay(path: Path, max_elements: int) -> dict:
     import torch
 
-    from cuforge.kernels.partition import as_pytorch, partition, parts_module
+    from cuforge.kernels.families import PARTITION
+    from cuforge.kernels.partition import as_pytorch, parts_module
     from cuforge.problems.loader import load_files
 
     problems, skipped = load_files([path], timeout_s=600)
     if skipped:
         return {"outcome": "not loaded", "why": skipped[0].reason.splitlines()[0]}
     p = problems[0]
-    parts = partition(p)
+    parts = PARTITION.match(p)
     if isinstance(parts, str):
         return {"outcome": "not cut", "why": parts[:200]}
     row = {"nodes": len(p.graph), "parts": len(parts), "kernel_parts": sum(q.family is not None for q in parts)}

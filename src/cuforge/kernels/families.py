@@ -546,8 +546,17 @@ _SINGLES = list(FAMILIES) + [TorchDropout()]
 FAMILIES += staged_families(_HEADS, _SINGLES)
 # Three or four kernels, tried only where nothing above covers the graph (its search is the slowest).
 PIPELINE = Pipeline(_HEADS, _SINGLES)
+
+
+def one_kernel(problem: Problem) -> Family | None:
+    """The preferred family whose kernel alone covers the problem (not a module of several): what a
+    partition asks of each run of ops."""
+    fams, _ = families_for(problem, several=False)
+    return next((f for f in fams if not isinstance(f, Staged)), None)
+
+
 # Any number of kernels with PyTorch between them: where nothing else covers the graph.
-PARTITION = Partition()
+PARTITION = Partition(one_kernel)
 
 
 def could_match(fam: Family, ops: frozenset[str]) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any
 
 from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
@@ -145,12 +146,9 @@ def _out_of_place(node: OpNode) -> str:
     return op
 
 
-def _one_kernel(problem: Problem) -> Family | None:
-    """The preferred family whose kernel alone covers the problem (not a module of several)."""
-    from cuforge.kernels.families import families_for
-
-    fams, _ = families_for(problem, several=False)
-    return next((f for f in fams if not f.name.startswith("staged:")), None)
+# What a partition asks of each run of ops: the preferred family whose kernel alone covers it, or None
+# (kernels/families.py supplies it: the registry is not imported here).
+Cover = Callable[[Problem], "Family | None"]
 
 
 # Runs one op longer than the longest covered so far are tried until this many in a row are not
@@ -159,12 +157,12 @@ def _one_kernel(problem: Problem) -> Family | None:
 GIVE_UP_AFTER = 3
 
 
-def kernel_run(problem: Problem, start: int, last: dict[str, int]) -> Part | None:
+def kernel_run(problem: Problem, start: int, last: dict[str, int], cover: Cover) -> Part | None:
     """The longest run of ops from `start` that one family's kernel covers, with one value read after it."""
     graph = problem.graph
     best, misses = None, 0
     for end in range(start + 1, min(len(graph), start + MAX_RUN) + 1):
-        run = _run(problem, start, end, last)
+        run = _run(problem, start, end, last, cover)
         if run is None:
             misses += 1
             if misses >= GIVE_UP_AFTER or end == start + 1:
@@ -174,7 +172,7 @@ def kernel_run(problem: Problem, start: int, last: dict[str, int]) -> Part | Non
     return best
 
 
-def _run(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part | None:
+def _run(problem: Problem, start: int, end: int, last: dict[str, int], cover: Cover) -> Part | None:
     nodes = problem.graph[start:end]
     mine = {n.out for n in nodes}
     makes = [r for r, j in last.items() if j >= end and _maker(r) in mine]
@@ -184,7 +182,7 @@ def _run(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part |
     sub = kernel_problem(problem, start, end, reads, makes[0])
     if isinstance(sub, str):
         return None
-    family = _one_kernel(sub)
+    family = cover(sub)
     return None if family is None else Part(start, end, family, sub, tuple(reads), tuple(makes), nodes)
 
 
@@ -207,8 +205,9 @@ def side_effects_first(problem: Problem) -> Problem:
     return replace(problem, graph=tuple(loose) + tuple(n for n in problem.graph if id(n) not in ids))
 
 
-def partition(problem: Problem) -> list[Part] | str:
-    """The graph as parts, left to right (see the module's docstring); or why it is not cut."""
+def partition(problem: Problem, cover: Cover) -> list[Part] | str:
+    """The graph as parts, left to right (see the module's docstring), `cover` naming the family of each
+    run of ops; or why it is not cut."""
     graph = problem.graph
     if not graph:
         return "no traced graph"
@@ -224,7 +223,7 @@ def partition(problem: Problem) -> list[Part] | str:
     parts: list[Part] = []
     torch_start, i = None, 0
     while i < len(graph):
-        run = kernel_run(problem, i, last)
+        run = kernel_run(problem, i, last, cover)
         if run is None:
             torch_start = i if torch_start is None else torch_start
             i += 1
@@ -348,8 +347,11 @@ class Partition(GraphFamily):
     """The last resort of the offline search: its config is the kernel parts' configs under p<i>.
     prefixes (i: the part's index), seeded with each kernel's first seed."""
 
-    def __init__(self) -> None:
+    def __init__(self, cover: Cover) -> None:
         super().__init__("partition", {})
+        object.__setattr__(self, "cover", cover)
+
+    cover: Cover
 
     def match(self, problem: Problem) -> list[Part] | str:
         return self.memo_match(problem)
@@ -357,7 +359,7 @@ class Partition(GraphFamily):
     def _match(self, problem: Problem) -> list[Part] | str:
         if problem.meta.policy == "custom":
             return "policy 'custom' allows no PyTorch op beside the candidate's kernels"
-        return partition(problem)
+        return partition(problem, self.cover)
 
     def describe(self, problem: Problem) -> str:
         parts = self.match(problem)
