@@ -616,3 +616,32 @@ def test_library_kernels_are_told_from_a_candidates_own(name, library):
     from cuforge.sandbox.host.monitor import LIBRARY_KERNEL
 
     assert bool(LIBRARY_KERNEL.search(name)) is library
+
+
+def test_a_worker_closed_while_it_starts_ends_the_start_at_once():
+    # A run stopping (its wall time used) closes its evaluators from another thread; one whose worker is
+    # still starting must not wait out the start's timeout for a hello that will never come.
+    import threading
+    import time
+
+    from cuforge.sandbox.driver.supervisor import Supervisor, WorkerStartError
+
+    sup = Supervisor(cpu_mode=True)
+    got = []
+
+    def start():
+        try:
+            got.append(sup.start())
+        except WorkerStartError as e:
+            got.append(e)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    deadline = time.monotonic() + 30
+    while sup.proc is None and time.monotonic() < deadline:  # spawned, now waiting for its hello
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    sup.close()
+    starter.join(timeout=30)
+    assert not starter.is_alive() and time.monotonic() - t0 < 5
+    assert got and (isinstance(got[0], dict) or "shut down while it started" in str(got[0])), got

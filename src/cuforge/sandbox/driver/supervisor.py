@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -124,6 +125,7 @@ class Supervisor:
         self.info: dict[str, Any] = {}
         self.workdir: Path | None = None
         self.in_turn = False  # this supervisor holds the GPU's turn (a worker started in it needs no other)
+        self._closing = threading.Lock()
         self.log_path: Path | None = None
         self.spawns = 0
         self.closes = 0  # close() calls: one made while an evaluation waits for the GPU's turn ends the wait
@@ -229,12 +231,15 @@ class Supervisor:
         finally:
             log.close()
         self.spawns += 1
+        proc = self.proc
         reply = self._read(START_TIMEOUT_S)
         if reply is None or reply.get("op") != "hello" or "info" not in reply:
             if reply is None:
                 why = f"no hello within {START_TIMEOUT_S:.0f} s"
+            elif reply.get("op") == "eof" and self.proc is not proc:
+                why = "it was shut down while it started (the run is stopping)"
             elif reply.get("op") == "eof":
-                why = f"it exited before its hello ({_describe_exit(self.proc.wait(), self.jail.confined)})"
+                why = f"it exited before its hello ({_describe_exit(proc.wait(), self.jail.confined)})"
             else:
                 why = reply.get("error") or f"an unexpected first reply {str(reply)[:200]}"
             tail = self.log_tail()
@@ -264,37 +269,40 @@ class Supervisor:
                       if self.jail.kind == LANDLOCK else "see cuforge doctor")
             raise WorkerStartError(f"candidate hosts cannot start under the {self.jail.kind} jail here "
                                    f"({self.info.get('self_test')}): {remedy}" + (f" ({tail})" if tail else ""))
-        self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), self.proc.pid  # the host's pid, not the jail's
+        self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), proc.pid  # the host's pid, not the jail's
         return self.info
 
     def close(self) -> None:
-        self.closes += 1
-        if self.proc is not None:
-            tree = set() if self.cpu_mode else process_tree(self.proc.pid)
+        # Another thread may close it meanwhile (a stopping run, while this one starts the worker): each
+        # close takes what it ends under the lock, so the worker is ended once.
+        with self._closing:
+            self.closes += 1
+            proc, self.proc = self.proc, None
+            cgroup, self.cgroup = self.cgroup, None
+            workdir, self.workdir = self.workdir, None
+        if proc is not None:
+            tree = set() if self.cpu_mode else process_tree(proc.pid)
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its own process group
+                os.killpg(proc.pid, signal.SIGKILL)  # the worker leads its own process group
             except (ProcessLookupError, PermissionError):
                 pass
-            for pid in tree - {self.proc.pid}:  # and whatever left it (a new session) before the kill
+            for pid in tree - {proc.pid}:  # and whatever left it (a new session) before the kill
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            self.proc.wait()
+            proc.wait()
             wait_exited(tree)  # in the GPU's turn where evaluate() closes it: its context must be gone
-            for f in (self.proc.stdin, self.proc.stdout):
+            for f in (proc.stdin, proc.stdout):
                 try:
                     if f:
                         f.close()
                 except OSError:
                     pass
-            self.proc = None
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
-        if self.workdir is not None:  # the worker's scratch space, its log with it
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        if cgroup is not None:
+            cgroup.remove()
+        if workdir is not None:  # the worker's scratch space, its log with it
+            shutil.rmtree(workdir, ignore_errors=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -317,22 +325,28 @@ class Supervisor:
 
     def _read(self, timeout_s: float, max_rss: int | None = None) -> dict[str, Any] | None:
         """One reply line, or None on timeout; raises MemoryError when the worker outgrows max_rss."""
-        assert self.proc is not None and self.proc.stdout is not None
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
         sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout_s
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                if sel.select(timeout=min(POLL_S, left)):
-                    line = self.proc.stdout.readline()
-                    if not line:
-                        return {"op": "eof"}
-                    return json.loads(line)
-                if max_rss and _rss_bytes(self.proc.pid) > max_rss:
-                    raise MemoryError(_rss_bytes(self.proc.pid))
+                if self.proc is not proc:  # close() from another thread (a stopping run): the worker is gone
+                    return {"op": "eof"}
+                try:
+                    if sel.select(timeout=min(POLL_S, left)):
+                        line = proc.stdout.readline()
+                        if not line:
+                            return {"op": "eof"}
+                        return json.loads(line)
+                except (OSError, ValueError):  # its pipe closed under us by close()
+                    return {"op": "eof"}
+                if max_rss and _rss_bytes(proc.pid) > max_rss:
+                    raise MemoryError(_rss_bytes(proc.pid))
         finally:
             sel.close()
 
