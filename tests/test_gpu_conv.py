@@ -130,9 +130,7 @@ def test_one_tf32_pass_is_correct_under_pytorch_and_a_downgrade_under_fp32(sup, 
     ones = [c for c in fam.seeds(p) if c.get("PASSES") == 1]
     assert ones
     default = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="pytorch")
-    for c in ones[:3]:
-        ev = sup.evaluate(p, fam.render(c, p), default)
-        assert ev.status == "ok", (layer, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, ones[:3], default)
     strict = sup.evaluate(p, fam.render(ones[0], p), EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5,
                                                                profile=False, precision="fp32"))
     assert strict.status in ("cheat:precision_downgrade", "wrong_output"), (layer, strict.status, strict.message)
