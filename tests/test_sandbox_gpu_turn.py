@@ -11,6 +11,7 @@ import time
 import uuid
 
 from cuforge.sandbox.driver import gpu_turn as turns
+from cuforge.sandbox.driver.supervisor import Supervisor
 
 HOLDER = """
 import sys, time
@@ -98,26 +99,31 @@ def test_a_supervisor_shut_down_while_waiting_for_the_gpu_returns_at_once(tmp_pa
     from cuforge.problems.loader import load_files
     from cuforge.sandbox.protocol.candidate import Candidate
     from cuforge.sandbox.protocol.evaluation import EvalConfig
-    from cuforge.sandbox.driver.supervisor import Supervisor
 
     f = tmp_path / "relu.py"
     f.write_text(relu_problem_source(1024, "custom", "N"))
     (problem,), _ = load_files([f])
     gpu = f"test-{uuid.uuid4().hex}"
     holder = hold(gpu, 120)
-    sup = Supervisor(gpu=gpu)
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(sup.evaluate(problem, Candidate("import torch\n", "module"), EvalConfig())))
     try:
-        waiter.start()
-        time.sleep(0.5)
-        assert not got  # still waiting: the holder has the GPU
-        t0 = time.monotonic()
-        sup.close()
-        waiter.join(timeout=10)
-        assert not waiter.is_alive() and time.monotonic() - t0 < 5
-        assert got[0].status == "crash" and "shut down while it waited for the GPU" in got[0].message
-        assert sup.proc is None  # no worker was started for it
+        for stage in ("waiting for the turn", "starting up"):
+            sup = _CpuWorkerTakingTurns(gpu=gpu)
+            got = []
+            waiter = threading.Thread(target=lambda: got.append(sup.evaluate(problem, Candidate("import torch\n", "module"), EvalConfig())))
+            waiter.start()
+            if stage == "starting up":  # spawned, before its `ready`
+                assert _wait_until(lambda: sup.proc is not None, 30)
+            else:
+                assert _wait_until(lambda: sup.ready), sup.log_tail()
+                time.sleep(0.3)
+            assert not got  # still waiting: the holder has the GPU
+            t0 = time.monotonic()
+            sup.close()
+            waiter.join(timeout=10)
+            assert not waiter.is_alive() and time.monotonic() - t0 < 5
+            why = "shut down while it waited for the GPU" if stage == "waiting for the turn" else "shut down while it started"
+            assert got[0].status == "crash" and why in got[0].message, (stage, got[0].message)
+            assert sup.proc is None and not sup.greeted  # its worker ended, never given a candidate
     finally:
         holder.kill()
         holder.wait()
@@ -147,26 +153,80 @@ def test_a_killed_tree_is_waited_for_to_its_last_process():
     assert turns.wait_exited(tree, timeout_s=5)
 
 
-def test_a_gpu_worker_starts_in_the_gpus_turn():
-    # The worker's self-test times an honest kernel and checks it for escaped work: another process's
-    # evaluation on the same GPU must not run beside it.
-    import threading
+class _CpuWorkerTakingTurns(Supervisor):
+    """A GPU supervisor (it takes the GPU's turn) whose worker computes on the CPU: how a GPU worker's
+    start and evaluations meet the turn, on a machine without a GPU."""
 
-    from cuforge.sandbox.driver.supervisor import Supervisor
+    def _command(self):  # noqa: ANN202
+        args, env = super()._command()
+        return [*args, "--cpu"], env
+
+
+def _wait_until(cond, seconds: float = 90.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_a_gpu_worker_starts_up_outside_the_turn_and_self_tests_in_it():
+    # Its imports and CUDA context run no GPU work, so they run while another process evaluates; its
+    # self-test times an honest kernel and checks it for escaped work, so that waits for the turn.
+    import threading
 
     gpu = f"test-{uuid.uuid4().hex}"
     holder = hold(gpu, 120)
-    sup = Supervisor(gpu=gpu)
+    sup = _CpuWorkerTakingTurns(gpu=gpu)
     done = []
     starter = threading.Thread(target=lambda: done.append(_outcome(sup.start)))
     try:
         starter.start()
+        assert _wait_until(lambda: sup.ready), sup.log_tail()  # started up while the holder has the turn
         time.sleep(0.5)
-        assert sup.spawns == 0 and not done  # waiting for the holder's turn, no worker spawned
+        assert sup.alive() and not sup.greeted and not done  # no self-test, no hello: waiting for the turn
         holder.kill()
         holder.wait()
         starter.join(timeout=120)
-        assert done and sup.spawns == 1  # the turn came, the worker was spawned (its start may fail without a GPU)
+        assert done and isinstance(done[0], dict), done
+        assert sup.greeted and sup.spawns == 1
+        start_s = done[0]["start_s"]
+        assert start_s["until_ready"] > 0 and set(start_s) == {"until_ready", "self_test", "trusted_artifacts"}
+    finally:
+        holder.kill()
+        holder.wait()
+        sup.close()
+
+
+def test_an_evaluation_that_needs_a_new_worker_starts_it_before_waiting_for_the_turn(tmp_path):
+    import threading
+
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from template_helpers import problem_from_expr
+
+    problem = problem_from_expr(tmp_path, "torch.relu(a)", "torch.randn(64, 64)", args="a")
+    honest = Candidate("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, a):\n        return torch.relu(a)\n")
+    config = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
+    gpu = f"test-{uuid.uuid4().hex}"
+    holder = hold(gpu, 120)
+    sup = _CpuWorkerTakingTurns(gpu=gpu)
+    done = []
+    evaluator = threading.Thread(target=lambda: done.append(_outcome(lambda: sup.evaluate(problem, honest, config))))
+    try:
+        evaluator.start()
+        assert _wait_until(lambda: sup.ready), sup.log_tail()
+        time.sleep(0.5)
+        assert not sup.greeted and not done
+        holder.kill()
+        holder.wait()
+        evaluator.join(timeout=120)
+        ev = done[0]
+        assert ev.status == "ok", (ev.status, ev.message)
+        assert ev.device.get("gpu_turn_wait_s", 0) > 0.4 and not ev.worker_restarted
+        # A worker's restart after a verdict that ends it is started the same way.
+        sup.close()
+        ev = sup.evaluate(problem, honest, config)
+        assert ev.status == "ok" and ev.worker_restarted and sup.spawns == 2
     finally:
         holder.kill()
         holder.wait()

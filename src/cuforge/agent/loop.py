@@ -29,6 +29,7 @@ from cuforge.results.store import Store
 from cuforge.rewards import Outcome, get_reward
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.protocol.prebuilt import builds_ahead
 
 # How far repeated duplicates push the sampling temperature up (per duplicate in a row), and the cap.
 DUPLICATE_TEMPERATURE_STEP = 0.25
@@ -133,6 +134,8 @@ class Search:
         self.executor = evaluate
         self.evaluate_blocking = getattr(evaluate, "evaluate", evaluate)
         self.slots = max(1, int(getattr(evaluate, "slots", 1)))
+        # An executor that builds module candidates' extensions before they wait for a GPU (executor.py).
+        self.build_ahead = getattr(evaluate, "build_ahead", None)
         self.on_update = on_update or (lambda s: None)
         self.on_event = on_event or (lambda level, text: None)  # level: "eval", "error", "warn", "info"
         self.rng = random.Random(cfg.seed)
@@ -284,12 +287,13 @@ class Search:
             item = await queue.get()
             if item is None:
                 return
-            problem, cand, future, cid = item
+            problem, cand, future, cid, prebuilt = item
             if future.done():  # its proposal was cancelled while it waited
                 continue
             try:
                 self.store.mark_started(cid)  # before the worker sees it: see resume_pending
-                ev = await asyncio.to_thread(self.evaluate_blocking, problem, cand, eval_config(self.cfg, problem))
+                args = (problem, cand, eval_config(self.cfg, problem)) + (() if prebuilt is None else (prebuilt,))
+                ev = await asyncio.to_thread(self.evaluate_blocking, *args)
                 if ev.device.get("name"):
                     self.device = ev.device
                 if ev.profile and ev.profile.ceilings:
@@ -406,7 +410,11 @@ class Search:
     async def _evaluate(self, st: ProblemState, queue: asyncio.Queue[Any], cid: int, cand: Candidate,
                         parent: Member | None, island: int, generation: int) -> None:
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
-        await queue.put((st.problem, cand, future, cid))
+        prebuilt = None
+        if self.build_ahead is not None and builds_ahead(cand):
+            # Built on the CPU before it queues for a GPU (not yet started: a resume builds it again).
+            prebuilt = await asyncio.to_thread(self.build_ahead, st.problem, cand, eval_config(self.cfg, st.problem))
+        await queue.put((st.problem, cand, future, cid, prebuilt))
         try:
             ev = await future
         except asyncio.CancelledError:

@@ -12,12 +12,14 @@ import os
 import queue
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.protocol.prebuilt import builds_ahead
 from cuforge.sandbox.driver.supervisor import Supervisor
 
 EXECUTORS = ("local", "ray")
@@ -103,21 +105,54 @@ class LocalExecutor:
     """One supervised worker per GPU of this host (or N CPU workers in compile-only / CPU test mode)."""
 
     def __init__(self, gpus: list[str], cpu_mode: bool = False, compile_only: bool = False,
-                 isolate_network: bool = True, judge: str | None = None) -> None:
+                 isolate_network: bool = True, judge: str | None = None,
+                 supervisors: list[Supervisor] | None = None) -> None:
+        """supervisors: one per GPU of `gpus`, made by the caller (its own jail plan or environment)."""
         if not gpus:
             raise ExecutorError("the local executor needs at least one GPU or worker")
         self.gpus = gpus
-        self.supervisors = [Supervisor(gpu=g, cpu_mode=cpu_mode, compile_only=compile_only,
-                                       isolate_network=isolate_network, judge=judge) for g in gpus]
+        self.supervisors = supervisors or [Supervisor(gpu=g, cpu_mode=cpu_mode, compile_only=compile_only,
+                                                      isolate_network=isolate_network, judge=judge) for g in gpus]
         self.pool = SlotPool(self.supervisors)
         self.slots = len(self.supervisors)
+        # Compile-only workers (one candidate each) where module candidates' extensions build on the
+        # CPU while the GPUs time others; the search calls build_ahead before it queues a candidate.
+        self.builder_count = 0 if cpu_mode or compile_only else build_ahead_workers()
+        self.builders: SlotPool | None = None
+        self._builders_lock = threading.Lock()
 
-    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
-        return self.pool.run(lambda sup: tag_device(sup.evaluate(problem, candidate, config), sup.gpu, "local"))
+    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig,
+                 prebuilt: dict[str, str] | None = None) -> Evaluation:
+        """prebuilt: what build_ahead returned for this candidate (None: its GPU's supervisor builds
+        before it takes the GPU's turn, holding this executor's slot meanwhile)."""
+        return self.pool.run(lambda sup: tag_device(sup.evaluate(problem, candidate, config, prebuilt), sup.gpu, "local"))
+
+    def build_ahead(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> dict[str, str] | None:
+        """A module candidate's extensions, built before it waits for a GPU: {} where nothing was built;
+        None where the GPU's own supervisor is left to do it (no GPU worker has said its architecture
+        yet, or the GPUs differ in it)."""
+        if not self.builder_count or not builds_ahead(candidate):
+            return None
+        archs = {s.arch() for s in self.supervisors}
+        if len(archs) != 1 or None in archs:
+            return None
+        with self._builders_lock:
+            if self.builders is None:
+                arch = str(next(iter(archs)))
+                self.builders = SlotPool([self.supervisors[0].new_builder(arch) for _ in range(self.builder_count)])
+        return self.builders.run(lambda builder: builder.build_ahead(problem, candidate, config))
 
     def close(self) -> None:
         for sup in self.supervisors:
             sup.close()
+        for builder in self.builders.all if self.builders is not None else []:
+            builder.close()
+
+
+def build_ahead_workers() -> int:
+    """Compile-only workers building candidates' extensions at once: each build runs a compiler per
+    source file, so one per four cores, from 1 to 4."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def tag_device(ev: Evaluation, gpu: Any, executor: str, host: str | None = None) -> Evaluation:

@@ -16,14 +16,16 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cuforge.procenv import scrubbed_env
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol import trusted_cache
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
+from cuforge.sandbox.protocol.prebuilt import builds_ahead
 from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, process_tree, wait_exited
 from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
 from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
@@ -123,11 +125,19 @@ class Supervisor:
         self.proc: subprocess.Popen[str] | None = None
         self.cgroup: PidsCgroup | None = None
         self.info: dict[str, Any] = {}
+        # A GPU supervisor's compile-only worker, where a candidate's extensions are built before its
+        # evaluation takes the GPU's turn (protocol/prebuilt.py); a fresh one for every candidate.
+        self.builder: Supervisor | None = None
+        self.prebuilt: dict[str, str] = {}  # what the last compile-only evaluation handed back
         self.workdir: Path | None = None
         self.in_turn = False  # this supervisor holds the GPU's turn (a worker started in it needs no other)
         self._closing = threading.Lock()
         self.log_path: Path | None = None
         self.spawns = 0
+        self.processes = ""  # what bounds the running worker's process count, said in its info
+        self.ready = False  # the running worker is started up to its `ready` (imports, CUDA context)
+        self.ready_arch: str | None = None  # the GPU's compute capability, as the worker said at `ready`
+        self.greeted = False  # and has said hello (a worker waits after `ready` for a go, sent in the turn)
         self.closes = 0  # close() calls: one made while an evaluation waits for the GPU's turn ends the wait
 
     @property
@@ -187,36 +197,42 @@ class Supervisor:
         return args, env
 
     def start(self) -> dict[str, Any]:
-        """Start the worker; its info. On a GPU it starts in the GPU's turn: the worker's self-test
-        times an honest kernel and checks it for escaped work, which another process's evaluation on
-        the same GPU would make look busy."""
+        """Start the worker; its info. On a GPU its imports and CUDA context come first, outside the
+        GPU's turn (they run no GPU work), and the rest in the turn: the worker's self-test times an
+        honest kernel and checks it for escaped work, which another process's evaluation on the same
+        GPU would make look busy."""
+        self._spawn()
+        return self._greet_in_turn()
+
+    def _greet_in_turn(self) -> dict[str, Any]:
         if self.cpu_mode or self.in_turn:
-            return self._start_worker()
+            return self._greet()
         with gpu_turn(physical_gpu(self.gpu)):
             self.in_turn = True
             try:
-                return self._start_worker()
+                return self._greet()
             finally:
                 self.in_turn = False
 
-    def _start_worker(self) -> dict[str, Any]:
-        self.close()
+    def _spawn(self) -> None:
+        """A new worker, up to its `ready`: imported and holding a CUDA context, before any GPU work."""
+        self.close(by_user=False)
         self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
         self.log_path = self.workdir / "worker.log"
         try:
             args, env = self._command()
         except NoJailError:
-            self.close()
+            self.close(by_user=False)
             raise
         setup = child_setup(self.limits)
-        processes = f"at most {self.limits.max_processes} (rlimit)"
+        self.processes = f"at most {self.limits.max_processes} (rlimit)"
         if os.geteuid() == 0 and self.jail.confined:
             # The kernel exempts root from the process limit: a pids cgroup bounds the count instead.
             try:
                 self.cgroup = PidsCgroup(self.limits.max_processes)
-                processes = f"at most {self.limits.max_processes} (pids cgroup)"
+                self.processes = f"at most {self.limits.max_processes} (pids cgroup)"
             except CgroupError as e:
-                processes = f"not bounded in count as root ({e}); bounded in lifetime by the jail"
+                self.processes = f"not bounded in count as root ({e}); bounded in lifetime by the jail"
         if self.cgroup is not None:
             plain, join = setup, self.cgroup.join
 
@@ -231,29 +247,51 @@ class Supervisor:
         finally:
             log.close()
         self.spawns += 1
+        self.ready = self.greeted = False
         proc = self.proc
         reply = self._read(START_TIMEOUT_S)
+        if reply is None or reply.get("op") != "ready":
+            self._start_failed(proc, reply, "ready")
+        self.ready = True
+        self.ready_arch = str(reply.get("compute_capability") or "") or None
+
+    def _start_failed(self, proc: subprocess.Popen[str], reply: dict[str, Any] | None, expected: str) -> NoReturn:
+        if reply is None:
+            why = f"no {expected} within {START_TIMEOUT_S:.0f} s"
+        elif reply.get("op") == "eof" and self.proc is not proc:
+            why = "it was shut down while it started (the run is stopping)"
+        elif reply.get("op") == "eof":
+            why = f"it exited before its {expected} ({_describe_exit(proc.wait(), self.jail.confined)})"
+        else:
+            why = reply.get("error") or f"an unexpected reply {str(reply)[:200]} where its {expected} was due"
+        tail = self.log_tail()
+        self.close(by_user=False)
+        raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
+
+    def _greet(self) -> dict[str, Any]:
+        """The spawned worker's go-ahead, and its hello: its self-test and trusted artifacts are made
+        now, in the GPU's turn where it has one."""
+        proc = self.proc
+        if proc is None or proc.stdin is None:
+            raise WorkerStartError("worker failed to start: it was shut down while it started (the run is stopping)")
+        try:
+            proc.stdin.write(json.dumps({"op": "go"}) + "\n")
+            proc.stdin.flush()
+            reply = self._read(START_TIMEOUT_S)
+        except (BrokenPipeError, ValueError):  # closed under us (ValueError: a write to a closed pipe)
+            reply = {"op": "eof"}
         if reply is None or reply.get("op") != "hello" or "info" not in reply:
-            if reply is None:
-                why = f"no hello within {START_TIMEOUT_S:.0f} s"
-            elif reply.get("op") == "eof" and self.proc is not proc:
-                why = "it was shut down while it started (the run is stopping)"
-            elif reply.get("op") == "eof":
-                why = f"it exited before its hello ({_describe_exit(proc.wait(), self.jail.confined)})"
-            else:
-                why = reply.get("error") or f"an unexpected first reply {str(reply)[:200]}"
-            tail = self.log_tail()
-            self.close()
-            raise WorkerStartError(f"worker failed to start: {why}" + (f" ({tail})" if tail else ""))
-        self.info = {**reply["info"], "processes": processes}
+            self._start_failed(proc, reply, "hello")
+        self.greeted = True
+        self.info = {**reply["info"], "processes": self.processes}
         self.info["jail"] = self.jail.kind if self.jail.confined else "none (--unsafe-no-jail)"
         if self.jail.confined and self.info.get("jail_applied") is False:
-            self.close()
+            self.close(by_user=False)
             raise WorkerStartError(f"the worker could not confine itself: {self.info.get('isolation')}")
         if self.jail.confined and self.info.get("jailed") != self.jail.kind:
             # Fail closed: a worker that does not know the jail it was started in (a command line
             # it did not understand, say) has not applied it.
-            self.close()
+            self.close(by_user=False)
             raise WorkerStartError(f"the worker did not confirm the {self.jail.kind} jail it was started in "
                                    f"(it reports {self.info.get('jailed')!r}): not evaluating unconfined")
         # Made before the worker received any candidate, in the jail it confirmed: the only moment its
@@ -263,7 +301,7 @@ class Supervisor:
             # The split judge's own honest self-test could not start a candidate host: every evaluation
             # would fail the same way, so say so once, with what to do instead.
             tail = self.log_tail(3)
-            self.close()
+            self.close(by_user=False)
             remedy = ("the namespaces jail (bubblewrap, where user namespaces are allowed) starts them; "
                       "CUFORGE_JUDGE=inprocess judges candidates inside the jailed worker instead"
                       if self.jail.kind == LANDLOCK else "see cuforge doctor")
@@ -272,12 +310,17 @@ class Supervisor:
         self.info["jail_pid"], self.info["pid"] = self.info.get("pid"), proc.pid  # the host's pid, not the jail's
         return self.info
 
-    def close(self) -> None:
+    def close(self, by_user: bool = True) -> None:
+        """End the worker. by_user: a shutdown (a stopping run), which ends a wait for the GPU's turn or a
+        start in progress; a new worker's start ends its predecessor with by_user=False."""
         # Another thread may close it meanwhile (a stopping run, while this one starts the worker): each
         # close takes what it ends under the lock, so the worker is ended once.
+        if self.builder is not None:
+            self.builder.close(by_user)
         with self._closing:
-            self.closes += 1
+            self.closes += by_user
             proc, self.proc = self.proc, None
+            self.ready = self.greeted = False
             cgroup, self.cgroup = self.cgroup, None
             workdir, self.workdir = self.workdir, None
         if proc is not None:
@@ -354,6 +397,8 @@ class Supervisor:
         """Ask the (jailed) worker to try what a hostile candidate would; see sandbox/jail_probe.py."""
         if not self.alive():
             self.start()
+        elif not self.greeted:
+            self._greet_in_turn()
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"op": "probe", "targets": targets}) + "\n")
         self.proc.stdin.flush()
@@ -362,18 +407,30 @@ class Supervisor:
             raise WorkerStartError(f"the worker did not answer the jail probe ({self.log_tail()})")
         return list(reply["report"])
 
-    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+    def evaluate(self, problem: Problem, candidate: Candidate, config: EvalConfig,
+                 prebuilt: dict[str, str] | None = None) -> Evaluation:
         """One evaluation in the worker, in the GPU's turn (gpu_turn: no other cuforge process evaluates on
-        it meanwhile); the time waited for the turn counts toward no limit."""
+        it meanwhile); the time waited for the turn counts toward no limit. A module candidate's
+        extensions are built before the turn (`prebuilt`: already built by the caller's builders)."""
         if self.cpu_mode:
             return self._evaluate_in_worker(problem, candidate, config)
         closes = self.closes
         t0 = time.monotonic()
+        if not self.alive():
+            # A new worker's imports and CUDA context need no turn: made while others evaluate.
+            try:
+                self._spawn()
+            except WorkerStartError as e:
+                if self.closes == closes:
+                    raise
+                return Evaluation(problem.id, candidate.id, "crash", f"not evaluated: the worker was shut down while "
+                                  f"it started ({e})", wall_s=time.monotonic() - t0, device=self.info)
+        packed = self._prebuild(problem, candidate, config) if prebuilt is None else prebuilt
         try:
             with gpu_turn(physical_gpu(self.gpu), give_up=lambda: self.closes != closes) as waited:
                 self.in_turn = True
                 try:
-                    ev = self._evaluate_in_worker(problem, candidate, config)
+                    ev = self._evaluate_in_worker(problem, candidate, config, packed)
                 finally:
                     self.in_turn = False
         except TurnAbandoned as e:  # close() from another thread: the run is stopping
@@ -384,16 +441,59 @@ class Supervisor:
             ev.device = {**ev.device, "gpu_turn_wait_s": round(waited, 2)}
         return ev
 
-    def _evaluate_in_worker(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> Evaluation:
+    def _prebuild(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> dict[str, str]:
+        """The extensions a module candidate builds as it is imported, built now in a compile-only worker
+        while other evaluations have the GPU; {} where there are none or they could not be built there.
+        Only once the GPU worker has said which architecture to build for."""
+        arch = self.arch()
+        if self.compile_only or not arch or not builds_ahead(candidate):
+            return {}
+        if self.builder is None:
+            self.builder = self.new_builder(arch)
+        return self.builder.build_ahead(problem, candidate, config)
+
+    def arch(self) -> str | None:
+        """The GPU's compute capability ("9.0"), once a worker has said it."""
+        return self.info.get("compute_capability") or self.ready_arch
+
+    def new_builder(self, arch: str) -> Supervisor:
+        """A compile-only supervisor in this one's jail, building for the GPU architecture `arch`."""
+        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch  # what the GPU worker's torch would use
+        return Supervisor(compile_only=True, judge="inprocess", jail=self._jail, unsafe_no_jail=self.unsafe_no_jail,
+                          isolate_network=self.isolate_network,
+                          extra_env={**self.extra_env, "TORCH_CUDA_ARCH_LIST": arch_list})
+
+    def build_ahead(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> dict[str, str]:
+        """(A compile-only supervisor's job.) Import the candidate in a fresh worker and return the
+        extensions its import built (protocol/prebuilt.py); {} where it built none or failed, which
+        decides nothing: the evaluation then builds as it would have. The worker then ends: the
+        candidate's code ran in it, and no other candidate's build may."""
+        build = replace(config, device="cpu", compile_only=True, prebuild=True, profile=False)
+        try:
+            ev = self.evaluate(problem, candidate, build)
+            return self.prebuilt if ev.status == "compiled" else {}
+        except WorkerStartError:
+            return {}
+        finally:
+            self.close(by_user=False)
+
+    def _evaluate_in_worker(self, problem: Problem, candidate: Candidate, config: EvalConfig,
+                            prebuilt: dict[str, str] | None = None) -> Evaluation:
         base = {"problem_id": problem.id, "candidate_id": candidate.id}
         t0 = time.monotonic()
         restarted = False
         if not self.alive():
             restarted = self.spawns > 0
             self.start()
+        elif not self.greeted:  # spawned before the turn
+            restarted = self.spawns > 1
+            self._greet()
         assert self.proc is not None and self.proc.stdin is not None
-        request = {"op": "evaluate", "problem": problem_payload(problem), "candidate": candidate.to_dict(),
-                   "config": config.to_dict()}
+        sent = candidate.to_dict()
+        if prebuilt:
+            sent["prebuilt"] = prebuilt
+        self.prebuilt = {}
+        request = {"op": "evaluate", "problem": problem_payload(problem), "candidate": sent, "config": config.to_dict()}
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
@@ -401,29 +501,30 @@ class Supervisor:
         except BrokenPipeError:
             reply = {"op": "eof"}
         except MemoryError as e:
-            self.close()
+            self.close(by_user=False)
             return Evaluation(status="crash", message=f"worker host memory {int(e.args[0]) / 2**30:.1f} GiB exceeded the "
                               f"{config.max_host_memory_gib:g} GiB limit; worker killed", wall_s=time.monotonic() - t0,
                               worker_restarted=True, device=self.info, **base)
         if reply is None:
-            self.close()
+            self.close(by_user=False)
             return Evaluation(status="timeout", message=f"no result within {config.timeout_s:g} s; worker killed",
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         if reply.get("op") == "eof":
             code = self.proc.wait() if self.proc else None
             tail = self.log_tail()
-            self.close()
+            self.close(by_user=False)
             return Evaluation(status="crash", message=f"worker died ({_describe_exit(code, self.jail.confined)})" + (f": {tail}" if tail else ""),
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         if reply.get("op") == "error":
-            self.close()
+            self.close(by_user=False)
             return Evaluation(status="crash", message=f"harness error in worker: {reply.get('message')}",
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         ev = Evaluation.from_dict(reply["evaluation"])
+        self.prebuilt = dict(reply.get("prebuilt") or {})
         ev.device = {**ev.device, "pid": self.info.get("pid"), "jail": self.info.get("jail")}
         ev.worker_restarted = restarted
         if reply.get("restart"):
-            self.close()
+            self.close(by_user=False)
         return ev
 
 

@@ -120,8 +120,8 @@ class Host:
         from cuforge.sandbox.protocol.candidate import Candidate
         from cuforge.sandbox.protocol.loading import (
             CandidateLoadError,
-            candidate_class,
             cast_module,
+            load_candidate,
             problem_module,
         )
 
@@ -131,7 +131,7 @@ class Host:
         cand = Candidate.from_dict(req["candidate"])
         self.guard = monitor.Guard.snapshot()
         try:
-            cls = candidate_class(cand.module_source(), module, cand.id)
+            cls, _ = load_candidate(cand.module_source(), module, cand.id, req["candidate"].get("prebuilt"))
         except CandidateLoadError as e:
             return {"load": [e.status, str(e), [vars(d) for d in e.diagnostics]]}, []
         self._raise_guard()

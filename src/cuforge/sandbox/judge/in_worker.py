@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from cuforge.sandbox.host import monitor
-from cuforge.sandbox.protocol.loading import CandidateLoadError, candidate_class, cast_module
+from cuforge.sandbox.protocol.loading import CandidateLoadError, cast_module, load_candidate
+from cuforge.sandbox.protocol.prebuilt import pack
 from cuforge.sandbox.judge import cheats, core, steps, timing, verify
 from cuforge.sandbox.judge.context import Context, Models, References
 from cuforge.sandbox.judge.output_judge import Judge, Trials
@@ -44,11 +45,17 @@ class InWorkerRunner:
 
     def load(self, ctx: Context) -> tuple[str, str, list[Diagnostic]]:
         cand = Candidate.from_dict(ctx.candidate)
+        record = ctx.config.compile_only and ctx.config.prebuild
         try:
-            self.cls = candidate_class(cand.module_source(), ctx.module, cand.id)
+            self.cls, extensions = load_candidate(cand.module_source(), ctx.module, cand.id,
+                                                  ctx.candidate.get("prebuilt"), record)
         except CandidateLoadError as e:
             return e.status, str(e), e.diagnostics
         self.check_rules()
+        if extensions.used:
+            ctx.correctness["prebuilt_extensions"] = len(extensions.used)
+        if record:  # handed to the supervisor beside the evaluation (worker.py), never stored with it
+            ctx.correctness["prebuilt"] = pack(extensions.built)
         if ctx.config.compile_only:
             return "compiled", "loaded and compiled; nothing run (compile-only)", []
         return "ok", "", []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -168,7 +169,17 @@ def child_pids() -> set[int]:
     return alive
 
 
+def _wait_for_go() -> bool:
+    """The supervisor's go-ahead after `ready` (sent once it holds the GPU's turn); False: it asked the
+    worker to exit, or went away, before that."""
+    for line in sys.stdin:
+        if line.strip():
+            return json.loads(line).get("op") == "go"
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
+    t_start = time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
     isolation = "host network"
     jail_applied = True
@@ -238,8 +249,19 @@ def main(argv: list[str] | None = None) -> None:
     info["jail_applied"] = jail_applied
     info["jailed"] = jailed  # the jail it was told it runs in; the supervisor checks it is the one it planned
     info["judge"] = judge
+    # Started (imports, the CUDA context) without running any GPU work: the supervisor may let other
+    # processes evaluate meanwhile. What follows times kernels, so it waits for the GPU's turn.
+    started = time.monotonic() - t_start
+    proto.write(json.dumps({"op": "ready", "compute_capability": info.get("compute_capability")}) + "\n")
+    if not _wait_for_go():
+        return
+    t_turn = time.monotonic()
     info["self_test"] = "skipped (compile-only)" if "--compile-only" in argv else self_test(device, info)
+    t_test = time.monotonic()
     trusted = {} if device != "cuda" or "--compile-only" in argv else trusted_artifacts()
+    # The worker's own account of its start, for benchmarks and diagnostics only.
+    info["start_s"] = {"until_ready": round(started, 3), "self_test": round(t_test - t_turn, 3),
+                       "trusted_artifacts": round(time.monotonic() - t_test, 3)}
     proto.write(json.dumps({"op": "hello", "info": info, "trusted": trusted}) + "\n")
     children_at_start = child_pids()
     for line in sys.stdin:
@@ -271,7 +293,10 @@ def main(argv: list[str] | None = None) -> None:
                 # A failed candidate (one that raised while loading, say) left processes behind; they
                 # would hold the jail's process and memory budget against the next candidate.
                 restart = True
+            built = ev.correctness.pop("prebuilt", None)
             reply = {"op": "result", "evaluation": ev.to_dict(), "restart": restart}
+            if built is not None:
+                reply["prebuilt"] = built
         except Exception as e:  # noqa: BLE001 - a harness bug must still produce a verdict
             traceback.print_exc()
             reply = {"op": "error", "message": f"{type(e).__name__}: {e}", "restart": True}

@@ -183,6 +183,8 @@ class EvalConfig:
     timeout_s: float = 300.0
     max_host_memory_gib: float = field(default_factory=default_worker_memory_gib)  # per worker
     compile_only: bool = False  # load the candidate and compile its kernels (no GPU needed); run nothing
+    # With compile_only: hand back the extensions the candidate's import built (protocol/prebuilt.py).
+    prebuild: bool = False
     # The precision contract (protocol/precision.py): what correct means, and the flags the reference and
     # the "torch"/"torch.compile" baselines run under. The other contract's eager is timed beside them.
     precision: str = "fp32"

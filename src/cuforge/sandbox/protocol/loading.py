@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cuforge.sandbox.protocol.evaluation import Diagnostic
+from cuforge.sandbox.protocol.prebuilt import Extensions, around_import
 from cuforge.sandbox.protocol.precision import flags_kept, precision_flags, set_pytorch_defaults, tf32_switches
 
 
@@ -157,6 +158,15 @@ def candidate_class(module_source: str, problem: types.ModuleType, candidate_id:
     if not isinstance(cls, type):
         raise CandidateLoadError("runtime_error", "candidate module defines no ModelNew class")
     return cls
+
+
+def load_candidate(module_source: str, problem: types.ModuleType, candidate_id: str,
+                   prebuilt: dict[str, str] | None = None, record: bool = False) -> tuple[type, Extensions]:
+    """candidate_class, loading the extensions built ahead for this candidate (prebuilt.py) instead of
+    building them, and with `record`, noting those its import builds."""
+    with around_import(prebuilt, scratch_dir().parent / "prebuilt", record) as extensions:
+        cls = candidate_class(module_source, problem, candidate_id)
+    return cls, extensions
 
 
 def _last_lines(text: str, n: int = 6) -> str:
