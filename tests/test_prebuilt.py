@@ -39,13 +39,14 @@ def test_an_extension_built_ahead_is_loaded_not_built_again(tmp_path, monkeypatc
     name = f"tiny_{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "first"))
     with prebuilt.recording() as built:
-        module = cpp_extension.load_inline(name, cpp_sources=[tiny(42)], no_implicit_headers=True)
+        module = cpp_extension.load_inline(name, cpp_sources=[tiny(42)], no_implicit_headers=True, extra_ldflags=[""])
     assert module.answer() == 42 and len(built) == 1
     packed = prebuilt.pack(built)
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "second"))
     with prebuilt.replaying(packed, tmp_path / "handed") as used:
-        again = cpp_extension.load_inline(name, cpp_sources=[tiny(42)], no_implicit_headers=True, verbose=True)
+        again = cpp_extension.load_inline(name, cpp_sources=[tiny(42)], no_implicit_headers=True, verbose=True,
+                                          extra_ldflags=[""])
     assert again.answer() == 42 and used == list(packed)
     assert not (tmp_path / "second").exists()  # nothing was built for it
     assert cpp_extension.load_inline is not None and "replaying" not in repr(cpp_extension.load_inline)
@@ -77,7 +78,8 @@ def test_libraries_past_the_limit_are_left_to_build_in_the_evaluation(tmp_path, 
 CANDIDATE = """
 import torch
 from torch.utils.cpp_extension import load_inline
-ext = load_inline("{name}", cpp_sources=[{source!r}], no_implicit_headers=True)
+# Flag lists as KernelBench's examples pass them: torch appends to extra_ldflags as it builds.
+ext = load_inline("{name}", cpp_sources=[{source!r}], no_implicit_headers=True, extra_cflags=[""], extra_ldflags=[""])
 
 class ModelNew(torch.nn.Module):
     def forward(self, a):

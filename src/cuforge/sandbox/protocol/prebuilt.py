@@ -65,8 +65,9 @@ def recording() -> Iterator[dict[str, Path]]:
     built: dict[str, Path] = {}
 
     def load_inline(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
+        # The key first: torch appends to the caller's own flag lists (extra_ldflags) as it builds.
         key = build_key(original, args, kwargs)
+        result = original(*args, **kwargs)
         # A Python module names its library; a library of torch ops alone is returned as its path.
         path = result if isinstance(result, str) else getattr(result, "__file__", None)
         if key is not None and path and Path(path).is_file():
