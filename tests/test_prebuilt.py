@@ -49,6 +49,14 @@ def test_an_extension_built_ahead_is_loaded_not_built_again(tmp_path, monkeypatc
                                           extra_ldflags=[""])
     assert again.answer() == 42 and used == list(packed)
     assert not (tmp_path / "second").exists()  # nothing was built for it
+    first = next((tmp_path / "handed").rglob("*.so"))
+    before = first.stat()
+    # The same candidate again in this process (evaluated twice in one worker): a new file, the
+    # loaded one left as it is.
+    with prebuilt.replaying(packed, tmp_path / "handed") as used:
+        third = cpp_extension.load_inline(name, cpp_sources=[tiny(42)], no_implicit_headers=True, extra_ldflags=[""])
+    assert third.answer() == 42 and used == list(packed) and len(list((tmp_path / "handed").rglob("*.so"))) == 2
+    assert (first.stat().st_ino, first.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert cpp_extension.load_inline is not None and "replaying" not in repr(cpp_extension.load_inline)
 
     # Another source under the same name is built, not served the recorded library.
@@ -125,6 +133,10 @@ def test_a_gpu_supervisor_builds_a_candidates_extensions_before_its_turn(tmp_pat
         ev2 = sup.evaluate(problem, Candidate(CANDIDATE.format(name=name, source=tiny(43))), config)
         assert ev2.status == "wrong_output" and ev2.correctness.get("prebuilt_extensions") == 1, (ev2.status, ev2.message)
         assert sup.builder.spawns == 2 and sup.builder.proc is None
+
+        # The first candidate again, in the same worker: it loads a fresh copy of its library.
+        again = sup.evaluate(problem, cand, config)
+        assert again.status == "ok" and again.correctness.get("prebuilt_extensions") == 1, (again.status, again.message)
 
         # A build that fails ahead decides nothing: the evaluation builds (and fails) as it would have.
         broken = Candidate(CANDIDATE.format(name="broken_ext", source="this is not C++"))

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import inspect
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -116,8 +117,10 @@ def replaying(packed: dict[str, str] | None, directory: Path) -> Iterator[list[s
         bound = inspect.signature(original).bind(*args, **kwargs)
         bound.apply_defaults()
         name = str(bound.arguments["name"])
-        where = directory / key[:24]
-        where.mkdir(parents=True, exist_ok=True)
+        # A new file every time: the same candidate evaluated again in this process must not write over
+        # a library it has loaded (rewriting mapped code crashes the process).
+        where = directory / f"{key[:24]}-{uuid.uuid4().hex[:12]}"
+        where.mkdir(parents=True)
         library = where / f"{name}.so"
         library.write_bytes(base64.b64decode(packed[key]))
         used.append(key)
