@@ -185,3 +185,38 @@ def test_the_local_executor_builds_ahead_while_another_process_has_the_gpu(tmp_p
             holder.kill()
             holder.wait()
         executor.close()
+
+
+def test_a_search_builds_a_candidates_extensions_before_it_queues_it_for_the_gpu(tmp_path, suite_dir):
+    # A replayed LLM reply (a load_inline module, judged split as untrusted proposers' candidates are):
+    # the search has the executor build it ahead, and the evaluation's host loads what was built.
+    import dataclasses
+    import json
+
+    from test_sandbox_gpu_turn import _CpuWorkerTakingTurns
+
+    from cuforge.agent.config import ProposerSpec, RunConfig
+    from cuforge.agent.run import execute, prepare
+    from cuforge.results.store import Store
+    from cuforge.sandbox.driver.executor import LocalExecutor
+
+    name = f"tiny_{uuid.uuid4().hex[:8]}"
+    reply = "Built inline.\n```python\n" + CANDIDATE.format(name=name, source=tiny(42)) + "```\n"
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"text": reply, "tokens_in": 10, "tokens_out": 10}) + "\n")
+    cfg = RunConfig(suite=str(suite_dir), proposers=[ProposerSpec("replay", replay_file=str(replies))],
+                    islands=1, generations=1, concurrency=1, device="cpu", gpus="1")
+    prep = prepare(cfg)
+    prep.executor.close()
+    gpu = f"test-{uuid.uuid4().hex}"
+    sup = _CpuWorkerTakingTurns(gpu=gpu, judge="split")
+    sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
+    executor = LocalExecutor([gpu], supervisors=[sup])
+    store = Store(tmp_path / "r.db")
+    run_id, search = execute(dataclasses.replace(prep, executor=executor), store, None, False)
+    (row,) = store.conn.execute("SELECT status, correctness FROM evaluations").fetchall()
+    assert row[0] == "ok", row
+    correctness = json.loads(row[1])
+    assert correctness.get("prebuilt_extensions") == 1 and "prebuilt" not in correctness
+    assert executor.builders is not None and all(b.spawns == 1 and b.proc is None for b in executor.builders.all)
+    assert sup.builder is None  # built by the search's call, not by the supervisor holding the GPU slot

@@ -131,7 +131,7 @@ class Host:
         cand = Candidate.from_dict(req["candidate"])
         self.guard = monitor.Guard.snapshot()
         try:
-            cls, _ = load_candidate(cand.module_source(), module, cand.id, req["candidate"].get("prebuilt"))
+            cls, extensions = load_candidate(cand.module_source(), module, cand.id, req["candidate"].get("prebuilt"))
         except CandidateLoadError as e:
             return {"load": [e.status, str(e), [vars(d) for d in e.diagnostics]]}, []
         self._raise_guard()
@@ -147,7 +147,7 @@ class Host:
             model = _run(lambda: cast_module(model, getattr(torch, req["cast"])), self.device, "ModelNew.to(dtype)")
         self.model = model
         self._raise_guard()
-        return {"load": ["ok", "", []]}, []
+        return {"load": ["ok", "", []], "prebuilt_extensions": len(extensions.used)}, []
 
     def op_forward(self, req: dict[str, Any], parts: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         import torch

@@ -243,6 +243,7 @@ class HostClient:
         self.device = torch.device("cpu" if device == "none" else device)
         self.deadline = time.monotonic() + 3600.0
         self.alive = True
+        self.prebuilt_used = 0  # extensions built ahead that the host says its load used (for the record)
         self.mappings = Mappings()
         self._events: tuple[Any, Any] | None = None
         self.kernel_resources: list[dict[str, Any]] = []  # what the host says its kernels use (prompt material)
@@ -295,6 +296,9 @@ class HostClient:
         status, message, diags = (reply.get("load") or [None, "", []])[:3]
         if not isinstance(status, str) or not is_valid_status(status) or not isinstance(message, str):
             raise Stop("runtime_error", "the candidate's process gave no load result the judge can read")
+        used = reply.get("prebuilt_extensions")
+        # The host's own account, for the record only: at most what it was handed.
+        self.prebuilt_used = min(used, len(candidate.get("prebuilt") or {})) if isinstance(used, int) and used > 0 else 0
         return status, message[:4000], diags if isinstance(diags, list) else []
 
     def forward(self, inputs: list[Any], rng_seed: int | None, monitor: bool, out_bytes: int) -> tuple[list[Any], dict[str, Any]]:

@@ -72,6 +72,8 @@ class HostRunner:
         scale = ctx.problem["meta"].get("small") if ctx.config.device == "cpu" else None  # the sizes the judge loaded
         status, message, diags = ctx.host.load(ctx.problem, ctx.candidate, scale, ctx.correctness["init_seed"],
                                                ctx.config.precision)
+        if ctx.host.prebuilt_used:
+            ctx.correctness["prebuilt_extensions"] = ctx.host.prebuilt_used
         return status, message, [Diagnostic(**d) for d in diags if isinstance(d, dict)][:50] if diags else []
 
     def references(self, ctx: CoreContext) -> References:
