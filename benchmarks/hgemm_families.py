@@ -13,7 +13,7 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
 
 
 def main() -> None:
-    from cuforge.kernels.families import GemmSm80, GemmSm90
+    from cuforge.kernels.gemm import GemmSm80, GemmSm90
     from cuforge.problems.hgemm import hgemm_problem
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.driver.supervisor import Supervisor

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuforge.agent.config import RunConfig
-from cuforge.kernels.families import GemmSm80, GemmSm90
+from cuforge.kernels.gemm import GemmSm80, GemmSm90
 from cuforge.kernels.softmax import SoftmaxRows
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files

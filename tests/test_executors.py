@@ -88,7 +88,7 @@ def test_slot_pool_lends_each_slot_to_one_evaluation_at_a_time():
 
 def _candidates():
     """Three template GEMM configs and one that does not compile, for hgemm 64x64x64."""
-    from cuforge.kernels.families import GemmSm80
+    from cuforge.kernels.gemm import GemmSm80
     from cuforge.problems.hgemm import hgemm_problem
     from cuforge.sandbox.protocol.candidate import Candidate
 

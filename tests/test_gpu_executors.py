@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from cuforge.kernels.families import GemmSm80
+from cuforge.kernels.gemm import GemmSm80
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.sandbox.protocol.evaluation import EvalConfig
 from cuforge.sandbox.driver.executor import LocalExecutor, visible_gpus

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90
+from cuforge.kernels.families import Elementwise
+from cuforge.kernels.gemm import GemmSm80, GemmSm90
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_files
 from cuforge.sandbox.protocol.evaluation import EvalConfig
@@ -209,7 +210,7 @@ LINEAR_EXPRS = {"relu": "torch.relu(self.linear(x))", "silu": "F.silu(self.linea
 def test_linear_family_fuses_bias_and_activation_on_awkward_shapes(sup, tmp_path, op):
     """x @ W^T + b then ReLU / SiLU / GELU / nothing, with W read K-major from the parameter; partial
     tiles, split-K (the epilogue runs once, after the reduction), both epilogue paths."""
-    from cuforge.kernels.families import LinearSm90
+    from cuforge.kernels.gemm import LinearSm90
 
     g = LinearSm90()
     expr = LINEAR_EXPRS[op]

@@ -7,7 +7,8 @@ import pytest
 
 from cuforge.agent.population import Member
 from cuforge.kernels.base import CONFIG_TAG
-from cuforge.kernels.families import Elementwise, GemmSm80, GemmSm90, config_of, families_for, family_for
+from cuforge.kernels.families import Elementwise, config_of, families_for, family_for
+from cuforge.kernels.gemm import GemmSm80, GemmSm90
 from cuforge.agent.template_proposer import NotCovered, TemplateProposer
 from cuforge.problems.hgemm import hgemm_problem
 from cuforge.problems.loader import load_in_dtype
