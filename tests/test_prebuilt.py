@@ -12,7 +12,10 @@ import pytest
 
 from cuforge.sandbox.protocol import prebuilt
 
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+
 pytestmark = pytest.mark.skipif(shutil.which("ninja") is None, reason="torch's load_inline needs ninja")
+CPU_CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=120)
 
 # A Python extension without torch's headers: it builds in about a second.
 TINY = r'''
@@ -96,16 +99,15 @@ class ModelNew(torch.nn.Module):
 
 
 def test_a_gpu_supervisor_builds_a_candidates_extensions_before_its_turn(tmp_path):
-    from test_sandbox_gpu_turn import _CpuWorkerTakingTurns, _wait_until, hold
+    from turn_helpers import CpuWorkerTakingTurns, hold, wait_until
 
     from cuforge.sandbox.protocol.candidate import Candidate
-    from cuforge.sandbox.protocol.evaluation import EvalConfig
     from template_helpers import problem_from_expr
 
     problem = problem_from_expr(tmp_path, "torch.relu(a)", "torch.randn(64, 64)", args="a")
-    config = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=120)
+    config = CPU_CFG
     gpu = f"test-{uuid.uuid4().hex}"
-    sup = _CpuWorkerTakingTurns(gpu=gpu)
+    sup = CpuWorkerTakingTurns(gpu=gpu)
     holder = None
     try:
         # What a GPU worker's hello says (this machine has none): which architecture to build for.
@@ -117,7 +119,7 @@ def test_a_gpu_supervisor_builds_a_candidates_extensions_before_its_turn(tmp_pat
         evaluator = threading.Thread(target=lambda: done.append(sup.evaluate(problem, cand, config)))
         evaluator.start()
         # Built and its builder ended while the holder still has the GPU: the build took no turn.
-        assert _wait_until(lambda: sup.builder is not None and sup.builder.spawns == 1 and sup.builder.proc is None)
+        assert wait_until(lambda: sup.builder is not None and sup.builder.spawns == 1 and sup.builder.proc is None)
         time.sleep(0.3)
         assert not done
         holder.kill()
@@ -152,17 +154,16 @@ def test_a_gpu_supervisor_builds_a_candidates_extensions_before_its_turn(tmp_pat
 def test_the_local_executor_builds_ahead_while_another_process_has_the_gpu(tmp_path):
     # The search calls build_ahead before it queues a candidate for a GPU: the build runs while the
     # GPU's turn is another's, and the evaluation loads what it built.
-    from test_sandbox_gpu_turn import _CpuWorkerTakingTurns, hold
+    from turn_helpers import CpuWorkerTakingTurns, hold
 
     from cuforge.sandbox.driver.executor import LocalExecutor
     from cuforge.sandbox.protocol.candidate import Candidate
-    from cuforge.sandbox.protocol.evaluation import EvalConfig
     from template_helpers import problem_from_expr
 
     problem = problem_from_expr(tmp_path, "torch.relu(a)", "torch.randn(32, 32)", args="a")
-    config = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=120)
+    config = CPU_CFG
     gpu = f"test-{uuid.uuid4().hex}"
-    sup = _CpuWorkerTakingTurns(gpu=gpu)
+    sup = CpuWorkerTakingTurns(gpu=gpu)
     executor = LocalExecutor([gpu], supervisors=[sup])
     name = f"tiny_{uuid.uuid4().hex[:8]}"
     cand = Candidate(CANDIDATE.format(name=name, source=tiny(42)))
@@ -193,7 +194,7 @@ def test_a_search_builds_a_candidates_extensions_before_it_queues_it_for_the_gpu
     import dataclasses
     import json
 
-    from test_sandbox_gpu_turn import _CpuWorkerTakingTurns
+    from turn_helpers import CpuWorkerTakingTurns
 
     from cuforge.agent.config import ProposerSpec, RunConfig
     from cuforge.agent.run import execute, prepare
@@ -209,7 +210,7 @@ def test_a_search_builds_a_candidates_extensions_before_it_queues_it_for_the_gpu
     prep = prepare(cfg)
     prep.executor.close()
     gpu = f"test-{uuid.uuid4().hex}"
-    sup = _CpuWorkerTakingTurns(gpu=gpu, judge="split")
+    sup = CpuWorkerTakingTurns(gpu=gpu, judge="split")
     sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
     executor = LocalExecutor([gpu], supervisors=[sup])
     store = Store(tmp_path / "r.db")

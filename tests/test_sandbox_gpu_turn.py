@@ -11,23 +11,7 @@ import time
 import uuid
 
 from cuforge.sandbox.driver import gpu_turn as turns
-from cuforge.sandbox.driver.supervisor import Supervisor
-
-HOLDER = """
-import sys, time
-from cuforge.sandbox.driver.gpu_turn import gpu_turn
-with gpu_turn(sys.argv[1]) as waited:
-    print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
-"""
-
-
-def hold(gpu_id: str, seconds: float) -> subprocess.Popen:
-    """A process holding the GPU's turn for `seconds`, once it has said so."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, gpu_id, str(seconds)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
+from turn_helpers import CpuWorkerTakingTurns, hold, wait_until
 
 def test_a_second_evaluator_on_the_same_gpu_waits_for_the_first():
     gpu = f"test-{uuid.uuid4().hex}"
@@ -107,14 +91,14 @@ def test_a_supervisor_shut_down_while_waiting_for_the_gpu_returns_at_once(tmp_pa
     holder = hold(gpu, 120)
     try:
         for stage in ("waiting for the turn", "starting up"):
-            sup = _CpuWorkerTakingTurns(gpu=gpu)
+            sup = CpuWorkerTakingTurns(gpu=gpu)
             got = []
             waiter = threading.Thread(target=lambda: got.append(sup.evaluate(problem, Candidate("import torch\n", "module"), EvalConfig())))
             waiter.start()
             if stage == "starting up":  # spawned, before its `ready`
-                assert _wait_until(lambda: sup.proc is not None, 30)
+                assert wait_until(lambda: sup.proc is not None, 30)
             else:
-                assert _wait_until(lambda: sup.ready), sup.log_tail()
+                assert wait_until(lambda: sup.ready), sup.log_tail()
                 time.sleep(0.3)
             assert not got  # still waiting: the holder has the GPU
             t0 = time.monotonic()
@@ -153,22 +137,6 @@ def test_a_killed_tree_is_waited_for_to_its_last_process():
     assert turns.wait_exited(tree, timeout_s=5)
 
 
-class _CpuWorkerTakingTurns(Supervisor):
-    """A GPU supervisor (it takes the GPU's turn) whose worker computes on the CPU: how a GPU worker's
-    start and evaluations meet the turn, on a machine without a GPU."""
-
-    def _command(self):  # noqa: ANN202
-        args, env = super()._command()
-        return [*args, "--cpu"], env
-
-
-def _wait_until(cond, seconds: float = 90.0) -> bool:  # noqa: ANN001
-    deadline = time.monotonic() + seconds
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return cond()
-
-
 def test_a_gpu_worker_starts_up_outside_the_turn_and_self_tests_in_it():
     # Its imports and CUDA context run no GPU work, so they run while another process evaluates; its
     # self-test times an honest kernel and checks it for escaped work, so that waits for the turn.
@@ -176,12 +144,12 @@ def test_a_gpu_worker_starts_up_outside_the_turn_and_self_tests_in_it():
 
     gpu = f"test-{uuid.uuid4().hex}"
     holder = hold(gpu, 120)
-    sup = _CpuWorkerTakingTurns(gpu=gpu)
+    sup = CpuWorkerTakingTurns(gpu=gpu)
     done = []
     starter = threading.Thread(target=lambda: done.append(_outcome(sup.start)))
     try:
         starter.start()
-        assert _wait_until(lambda: sup.ready), sup.log_tail()  # started up while the holder has the turn
+        assert wait_until(lambda: sup.ready), sup.log_tail()  # started up while the holder has the turn
         time.sleep(0.5)
         assert sup.alive() and not sup.greeted and not done  # no self-test, no hello: waiting for the turn
         holder.kill()
@@ -209,12 +177,12 @@ def test_an_evaluation_that_needs_a_new_worker_starts_it_before_waiting_for_the_
     config = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
     gpu = f"test-{uuid.uuid4().hex}"
     holder = hold(gpu, 120)
-    sup = _CpuWorkerTakingTurns(gpu=gpu)
+    sup = CpuWorkerTakingTurns(gpu=gpu)
     done = []
     evaluator = threading.Thread(target=lambda: done.append(_outcome(lambda: sup.evaluate(problem, honest, config))))
     try:
         evaluator.start()
-        assert _wait_until(lambda: sup.ready), sup.log_tail()
+        assert wait_until(lambda: sup.ready), sup.log_tail()
         time.sleep(0.5)
         assert not sup.greeted and not done
         holder.kill()
