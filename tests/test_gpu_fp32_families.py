@@ -107,3 +107,19 @@ def test_norm_rows_is_correct_on_odd_rows(sup, tmp_path, expr, init, args, extra
         inputs = f"torch.randn({rows}, {cols})" + extra.replace("R", str(rows)).replace("H", str(cols))
         p = load(tmp_path, expr.replace("(H,)", f"({cols},)"), inputs, args=args, init=init.replace("H", str(cols)))
         check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")])
+
+
+@pytest.mark.parametrize("torch_dtype", ["torch.bfloat16", "torch.float16"])
+def test_half_precision_norm_rows_are_correct(sup, tmp_path, torch_dtype):
+    # LLaMA's RMSNorm as the model writes it (x.float(), the norm, .to(x.dtype), the weight) and a layer
+    # norm of a half tensor; judged against float64 at the bound PyTorch's own half result sets.
+    n = NormRows()
+    llama = "(lambda h: self.w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype))(x.float())"
+    for rows, cols in ((7, 4), (33, 1000), (256, 4096)):
+        half = f"dtype={torch_dtype}"
+        cases = [(llama, f"        self.w = nn.Parameter(torch.rand({cols}, {half}) + 0.5)"),
+                 ("self.norm(x)", f"        self.norm = nn.LayerNorm({cols}).to({torch_dtype})\n"
+                                  "        nn.init.uniform_(self.norm.weight, 0.5, 1.5)")]
+        for expr, init in cases:
+            p = problem_from_expr(tmp_path, expr, f"torch.randn({rows}, {cols}, {half})", "x", init, prefix="gpu")
+            check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")])

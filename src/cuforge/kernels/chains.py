@@ -143,7 +143,12 @@ UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "
          "log_sigmoid_forward", "sign", "elu", "softplus", "pow", "leaky_relu", "clamp", "clamp_min", "hardtanh")
 BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum", "xlogy")
 ELEMENTWISE = UNARY + BINARY + ("masked_fill", "triu", "tril")
-CTYPES = {"float32": "float", "float16": "__half"}
+CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+# A value read from a tensor of each element type, as fp32.
+TO_FLOAT = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
+# A cast (traced as _to_copy) to each dtype, applied to an fp32 value: rounded to it and widened back.
+ROUND_TO = {"torch.float32": "{}", "torch.float16": "__half2float(__float2half_rn({}))",
+            "torch.bfloat16": "__bfloat162float(__float2bfloat16_rn({}))"}
 
 
 def _producer(problem: Problem, ref: str) -> OpNode | None:
@@ -269,7 +274,7 @@ def leaf_views(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[s
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
                   dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
                   prefix: str = "e", result: str | None = None, channels: bool = False,
-                  flat: bool = False) -> Epilogue | str:
+                  flat: bool = False, casts: bool = False) -> Epilogue | str:
     """The chain after an anchor as an Epilogue, or why it is not one. `nodes` are the graph's nodes
     after the anchor; `full` is the anchor's output shape; leaf tensors must have `dtype`; a `bias`
     (a per-column vector, addmm's) is added first. The chain must end in the forward's output, or, for
@@ -278,7 +283,9 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     broadcast per element, per channel ("ch", as a bias does) or as one value; `bias` is per channel.
     `flat`: the kernel's r and c are a row and column of another view of the anchor's memory (a softmax
     over dims merged into one), so only r * cols + c, the flat index, means the same: every operand that
-    is neither whole nor one value is indexed from it."""
+    is neither whole nor one value is indexed from it. `casts`: the chain may cast its value to another
+    floating dtype and back (`h.to(x.dtype)` between fp32 steps), each rounding as PyTorch's would; the
+    kernel then includes cuda_fp16.h and cuda_bf16.h."""
     if channels:
         allow_rowsum = False
     index = {"rc": "r * (long long)cols + c", "c": "c", "r": "r", "s": "0", "ch": f"(r % {full[1] if channels else 1})"}
@@ -291,7 +298,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             return k if k in ("rc", "s") else None
     env = {anchor_out: "v"}
     def load(x: str) -> str:
-        return f"__half2float({x})" if dtype == "float16" else x
+        return TO_FLOAT[dtype].format(x) if dtype in TO_FLOAT else x
 
     bias_kind = "ch" if channels else "c"
     lines: list[str] = [f"v = v + {load(prefix + '0[' + index[bias_kind] + ']')};"] if bias else []
@@ -314,6 +321,14 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             rowsum, keepdim = True, node.op == "sum"
             env[prev] = value
             break
+        if casts and node.op == "_to_copy" and node.args and node.args[0] in env:
+            target = node.kwarg("dtype")
+            others = {k for k, _ in node.kwargs} - {"dtype"}
+            if target not in ROUND_TO or others or tuple(node.shape) != full:
+                return f"a cast to {target} is not one a chain computes"
+            lines.append(f"const float x{k} = {ROUND_TO[target].format(env[node.args[0]])};")
+            env[node.out] = f"x{k}"
+            continue
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
         if kind(tuple(node.shape)) is None:

@@ -1,18 +1,24 @@
-"""Row norms over the last dim, fp32: layernorm (traced as native_layer_norm) and rmsnorm (as the
-ops it is written with: pow, mean, add eps, rsqrt, mul [, mul weight]), each followed by the traced
-elementwise epilogue (GELU and a residual add, a SiLU gate, ...). eps comes from the trace."""
+"""Row norms over the last dim: layernorm (traced as native_layer_norm) and rmsnorm (as the ops it is
+written with: pow, mean, add eps, rsqrt, mul [, mul weight]), each followed by the traced elementwise
+epilogue (GELU and a residual add, a SiLU gate, ...). eps comes from the trace. Inputs, weights and
+output in fp32, fp16 or bf16, the statistics and the epilogue in fp32 (as PyTorch computes a half
+precision norm); an rmsnorm written as LLaMA's (`x.float()`, the norm, `.to(x.dtype)`, the weight)
+rounds where the model does."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
-from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec, literal
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec, literal
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.kernels.registry import family
+
+
+FLOATS = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -25,18 +31,32 @@ class NormMatch:
     rows: int
     cols: int
     epilogue: Epilogue
+    dtype: str = "float32"  # of the input, the weight and bias, the epilogue's operands and the output
 
 
-
-def _vector(problem: Problem, ref: Any, cols: int) -> str | None | bool:
-    """A per-column fp32 vector ref, None for no tensor, False when it is something else."""
+def _vector(problem: Problem, ref: Any, cols: int, dtype: str) -> str | None | bool:
+    """A per-column vector ref of `dtype`, None for no tensor, False when it is something else."""
     if ref is None:
         return None
     spec = leaf_spec(problem, ref) if is_ref(ref) else None
-    return ref if spec is not None and spec.dtype == "float32" and tuple(spec.shape) == (cols,) else False
+    return ref if spec is not None and spec.dtype == dtype and tuple(spec.shape) == (cols,) else False
 
 
-def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...]) -> tuple[str, float, str | None, int] | str:
+def _widened_input(problem: Problem, g: tuple[OpNode, ...]) -> tuple[OpNode, ...]:
+    """The graph read as computing on a half-precision input itself where it starts by widening it to
+    fp32 (`h = x.float()`): the kernel widens every value it loads."""
+    first = g[0]
+    if first.op != "_to_copy" or first.kwargs != (("dtype", "torch.float32"),) or not first.args \
+            or not is_ref(first.args[0]):
+        return g
+    spec = leaf_spec(problem, first.args[0])
+    if spec is None or spec.dtype not in ("float16", "bfloat16"):
+        return g
+    x = first.args[0]
+    return tuple(replace(n, args=tuple(x if a == first.out else a for a in n.args)) for n in g[1:])
+
+
+def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...], dtype: str = "float32") -> tuple[str, float, str | None, int] | str:
     """(x, eps, weight, nodes used) of x * rsqrt(mean(x^2, -1, keepdim) + eps) [* weight] at the graph's start."""
     if len(g) < 4:
         return "too few ops for an rmsnorm"
@@ -72,51 +92,56 @@ def _rmsnorm_prefix(problem: Problem, g: tuple[OpNode, ...]) -> tuple[str, float
     used, weight = used + 3, None
     if len(g) > used and g[used].op == "mul" and scale.out in g[used].args[:2]:
         other = [a for a in g[used].args[:2] if a != scale.out]
-        w = _vector(problem, other[0], sq.shape[-1]) if len(other) == 1 else False
+        w = _vector(problem, other[0], sq.shape[-1], dtype) if len(other) == 1 else False
         if w:
             used, weight = used + 1, w
     return x, eps, weight, used  # type: ignore[return-value]
 
 
 def match_norm(problem: Problem) -> NormMatch | str:
-    g = problem.graph
-    if not g:
+    if not problem.graph:
         return "no traced graph"
+    g = _widened_input(problem, problem.graph)
+    if not g:
+        return "only a cast"
     first = g[0]
+    dtype = problem.outputs[0].dtype if len(problem.outputs) == 1 else ""
+    if dtype not in FLOATS:
+        return "needs one fp32, fp16 or bf16 output"
     if first.op == "native_layer_norm":
         x, shape, w, b, eps = (list(first.args) + [None] * 5)[:5]
         spec = leaf_spec(problem, x) if is_ref(x) else None
-        if spec is None or spec.dtype != "float32" or tuple(shape or ()) != (spec.shape[-1],):
-            return "layer_norm is not over the last dim of an fp32 input"
+        if spec is None or spec.dtype != dtype or tuple(shape or ()) != (spec.shape[-1],):
+            return "layer_norm is not over the last dim of an input of the output's dtype"
         cols = spec.shape[-1]
-        weight, bias = _vector(problem, w, cols), _vector(problem, b, cols)
+        weight, bias = _vector(problem, w, cols, dtype), _vector(problem, b, cols, dtype)
         if weight is False or bias is False:
-            return "layer_norm's weight or bias is not a per-column fp32 vector"
+            return f"layer_norm's weight or bias is not a per-column vector of the output's dtype ({dtype})"
         kind, used, anchor = "layernorm", 1, first
     else:
-        found = _rmsnorm_prefix(problem, g)
+        found = _rmsnorm_prefix(problem, g, dtype)
         if isinstance(found, str):
             return f"neither a layer_norm nor an rmsnorm ({found})"
         x, eps, weight, used = found
         bias, kind, anchor = None, "rmsnorm", g[used - 1]
         spec = leaf_spec(problem, x)
-        if spec is None or spec.dtype != "float32":
-            return "the normalized input is not fp32"
+        if spec is None or spec.dtype != dtype:
+            return "the normalized input's dtype is not the output's"
     if not isinstance(eps, (int, float)) or isinstance(eps, bool):
         return "eps is not a constant"
     cols = spec.shape[-1]
     rows = spec.numel // max(cols, 1)
     if rows >= 2**31 or cols >= 2**31:
         return "rows and columns must fit in 32-bit ints"
-    epi = compile_chain(problem, g[used:], anchor.out, tuple(spec.shape), allow_rowsum=False)
+    epi = compile_chain(problem, g[used:], anchor.out, tuple(spec.shape), dtype, allow_rowsum=False, casts=True)
     if isinstance(epi, str):
         return epi
-    return NormMatch(kind, x, weight or None, bias or None, float(eps), rows, cols, epi)
+    return NormMatch(kind, x, weight or None, bias or None, float(eps), rows, cols, epi, dtype)
 
 
 @family(90)
 class NormRows(Family):
-    """Layernorm or rmsnorm over the last dim of an fp32 tensor with the traced epilogue fused: one
+    """Layernorm or rmsnorm over the last dim (fp32, fp16 or bf16) with the traced epilogue fused: one
     block per row, the row cached in shared memory (or re-read) between the statistics and the output
     pass, two-pass variance."""
 
@@ -143,7 +168,7 @@ class NormRows(Family):
         f = match_norm(problem)
         assert not isinstance(f, str)
         return {"KIND": f.kind, "HAS_W": f.weight is not None, "HAS_B": f.bias is not None, "EPS": literal(f.eps),
-                "EPI": f.epilogue}
+                "EPI": f.epilogue, "DTYPE": f.dtype, "CTYPE": CTYPES[f.dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_norm(problem)
@@ -151,5 +176,5 @@ class NormRows(Family):
         return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)",
                           shared_mem="cols * 4" if c["CACHE"] == "smem" else "0",
                           args=(f.x, f.weight or f.x, f.bias or f.x, "out0", "rows", "cols", *f.epilogue.launch_args()),
-                          outputs=((f"{f.x}.shape", "float32"),),
+                          outputs=((f"{f.x}.shape", f.dtype),),
                           bindings=(("cols", f"{f.x}.shape[-1]"), ("rows", f"{f.x}.numel() // max(cols, 1)")))

@@ -27,6 +27,8 @@ NOT_FLOAT = frozenset({"argmax", "argmax_lastdim", "argmin", "eq", "ne", "gt", "
                        "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "arange", "nonzero",
                        "bitwise_and", "bitwise_or", "bitwise_not", "empty", "scalar_tensor", "full", "zeros", "ones",
                        "randint", "bucketize", "searchsorted", "_to_copy", "to", "type_as", "lift_fresh_copy"})
+# What a cast (traced as _to_copy) to each floating dtype makes.
+FLOAT_CASTS = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 MAX_RUN = 16  # the longest run of ops asked of the families (a fused chain is rarely longer)
 MAX_NODES = 4000  # a longer graph (a recurrent model traced step by step) is not cut: its search would not end
 
@@ -93,6 +95,26 @@ def last_reads(problem: Problem) -> dict[str, int]:
     return out
 
 
+def value_dtypes(problem: Problem) -> dict[str, str]:
+    """The floating dtype of each value the forward makes, as far as the trace tells it (it records shapes,
+    not dtypes): a cast's target, else PyTorch's promotion of the op's tensor operands (one dtype stays;
+    fp32 beside a half, or fp16 beside bf16, makes fp32). Values of ops in NOT_FLOAT are left out, but for
+    casts to a floating dtype; so are those whose operands' dtypes are not known."""
+    known = {f"in{i}": s.dtype for i, s in enumerate(problem.inputs)}
+    known.update({f"param{i}": s.dtype for i, s in enumerate(problem.params)})
+    for n in problem.graph:
+        if n.op == "_to_copy" and n.kwarg("dtype") in FLOAT_CASTS:
+            known[n.out] = FLOAT_CASTS[n.kwarg("dtype")]
+            continue
+        if n.op in NOT_FLOAT:
+            continue
+        operands = {known.get(base_ref(r)) for r in refs_of(n)}
+        if None in operands or not operands:
+            continue
+        known[n.out] = operands.pop() if len(operands) == 1 else "float32"
+    return known
+
+
 def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], made: str) -> Problem | str:
     """Nodes [start, end) as a problem of their own: the values they read as inputs in0, in1, ... (the
     parameters stay the model's), `made` its one output; or why they cannot be one."""
@@ -101,17 +123,19 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
     if any("." in r for r in reads):
         return "reads a second result of an op"
     makers = {n.out: n.op for n in problem.graph}
-    odd = next((r for r in reads if makers.get(r) in NOT_FLOAT), None)
+    dtypes = value_dtypes(problem)
+    odd = next((r for r in reads if makers.get(r) in NOT_FLOAT and r not in dtypes), None)
     if odd is not None:  # the trace keeps shapes, not dtypes: a kernel would take the values for floats
         return f"reads {odd}, made by {makers[odd]} (not floating point)"
     shapes = {n.out: n.shape for n in problem.graph}
     alias = {r: f"in{i}" for i, r in enumerate(reads)}
+    default = problem.inputs[0].dtype if problem.inputs else "float32"
     specs = []
     for r in reads:
         if r.startswith("in"):
             specs.append(problem.inputs[int(r[2:])])
         elif r in shapes:
-            specs.append(TensorSpec(tuple(shapes[r]), problem.inputs[0].dtype if problem.inputs else "float32"))
+            specs.append(TensorSpec(tuple(shapes[r]), dtypes.get(r, default)))
         else:
             return f"reads {r}, a tensor made outside the forward"
 
@@ -128,7 +152,7 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
                   for n in problem.graph[start:end])
     out_shape = shapes[made]
     return replace(problem, id=f"{problem.id}#{start}-{end}", inputs=tuple(specs), graph=nodes, graph_outputs=(made,),
-                   outputs=(TensorSpec(tuple(out_shape), specs[0].dtype if specs else "float32"),),
+                   outputs=(TensorSpec(tuple(out_shape), dtypes.get(made, specs[0].dtype if specs else "float32")),),
                    ops=tuple(n.op for n in nodes))
 
 
@@ -161,11 +185,15 @@ def kernel_run(problem: Problem, start: int, last: dict[str, int], cover: Cover)
     """The longest run of ops from `start` that one family's kernel covers, with one value read after it."""
     graph = problem.graph
     best, misses = None, 0
+    # A cast opens what a kernel computes in another precision (LLaMA's `x.float()`, then its whole
+    # norm): no shorter run from it is a kernel, so every length is tried.
+    cast = graph[start].op == "_to_copy"
     for end in range(start + 1, min(len(graph), start + MAX_RUN) + 1):
         run = _run(problem, start, end, last, cover)
         if run is None:
             misses += 1
-            if misses >= GIVE_UP_AFTER or end == start + 1:
+            # An op no kernel takes alone ends the search from it.
+            if not cast and (misses >= GIVE_UP_AFTER or end == start + 1):
                 break
             continue
         best, misses = run, 0

@@ -1,0 +1,83 @@
+"""Row norms in half precision (kernels/norms.py): LLaMA's RMSNorm written as the model writes it
+(`x.float()`, the norm in fp32, `.to(x.dtype)`, the weight), a layer norm of a bf16 or fp16 tensor, and
+the same norm after a residual add (the add stays PyTorch's, the norm is a kernel); each config renders
+and compiles with NVRTC for sm_90a. The dtypes a partition's parts read and make follow the trace's
+casts (the trace records no dtypes)."""
+
+import pytest
+
+from cuforge.kernels.chains import compile_chain
+from cuforge.kernels.families import families_for
+from cuforge.kernels.norms import NormRows, match_norm
+from cuforge.kernels.partition import value_dtypes
+from template_helpers import problem_from_expr, smoke_compile
+
+# As LLaMA writes it: h = x.float(); h * rsqrt(mean(h^2) + eps), cast back, times the weight.
+LLAMA = "(lambda h: self.w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)).to(a.dtype))(a.float())"
+HALF = {"bf16": ("bfloat16", "torch.bfloat16"), "fp16": ("float16", "torch.float16")}
+
+
+def llama(tmp_path, name: str, cols: int = 512):
+    dtype, torch_dtype = HALF[name]
+    return problem_from_expr(tmp_path, LLAMA, f"torch.randn(64, {cols}, dtype={torch_dtype})", args="a",
+                             init=f"        self.w = nn.Parameter(torch.rand({cols}, dtype={torch_dtype}) + 0.5)")
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_llamas_rmsnorm_in_half_precision_is_one_kernel(tmp_path, name):
+    p = llama(tmp_path, name)
+    m = match_norm(p)
+    assert not isinstance(m, str), m
+    assert (m.kind, m.x, m.weight, m.dtype) == ("rmsnorm", "in0", None, HALF[name][0])
+    # The cast back to the input's dtype rounds where the model does; the weight is then read as a half.
+    rounding = "__float2bfloat16_rn" if name == "bf16" else "__float2half_rn"
+    assert rounding in m.epilogue.body and m.epilogue.launch_args() == ("param0",)
+    assert [f.name for f in families_for(p)[0]][:1] == ["norm_rows"]
+    n = NormRows()
+    cand = n.render(n.seeds(p)[0], p)
+    assert cand.launch.outputs == (("in0.shape", HALF[name][0]),)
+    smoke_compile(n, p, 4)
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_a_half_precision_layer_norm_and_its_residual_form(tmp_path, name):
+    dtype, torch_dtype = HALF[name]
+    init = f"        self.norm = nn.LayerNorm(256).to({torch_dtype})"
+    p = problem_from_expr(tmp_path, "self.norm(a)", f"torch.randn(33, 256, dtype={torch_dtype})", args="a", init=init)
+    m = match_norm(p)
+    assert not isinstance(m, str) and (m.kind, m.weight, m.bias, m.dtype) == ("layernorm", "param0", "param1", dtype)
+    smoke_compile(NormRows(), p, 4)
+    # A residual add before it: PyTorch adds, the norm is the kernel.
+    two = problem_from_expr(tmp_path, "self.norm(a + b)", f"torch.randn(33, 256, dtype={torch_dtype}), "
+                            f"torch.randn(33, 256, dtype={torch_dtype})", init=init)
+    fams = families_for(two)[0]
+    assert fams and fams[0].name == "partition", families_for(two)[1][-300:]
+    assert "norm_rows" in fams[0].describe(two) and "PyTorch runs add" in fams[0].describe(two)
+
+
+def test_a_norm_whose_output_dtype_is_not_its_inputs_is_refused_with_the_reason(tmp_path):
+    # A bf16 input normalised in fp32 and scaled by an fp32 weight, never cast back: an fp32 output.
+    p = problem_from_expr(tmp_path, "(lambda h: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * self.w)(a.float())",
+                          "torch.randn(8, 128, dtype=torch.bfloat16)", args="a",
+                          init="        self.w = nn.Parameter(torch.ones(128))")
+    assert p.outputs[0].dtype == "float32"
+    assert match_norm(p) == "the normalized input's dtype is not the output's"
+
+
+def test_a_chain_casts_only_where_its_kernel_allows_it(tmp_path):
+    p = problem_from_expr(tmp_path, "torch.relu(a).half().float() * 2", "torch.randn(16, 32)", args="a")
+    assert "_to_copy" in [n.op for n in p.graph]
+    anchor = p.graph[0]
+    refused = compile_chain(p, p.graph[1:], anchor.out, (16, 32))
+    assert isinstance(refused, str) and "_to_copy" in refused
+    allowed = compile_chain(p, p.graph[1:], anchor.out, (16, 32), casts=True)
+    assert not isinstance(allowed, str) and "__float2half_rn" in allowed.body
+
+
+def test_the_dtypes_a_partition_reads_follow_the_casts(tmp_path):
+    p = llama(tmp_path, "bf16")
+    dtypes = value_dtypes(p)
+    by_op = [(n.op, dtypes.get(n.out)) for n in p.graph]
+    # x.float() and what follows are fp32; .to(a.dtype) and the weight's product are bf16 again.
+    assert by_op[0] == ("_to_copy", "float32") and by_op[-1] == ("mul", "bfloat16")
+    assert ("_to_copy", "bfloat16") in by_op and ("rsqrt", "float32") in by_op
