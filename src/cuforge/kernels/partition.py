@@ -115,6 +115,21 @@ def value_dtypes(problem: Problem) -> dict[str, str]:
     return known
 
 
+Facts = tuple[dict[str, str], dict[str, tuple[int, ...]], dict[str, str]]
+_LAST_FACTS: list[tuple[tuple[OpNode, ...], Facts]] = []
+
+
+def _facts(problem: Problem) -> Facts:
+    """Each value's maker, shape and dtype, made once per graph: a partition asks for them for every
+    run it tries (a graph of a thousand ops asks thousands of times)."""
+    last = _LAST_FACTS[0] if _LAST_FACTS else None
+    if last is not None and last[0] is problem.graph:
+        return last[1]
+    facts = ({n.out: n.op for n in problem.graph}, {n.out: n.shape for n in problem.graph}, value_dtypes(problem))
+    _LAST_FACTS[:] = [(problem.graph, facts)]
+    return facts
+
+
 def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], made: str) -> Problem | str:
     """Nodes [start, end) as a problem of their own: the values they read as inputs in0, in1, ... (the
     parameters stay the model's), `made` its one output; or why they cannot be one."""
@@ -122,12 +137,10 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
         return "reads no tensor of the forward (parameters only)"  # a kernel's outputs take its first input's device
     if any("." in r for r in reads):
         return "reads a second result of an op"
-    makers = {n.out: n.op for n in problem.graph}
-    dtypes = value_dtypes(problem)
+    makers, shapes, dtypes = _facts(problem)
     odd = next((r for r in reads if makers.get(r) in NOT_FLOAT and r not in dtypes), None)
     if odd is not None:  # the trace keeps shapes, not dtypes: a kernel would take the values for floats
         return f"reads {odd}, made by {makers[odd]} (not floating point)"
-    shapes = {n.out: n.shape for n in problem.graph}
     alias = {r: f"in{i}" for i, r in enumerate(reads)}
     default = problem.inputs[0].dtype if problem.inputs else "float32"
     specs = []
