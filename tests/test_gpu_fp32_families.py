@@ -123,3 +123,19 @@ def test_half_precision_norm_rows_are_correct(sup, tmp_path, torch_dtype):
         for expr, init in cases:
             p = problem_from_expr(tmp_path, expr, f"torch.randn({rows}, {cols}, {half})", "x", init, prefix="gpu")
             check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")])
+
+
+@pytest.mark.parametrize("torch_dtype", ["torch.bfloat16", "torch.float16"])
+def test_half_precision_pointwise_chains_are_correct(sup, tmp_path, torch_dtype):
+    # An anchored chain with a per-column operand, an outer product of broadcast operands, and a chain
+    # that rounds through a cast; odd sizes leave a tail that fills no vector.
+    from cuforge.kernels.pointwise import PointwiseChain
+
+    fam = PointwiseChain()
+    half = f"dtype={torch_dtype}"
+    cases = [("torch.tanh(a) * b + 0.5", f"torch.randn(33, 1001, {half}), torch.randn(1001, {half})", "a, b"),
+             ("a * b", f"torch.randn(257, 1, {half}), torch.randn(1, 999, {half})", "a, b"),
+             ("F.silu(a).float().to(a.dtype) * a", f"torch.randn(4099, {half})", "a")]
+    for expr, inputs, args in cases:
+        p = problem_from_expr(tmp_path, expr, inputs, args, prefix="gpu")
+        check(sup, fam, p, fam.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, WAVES=0, UNROLL=1)])

@@ -1,5 +1,6 @@
 """Pointwise chains: any forward made only of elementwise ops (activations written as one op or spelled
-out with pow, tanh, exp, abs, div, ...) over fp32 tensors of the output's shape, with per-column or
+out with pow, tanh, exp, abs, div, ...; casts between floating dtypes) over tensors of the output's
+shape and dtype (fp32, fp16 or bf16; the chain computes in fp32), with per-column or
 per-row operands and constants, fused into one kernel that reads each input once and writes once.
 Where no input has the output's shape (an outer sum: (N, 1) + (1, F, 1, 1) makes (1, F, N, 1), as
 KernelBench level2/75 ends), every input is an operand read at its broadcast index, one element a
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
-from cuforge.kernels.chains import ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
+from cuforge.kernels.chains import CTYPES, ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.kernels.registry import family
@@ -23,6 +24,10 @@ class PointwiseMatch:
     anchor: str | None  # the input read as the chain's starting value (vector loads); None: all broadcast
     chain: Epilogue
     shape: tuple[int, ...] = ()  # the output's
+    dtype: str = "float32"  # of the output, the anchor and every operand (the chain computes in fp32)
+
+
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def match_pointwise(problem: Problem) -> PointwiseMatch | str:
@@ -30,24 +35,25 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
     graph = problem.graph
     if not graph:
         return "no traced graph"
-    odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE + LEAF_VIEWS})
+    odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE + LEAF_VIEWS + ("_to_copy",)})
     if odd:
         return f"not only elementwise ops ({', '.join(odd)})"
-    if len(problem.outputs) != 1 or problem.outputs[0].dtype != "float32":
-        return "needs one fp32 output"
+    if len(problem.outputs) != 1 or problem.outputs[0].dtype not in DTYPES:
+        return "needs one fp32, fp16 or bf16 output"
+    dtype = problem.outputs[0].dtype
     full = tuple(problem.outputs[0].shape)
     if not full:
         return "a 0-dim output"
-    anchor = next((f"in{i}" for i, x in enumerate(problem.inputs) if tuple(x.shape) == full and x.dtype == "float32"), None)
-    if anchor is None and (not problem.inputs or any(x.dtype != "float32" for x in problem.inputs)):
-        return "no fp32 input of the output's shape, and inputs that are not all fp32 to broadcast"
+    anchor = next((f"in{i}" for i, x in enumerate(problem.inputs) if tuple(x.shape) == full and x.dtype == dtype), None)
+    if anchor is None and (not problem.inputs or any(x.dtype != dtype for x in problem.inputs)):
+        return f"no input of the output's shape and dtype ({dtype}), and inputs not all of it to broadcast"
     # Without an anchor the chain starts from nothing: every input is an operand at its broadcast index.
-    chain = compile_chain(problem, graph, anchor or "<no anchor>", full, "float32", allow_rowsum=False)
+    chain = compile_chain(problem, graph, anchor or "<no anchor>", full, dtype, allow_rowsum=False, casts=True)
     if isinstance(chain, str):
         return chain
     if not chain.body:
         return "the forward returns its input unchanged"
-    return PointwiseMatch(anchor, chain, full)
+    return PointwiseMatch(anchor, chain, full, dtype)
 
 
 @family(150)
@@ -77,7 +83,7 @@ class PointwiseChain(GraphFamily):
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
         return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph),
-                "ANCHOR": m.anchor is not None}
+                "ANCHOR": m.anchor is not None, "DTYPE": m.dtype, "CTYPE": CTYPES[m.dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
@@ -88,4 +94,4 @@ class PointwiseChain(GraphFamily):
             shape, n, cols = f"{m.anchor}.shape", f"{m.anchor}.numel()", f"{m.anchor}.shape[-1]"
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=(m.anchor or "in0", "out0", "n", "cols", *m.chain.launch_args()),
-                          outputs=((shape, "float32"),), bindings=(("n", n), ("cols", cols), sm_count(m.anchor or "in0")))
+                          outputs=((shape, m.dtype),), bindings=(("n", n), ("cols", cols), sm_count(m.anchor or "in0")))

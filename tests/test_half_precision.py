@@ -1,8 +1,8 @@
-"""Row norms in half precision (kernels/norms.py): LLaMA's RMSNorm written as the model writes it
-(`x.float()`, the norm in fp32, `.to(x.dtype)`, the weight), a layer norm of a bf16 or fp16 tensor, and
-the same norm after a residual add (the add stays PyTorch's, the norm is a kernel); each config renders
-and compiles with NVRTC for sm_90a. The dtypes a partition's parts read and make follow the trace's
-casts (the trace records no dtypes)."""
+"""Kernels in half precision on the CPU: row norms (kernels/norms.py: LLaMA's RMSNorm as the model
+writes it - `x.float()`, the norm in fp32, `.to(x.dtype)`, the weight - a layer norm of a bf16 or fp16
+tensor, and the same norm after a residual add, the add PyTorch's) and pointwise chains (rotary
+embeddings through a partition); each config renders and compiles with NVRTC for sm_90a. The dtypes a
+partition's parts read and make follow the trace's casts (the trace records no dtypes)."""
 
 import pytest
 
@@ -10,6 +10,7 @@ from cuforge.kernels.chains import compile_chain
 from cuforge.kernels.families import families_for
 from cuforge.kernels.norms import NormRows, match_norm
 from cuforge.kernels.partition import value_dtypes
+from cuforge.kernels.pointwise import PointwiseChain, match_pointwise
 from template_helpers import problem_from_expr, smoke_compile
 
 # As LLaMA writes it: h = x.float(); h * rsqrt(mean(h^2) + eps), cast back, times the weight.
@@ -47,12 +48,12 @@ def test_a_half_precision_layer_norm_and_its_residual_form(tmp_path, name):
     m = match_norm(p)
     assert not isinstance(m, str) and (m.kind, m.weight, m.bias, m.dtype) == ("layernorm", "param0", "param1", dtype)
     smoke_compile(NormRows(), p, 4)
-    # A residual add before it: PyTorch adds, the norm is the kernel.
+    # A residual add before it: two kernels, the add's and the norm's.
     two = problem_from_expr(tmp_path, "self.norm(a + b)", f"torch.randn(33, 256, dtype={torch_dtype}), "
                             f"torch.randn(33, 256, dtype={torch_dtype})", init=init)
     fams = families_for(two)[0]
     assert fams and fams[0].name == "partition", families_for(two)[1][-300:]
-    assert "norm_rows" in fams[0].describe(two) and "PyTorch runs add" in fams[0].describe(two)
+    assert fams[0].describe(two) == "2 kernels over 2 of 2 ops (pointwise, norm_rows)"
 
 
 def test_a_norm_whose_output_dtype_is_not_its_inputs_is_refused_with_the_reason(tmp_path):
@@ -72,6 +73,42 @@ def test_a_chain_casts_only_where_its_kernel_allows_it(tmp_path):
     assert isinstance(refused, str) and "_to_copy" in refused
     allowed = compile_chain(p, p.graph[1:], anchor.out, (16, 32), casts=True)
     assert not isinstance(allowed, str) and "__float2half_rn" in allowed.body
+    # The pointwise family takes the round trip (fp32 in and out, rounded to fp16 between).
+    m = match_pointwise(p)
+    assert not isinstance(m, str) and "__float2half_rn" in m.chain.body and m.dtype == "float32"
+    smoke_compile(PointwiseChain(), p, 2)
+    # A cast to an integer type is no chain's.
+    q = problem_from_expr(tmp_path, "torch.relu(a).long().float()", "torch.randn(16, 32)", args="a")
+    assert "cast to torch.int64" in str(match_pointwise(q))
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_half_precision_pointwise_chains(tmp_path, name):
+    dtype, torch_dtype = HALF[name]
+    half = f"dtype={torch_dtype}"
+    p = problem_from_expr(tmp_path, "torch.tanh(a) * b + 0.5", f"torch.randn(64, 1000, {half}), torch.randn(64, 1000, {half})")
+    m = match_pointwise(p)
+    assert not isinstance(m, str) and m.dtype == dtype and m.anchor == "in0"
+    assert m.chain.ctype == ("__nv_bfloat16" if name == "bf16" else "__half")
+    assert PointwiseChain().render(PointwiseChain().seeds(p)[0], p).launch.outputs == (("in0.shape", dtype),)
+    smoke_compile(PointwiseChain(), p, 4)
+    outer = problem_from_expr(tmp_path, "a * b", f"torch.randn(64, 1, {half}), torch.randn(1, 100, {half})")
+    assert match_pointwise(outer).anchor is None  # every input read at its broadcast index
+    smoke_compile(PointwiseChain(), outer, 2)
+    # Operands of another dtype are refused with the reason.
+    mixed = problem_from_expr(tmp_path, "a * b", f"torch.randn(64, 100, {half}), torch.randn(64, 100)")
+    assert "dtype" in str(match_pointwise(mixed))
+
+
+@pytest.mark.parametrize("suffix", ["@bf16", "@fp16"])
+def test_rotary_embeddings_in_half_precision_are_partitioned(suffix):
+    from cuforge.problems.suites import load_problem
+
+    for name in ("rotary_half", "rotary_interleaved"):
+        p = load_problem(f"models/{name}{suffix}")
+        fams = families_for(p)[0]
+        assert fams and fams[0].name == "partition", families_for(p)[1][-300:]
+        assert "kernels over" in fams[0].describe(p) and "pointwise x2" in fams[0].describe(p)
 
 
 def test_the_dtypes_a_partition_reads_follow_the_casts(tmp_path):
