@@ -133,8 +133,10 @@ def test_smoke_configs_compile_with_nvrtc(problem_ref):
 def test_bf16_elementwise_configs_compile_with_nvrtc():
     for ref in ("level1/gelu", "level1/silu"):
         p = load_in_dtype(load_problem(ref), "bf16")
-        (fam,), _ = families_for(p)
-        smoke_compile(fam, p, SMOKE)
+        fams, _ = families_for(p)
+        assert [f.name for f in fams] == ["elementwise", "pointwise"]  # the one-op family first
+        for fam in fams:
+            smoke_compile(fam, p, SMOKE)
 
 
 def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
