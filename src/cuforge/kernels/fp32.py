@@ -57,23 +57,29 @@ def _merged_rows(problem: Problem, node: Any) -> str | None:
     return node.args[0]
 
 
-def _operand(problem: Problem, ref: Any, dims: int) -> tuple[str, bool] | str:
+def _operand(problem: Problem, ref: Any, dims: int, dtype: str = "float32") -> tuple[str, bool] | str:
     if not is_ref(ref):
         return f"operand {ref!r} is not a tensor"
     base, transposed = (ref[:-2], True) if ref.endswith(".T") else (ref, False)
     spec = leaf_spec(problem, base)
     if spec is None:
         return f"operand {ref} is not an input or a parameter"
-    if spec.dtype != "float32" or len(spec.shape) != dims:
-        return f"operand {ref} is not a {dims}-D fp32 tensor"
+    if spec.dtype != dtype or len(spec.shape) != dims:
+        return f"operand {ref} is not a {dims}-D {_DTYPE_NAMES.get(dtype, dtype)} tensor"
     return base, transposed
 
 
-def match_gemm(problem: Problem) -> GemmMatch | str:
-    """The problem as an fp32 GEMM with an epilogue, or why it is not one."""
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def match_gemm(problem: Problem, dtype: str = "float32") -> GemmMatch | str:
+    """The problem as a GEMM with an epilogue, its operands and epilogue tensors of `dtype` (fp32 unless
+    a half-precision family asks), or why it is not one."""
     if not problem.graph:
         return "no traced graph"
-    found = _match_gemm(problem)
+    found = _match_gemm(problem, dtype)
+    if isinstance(found, str) and dtype != "float32":
+        return found  # views and batches through views: fp32 families only
     if isinstance(found, str):
         return _viewed_gemm(problem) or _batched_through_views(problem) or found
     return found
@@ -171,7 +177,7 @@ def _viewed_gemm(problem: Problem) -> GemmMatch | None:
     return GemmMatch(a, ta, b, tb, False, m, k, n, Epilogue(), shape if merged else (m, n), a_merged=merged)
 
 
-def _match_gemm(problem: Problem) -> GemmMatch | str:
+def _match_gemm(problem: Problem, dtype: str = "float32") -> GemmMatch | str:
     graph = problem.graph
     merged = _merged_rows(problem, graph[0]) if len(graph) > 1 else None
     if merged is not None:
@@ -188,7 +194,9 @@ def _match_gemm(problem: Problem) -> GemmMatch | str:
     dims = 3 if first.op == "bmm" else 2
     if merged is not None and (first.op == "bmm" or args[0] != problem.graph[0].out):
         return "a view that is not the GEMM's left operand"
-    ops = [(merged, False) if merged is not None and i == 0 else _operand(problem, r, dims) for i, r in enumerate(args[:2])]
+    if merged is not None and leaf_spec(problem, merged).dtype != dtype:  # type: ignore[union-attr]
+        return f"operand {merged} is not a {_DTYPE_NAMES.get(dtype, dtype)} tensor"
+    ops = [(merged, False) if merged is not None and i == 0 else _operand(problem, r, dims, dtype) for i, r in enumerate(args[:2])]
     for o in ops:
         if isinstance(o, str):
             return o
@@ -217,9 +225,9 @@ def _match_gemm(problem: Problem) -> GemmMatch | str:
             return "a merged-rows GEMM whose result is not viewed back to the input's leading dims"
     if bias is not None:
         spec = leaf_spec(problem, bias) if is_ref(bias) else None
-        if spec is None or spec.dtype != "float32" or tuple(spec.shape) not in ((n,), (1, n)):
-            return "addmm's bias is not an fp32 vector over the output columns"
-    epi = compile_chain(problem, nodes, anchor, full, bias=bias, result=result)
+        if spec is None or spec.dtype != dtype or tuple(spec.shape) not in ((n,), (1, n)):
+            return f"addmm's bias is not a {_DTYPE_NAMES.get(dtype, dtype)} vector over the output columns"
+    epi = compile_chain(problem, nodes, anchor, full, dtype=dtype, bias=bias, result=result, casts=dtype != "float32")
     if isinstance(epi, str):
         return epi
     if out_view is not None:

@@ -1,0 +1,73 @@
+"""Decode-shaped products against eager PyTorch (cuBLAS): the models suite's decode GEMV (1 x 4096
+through LLaMA-7B's 11008 x 4096 up projection) and skinny GEMM (8 x 4096 through a 4096 x 4096
+projection), each in fp32, bf16 and fp16, every seed of the `gemm_skinny` family evaluated in one jailed
+worker beside eager, and each against the device-to-device copy bandwidth measured in the run (the
+product reads its weight once, so the copy bandwidth is its ceiling).
+
+fp32 runs under the fp32 contract (eager's matmul without TF32, PyTorch's default for matmuls too);
+bf16 and fp16 under the `pytorch` contract (PyTorch's default flags, reduced-precision reductions
+allowed to cuBLAS; the kernel sums in fp32 either way).
+
+    python benchmarks/skinny_gemm.py --name skinny_gemm
+
+Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from _common import write_result
+from kernelbench_bandwidth import copy_bandwidth_gbs, problem_bytes
+
+PROBLEMS = ("models/decode_gemv", "models/skinny_gemm")
+DTYPES = ("", "@bf16", "@fp16")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-timing", type=float, default=0.5)
+    ap.add_argument("--name", default="skinny_gemm")
+    a = ap.parse_args()
+    os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
+    from cuforge.kernels.gemm_skinny import GemmSkinny
+    from cuforge.problems.suites import load_suite
+    from cuforge.sandbox.driver.supervisor import Supervisor
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+
+    fam = GemmSkinny()
+    copy = copy_bandwidth_gbs()
+    print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
+    suite = {p.id: p for p in load_suite("models").problems}
+    rows = []
+    with Supervisor(gpu=0) as sup:
+        for name in PROBLEMS:
+            for variant in DTYPES:
+                problem = suite[name + variant]
+                precision = "fp32" if not variant else "pytorch"
+                cfg = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False, precision=precision)
+                for config in fam.seeds(problem):
+                    ev = sup.evaluate(problem, fam.render(config, problem), cfg)
+                    t, eager = ev.timings.get("candidate"), ev.timings.get("torch")
+                    gbs = problem_bytes(problem) / (t.median_ms * 1e-3) / 1e9 if t else None
+                    row = {"problem": problem.id, "precision": precision, "config": config, "status": ev.status,
+                           "message": ev.message[:200] if ev.status != "ok" else "",
+                           "ms": t.median_ms if t else None, "p20_ms": t.p20_ms if t else None,
+                           "p80_ms": t.p80_ms if t else None, "eager_ms": eager.median_ms if eager else None,
+                           "vs_eager": eager.median_ms / t.median_ms if t and eager else None,
+                           "gbs": gbs, "vs_copy": gbs / copy if gbs else None}
+                    rows.append(row)
+                    print(row, flush=True)
+    best = {}
+    for r in rows:
+        if r["status"] == "ok" and r["vs_eager"] and r["vs_eager"] > best.get(r["problem"], {}).get("vs_eager", 0):
+            best[r["problem"]] = r
+    write_result(a.name, {"copy_gbs": copy, "rows": rows,
+                          "best": {k: {"config": v["config"], "vs_eager": v["vs_eager"], "vs_copy": v["vs_copy"],
+                                       "ms": v["ms"], "eager_ms": v["eager_ms"]} for k, v in best.items()}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""A GEMM of a few rows through a linear layer's weight (decode's GEMV, speculative decoding's verify
+step, a small batch): Y = epilogue(X @ W^T) with X [M, K], M at most 16, and W [N, K] as nn.Linear
+stores it; fp32, fp16 or bf16 with fp32 sums, the output in the inputs' dtype. Such a product reads
+W once and does little else, so the kernel streams W at the copy bandwidth and uses each load of it
+for every row of X."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuforge.kernels.base import SEED_SMS, Family
+from cuforge.kernels.chains import CTYPES
+from cuforge.kernels.fp32 import GemmMatch, match_gemm
+from cuforge.kernels.registry import family
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.protocol.candidate import LaunchSpec
+
+MAX_ROWS = 16
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def match_skinny(problem: Problem) -> GemmMatch | str:
+    """The problem as X @ W^T (+ epilogue) with few rows, or why it is not one."""
+    if not problem.inputs or problem.inputs[0].is_scalar:
+        return "no tensor input"
+    dtype = problem.inputs[0].dtype
+    if dtype not in _DTYPES:
+        return f"inputs of {dtype}, not fp32, fp16 or bf16"
+    found = match_gemm(problem, dtype)
+    if isinstance(found, str):
+        return found
+    if found.batched or found.ta or found.epilogue.rowsum:
+        return "not a plain product of rows and a weight"
+    if not found.tb:
+        return "the weight is not stored [N, K] (as nn.Linear stores it)"
+    if found.m > MAX_ROWS:
+        return f"{found.m} rows of activations (this family takes at most {MAX_ROWS})"
+    return found
+
+
+def _vector(dtype: str) -> int:
+    """Elements of `dtype` in one 16-byte load."""
+    return 4 if dtype == "float32" else 8
+
+
+@family(45)
+class GemmSkinny(Family):
+    """Weight-streaming GEMM for 1-16 rows: each warp reads COLS rows of W by 16-byte loads (UNROLL in
+    flight a lane), KSPLIT warps share a column over slices of K, and the traced epilogue is applied
+    before the output is rounded to the inputs' dtype."""
+
+    anchors = frozenset({"mm", "addmm"})
+
+    def __init__(self) -> None:
+        super().__init__("gemm_skinny", {"BLOCK": (128, 256), "COLS": (1, 2, 4), "UNROLL": (1, 2, 4),
+                                         "KSPLIT": (1, 2, 4)})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_skinny(problem)
+        return found if isinstance(found, str) else None
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        found = match_skinny(problem)
+        if isinstance(found, str):
+            return False
+        # Registers: the sums (rows x columns) and the loads in flight (columns x unroll 16-byte words).
+        return (c["BLOCK"] // 32) % c["KSPLIT"] == 0 and found.m * c["COLS"] <= 32 and c["COLS"] * c["UNROLL"] <= 8
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        found = match_skinny(problem)
+        assert not isinstance(found, str)
+        # Enough warps for every SM several times over: K split among the warps of a block where the
+        # columns alone leave SMs idle. On an H200, 8 x 4096 through a 4096 x 4096 weight: two columns a
+        # warp and K in four slices ran 45 us in fp32 against 50-107 for the other seeds; 11008 columns
+        # of one row: two columns a warp, K whole, within 2% of the best (benchmarks/results/skinny_gemm_s46.json).
+        few_columns = found.n < 64 * SEED_SMS
+        first = (dict(BLOCK=256, COLS=2, UNROLL=2, KSPLIT=4) if few_columns
+                 else dict(BLOCK=256, COLS=2, UNROLL=2, KSPLIT=1))
+        others = [dict(BLOCK=128, COLS=2, UNROLL=2, KSPLIT=2), dict(BLOCK=256, COLS=1, UNROLL=2, KSPLIT=4),
+                  dict(BLOCK=256, COLS=4, UNROLL=1, KSPLIT=4), dict(BLOCK=256, COLS=1, UNROLL=4, KSPLIT=2),
+                  dict(BLOCK=256, COLS=2, UNROLL=2, KSPLIT=1)]
+        return [c for c in [first, *[o for o in others if o != first]] if self.valid(c, problem)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        found = match_skinny(problem)
+        assert not isinstance(found, str)
+        dtype = problem.inputs[0].dtype
+        return {"EPI": found.epilogue, "CTYPE": CTYPES[dtype], "ROWS": found.m,
+                "VECTOR": found.k % _vector(dtype) == 0}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = match_skinny(problem)
+        assert not isinstance(f, str)
+        columns_a_block = (c["BLOCK"] // 32 // c["KSPLIT"]) * c["COLS"]
+        out = repr(f.out_shape) if f.a_merged else "(M, N)"
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(N, {columns_a_block}),)", block=f"({c['BLOCK']},)",
+                          args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
+                          outputs=((out, problem.inputs[0].dtype),),
+                          bindings=(("K", f"{f.b}.shape[1]"), ("N", f"{f.b}.shape[0]"), ("M", f"{f.a}.numel() // K")))

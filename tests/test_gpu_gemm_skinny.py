@@ -1,0 +1,31 @@
+"""The skinny GEMM family on a real GPU, judged against float64 at the bound PyTorch's own result in
+that dtype sets: 1-16 rows through a weight stored [N, K] in fp32, bf16 and fp16; K not a multiple of
+the 16-byte load (a scalar tail), N not a multiple of a block's columns (idle warps at the barrier),
+leading dims merged into the rows, a bias and activations fused; every seed and the other knob
+values."""
+
+import pytest
+
+from cuforge.kernels.gemm_skinny import GemmSkinny
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from test_gemm_skinny import linear
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+EXTRA = [dict(BLOCK=128, COLS=4, UNROLL=2, KSPLIT=4), dict(BLOCK=256, COLS=2, UNROLL=1, KSPLIT=4),
+         dict(BLOCK=128, COLS=1, UNROLL=1, KSPLIT=1)]
+
+
+@pytest.mark.parametrize("dtype", ["torch.float32", "torch.bfloat16", "torch.float16"])
+def test_skinny_gemm_is_correct(sup, tmp_path, dtype):
+    fam = GemmSkinny()
+    cases = [(1, 4096, 11008, "self.linear(x)", "", False), (8, 1003, 200, "F.gelu(self.linear(x))", "", True),
+             (16, 2048, 96, "F.silu(self.linear(x)) * 2.0", "", True), (3, 64, 40, "self.linear(x)", "2, ", True),
+             (1, 9, 5, "torch.relu(self.linear(x))", "", True)]
+    for rows, k, n, expr, lead, bias in cases:
+        p = linear(tmp_path, rows, k, n, dtype, expr, bias=bias, lead=lead)
+        assert fam.supports(p) is None, fam.supports(p)
+        configs = fam.seeds(p) + [c for c in EXTRA if fam.valid(c, p) and c not in fam.seeds(p)]
+        for c in configs:
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (rows, k, n, expr, dtype, c, ev.status, ev.message)
