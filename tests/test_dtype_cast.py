@@ -120,8 +120,8 @@ def test_cli_eval_runs_a_problem_in_bf16_and_refuses_an_unknown_dtype(tmp_path):
 
 
 def test_traced_in_its_dtype_a_cast_problem_is_matched_as_one_written_in_it(tmp_path):
-    """`load_in_dtype` traces the file again as it runs cast: the families that take fp16 match an fp32
-    matmul file run in fp16 as they match one written in fp16; the fp32 families say why not."""
+    """`load_in_dtype` traces the file again as it runs cast: the families that take fp16 and bf16 match
+    an fp32 matmul file run in either as they match one written in it; the fp32 families say why not."""
     from cuforge.problems.loader import load_in_dtype
 
     (tmp_path / "mm.py").write_text(
@@ -135,9 +135,16 @@ def test_traced_in_its_dtype_a_cast_problem_is_matched_as_one_written_in_it(tmp_
     fams, why = families_for(fp16)
     assert [f.name for f in fams][:1] == ["gemm_sm90"], why
     bf16 = load_in_dtype(fp32, "bf16")
-    fams, why = families_for(bf16)
-    assert fams == [] and "not covered offline" in why and "(--dtype)" not in why  # the families' own reasons
+    assert [f.name for f in families_for(bf16)[0]][:1] == ["gemm_sm90"]
     assert "gemm_tf32x3_sm90" not in [f.name for f in families_for(fp16)[0]]
+    # a cast the families do not take: they say why, in their own words
+    (tmp_path / "scan.py").write_text(
+        "import torch\nCUFORGE = {'dtype': 'float32', 'policy': 'mixed'}\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, a):\n        return torch.cumprod(a, dim=0)\n"
+        "def get_inputs():\n    return [torch.randn(1024, 512)]\ndef get_init_inputs():\n    return []\n")
+    (scan,), _ = load_files([tmp_path / "scan.py"])
+    fams, why = families_for(load_in_dtype(scan, "bf16"))
+    assert fams == [] and "not covered offline" in why and "(--dtype)" not in why
 
 
 def test_a_kernelbench_style_super_call_casts_without_recursion(tmp_path, cpu_sup):

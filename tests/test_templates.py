@@ -286,3 +286,23 @@ def test_cluster_split_partials_travel_by_stores_or_bulk_copies_by_slice_size():
     assert g.smem_bytes(by_copies) <= two_blocks
     unsplit = {**by_copies, "SPLIT_K": 1, "REDUCE": "ordered"}
     assert "bulk_copy_to" not in g.render(unsplit, p).source and g.pipe_bytes(unsplit) == stages
+
+
+def test_bf16_gemms_are_covered_by_the_half_precision_gemm_families_and_compile(tmp_path):
+    from template_helpers import half_gemm_problem, half_linear_problem
+
+    from cuforge.kernels.gemm import LinearSm90
+
+    p = half_gemm_problem(tmp_path, 1000, 704, 336)
+    assert [f.name for f in families_for(p)[0]][:2] == ["gemm_sm90", "gemm_sm80"]
+    for fam in (GemmSm90(), GemmSm80()):
+        smoke_compile(fam, p, SMOKE)  # random configs too: split-K in each reduction, multicast, narrow tiles
+        cand = fam.render(fam.seeds(p)[0], p)
+        assert "__nv_bfloat16" in cand.source and ".bf16.bf16" in cand.source and cand.launch.outputs[0][1] == "bfloat16"
+    linear = half_linear_problem(tmp_path, 100, 136, 1032, "F.gelu(self.linear(x))")
+    assert families_for(linear)[0][0].name == "linear_sm90"
+    smoke_compile(LinearSm90(), linear, SMOKE)
+    # an fp32 matmul run in bf16, as `--dtype bf16` casts it
+    assert families_for(load_in_dtype(load_problem("level1/matmul_square"), "bf16"))[0][0].name == "gemm_sm90"
+    mixed = half_gemm_problem(tmp_path, 64, 64, 64, dtype="float32")
+    assert "fp16 or both bf16" in GemmSm90().supports(mixed)

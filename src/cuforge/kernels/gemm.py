@@ -1,5 +1,5 @@
-"""The GEMM families: fp16 C = A @ B on Hopper (wgmma and TMA, with multicast clusters) and on Ampere
-(mma.sync), and the fused linear layer (bias and an activation in the epilogue) on Hopper."""
+"""The GEMM families: fp16 or bf16 C = A @ B on Hopper (wgmma and TMA, with multicast clusters) and on
+Ampere (mma.sync), and the fused linear layer (bias and an activation in the epilogue) on Hopper."""
 
 from __future__ import annotations
 
@@ -12,15 +12,29 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 
+# The operands' element type in the half-precision GEMM templates (_half_gemm.cu.j2): its C type, the
+# wgmma / mma.sync operand type, and how fp32 pairs are packed into it and unpacked from it.
+HALF_ELEMENTS = {
+    "float16": {"name": "fp16", "ctype": "half", "mma": "f16", "pack2": "__floats2half2_rn", "unpack2": "__half22float2"},
+    "bfloat16": {"name": "bf16", "ctype": "__nv_bfloat16", "mma": "bf16", "pack2": "__floats2bfloat162_rn",
+                 "unpack2": "__bfloat1622float2"},
+}
+
+
+def element(problem: Problem) -> dict[str, str]:
+    """The template values of the problem's half-precision element type (its first input's)."""
+    return HALF_ELEMENTS[problem.inputs[0].dtype]
+
+
 def plain_hgemm(problem: Problem) -> str | None:
-    """None when the problem is C = A @ B over 2-D fp16 operands with 16-byte aligned rows."""
+    """None when the problem is C = A @ B over 2-D fp16 (or 2-D bf16) operands with 16-byte aligned rows."""
     if problem.ops != ("mm",) or len(problem.inputs) != 2:
         return "not a plain C = A @ B"
     if problem.graph and problem.graph[0].args[:2] != ("in0", "in1"):
         return "operands are not the two inputs as given (transposed or swapped)"
     a, b = problem.inputs
-    if a.dtype != "float16" or b.dtype != "float16" or len(a.shape) != 2 or len(b.shape) != 2:
-        return "needs two 2-D fp16 operands"
+    if a.dtype not in HALF_ELEMENTS or b.dtype != a.dtype or len(a.shape) != 2 or len(b.shape) != 2:
+        return "needs two 2-D operands, both fp16 or both bf16"
     if a.shape[1] % 8 or b.shape[1] % 8:
         return f"needs K and N multiples of 8 for 16-byte loads (K={a.shape[1]}, N={b.shape[1]})"
     return None
@@ -28,7 +42,7 @@ def plain_hgemm(problem: Problem) -> str | None:
 
 @family(10)
 class GemmSm90(Family):
-    """fp16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma from shared
+    """fp16 or bf16 GEMM for Hopper (sm_90a): TMA loads into 128-byte-swizzled tiles, wgmma from shared
     memory, a producer warpgroup and one or two consumer warpgroups over an mbarrier ring, a
     persistent grid walking work units in grouped order, optional split-K (fp32 partials in a
     workspace, summed in split order by the tile's last split, added atomically into one sum, or -
@@ -265,7 +279,7 @@ class GemmSm90(Family):
         return [c for c in configs if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        return {"B_KMAJOR": False, "BIAS": False, "ACT": "none"}
+        return {"B_KMAJOR": False, "BIAS": False, "ACT": "none", "ELEM": element(problem)}
 
     def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
         """(B's TMA descriptor, N's binding, extra kernel arguments after C). With multicast a block
@@ -300,7 +314,7 @@ class GemmSm90(Family):
             scratch = ((f"({split}, M, N)", "float32", "empty"), (f"({counters},)", "int32", "zeros"))
         return LaunchSpec(entry=self.name, grid=grid, block=f"({128 * (self.consumers(c)[0] + 1)},)",
                           shared_mem=str(self.smem_bytes(c)), args=(*args, "M", "N", "K"),
-                          outputs=(("(M, N)", "float16"),), scratch=scratch,
+                          outputs=(("(M, N)", problem.inputs[0].dtype),), scratch=scratch,
                           bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", n_binding),
                                     ("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count")))
 
@@ -330,7 +344,7 @@ LINEAR_ACTS = ("relu", "silu", "gelu")  # traced aten op = the template's ACT
 @family(20)
 class LinearSm90(GemmSm90):
     """A linear layer with its epilogue fused, for Hopper: act(x @ W^T + b) with x [M, K], W [N, K] and
-    b [N] fp16 (nn.Linear's layout: W is read K-major straight from the parameter, no transpose), the
+    b [N] fp16 or bf16 (nn.Linear's layout: W is read K-major straight from the parameter, no transpose), the
     bias and activation (ReLU, SiLU, exact GELU) applied to the fp32 accumulators before the one store."""
 
     anchors = frozenset({"addmm"})
@@ -347,8 +361,9 @@ class LinearSm90(GemmSm90):
         if problem.graph and problem.graph[0].args[:3] != ("param1", "in0", "param0.T"):
             return "not x @ weight.T + bias over the layer's own parameters"
         x, (w, b) = problem.inputs[0], problem.params
-        if any(t.dtype != "float16" for t in (x, w, b)) or len(x.shape) != 2 or len(w.shape) != 2 or len(b.shape) != 1:
-            return "needs a 2-D fp16 input, a 2-D fp16 weight and a 1-D fp16 bias"
+        if x.dtype not in HALF_ELEMENTS or any(t.dtype != x.dtype for t in (w, b)) or len(x.shape) != 2 \
+                or len(w.shape) != 2 or len(b.shape) != 1:
+            return "needs a 2-D input, a 2-D weight and a 1-D bias, all fp16 or all bf16"
         if w.shape[1] != x.shape[1] or b.shape[0] != w.shape[0]:
             return "weight and bias shapes do not match the input"
         if x.shape[1] % 8 or w.shape[0] % 8:
@@ -357,7 +372,7 @@ class LinearSm90(GemmSm90):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         act = problem.ops[1] if len(problem.ops) == 2 else "none"
-        return {"B_KMAJOR": True, "BIAS": True, "ACT": act}
+        return {"B_KMAJOR": True, "BIAS": True, "ACT": act, "ELEM": element(problem)}
 
     def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
         # multicast: a block loads 1 / CLUSTER_M of the BN rows of W
@@ -370,7 +385,7 @@ class LinearSm90(GemmSm90):
 
 @family(30)
 class GemmSm80(Family):
-    """fp16 GEMM, fp32 accumulation: mma.sync m16n8k16 + ldmatrix + a cp.async multistage pipeline,
+    """fp16 or bf16 GEMM, fp32 accumulation: mma.sync m16n8k16 + ldmatrix + a cp.async multistage pipeline,
     grouped rasterization; runs on sm_80 to sm_90."""
 
     anchors = frozenset({"mm"})
@@ -420,8 +435,11 @@ class GemmSm80(Family):
         rest = sorted((c for c in valid if c is not first), key=lambda c: abs(blocks(c) - SEED_SMS))
         return [first, *rest]
 
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        return {"ELEM": element(problem)}
+
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}),)",
                           block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
-                          args=("in0", "in1", "out0", "M", "N", "K"), outputs=(("(M, N)", "float16"),),
+                          args=("in0", "in1", "out0", "M", "N", "K"), outputs=(("(M, N)", problem.inputs[0].dtype),),
                           bindings=(("M", "in0.shape[0]"), ("K", "in0.shape[1]"), ("N", "in1.shape[1]")))
