@@ -47,8 +47,11 @@ def test_refuses_what_it_cannot_compute_naming_why(tmp_path):
 
 
 def test_the_models_suites_decode_products_are_covered_in_every_dtype():
+    # One row: this family first (measured ahead of eager); eight half-precision rows: the wgmma linear
+    # family first (this one lost to cuBLAS there), this one beside it.
     suite = {p.id: p for p in load_suite("models").problems}
     for name in ("models/decode_gemv", "models/skinny_gemm"):
         for variant in ("", "@bf16", "@fp16"):
-            families, why = families_for(suite[name + variant])
-            assert families and families[0].name == "gemm_skinny", (name + variant, why)
+            names = [f.name for f in families_for(suite[name + variant])[0]]
+            first = "linear_sm90" if name.endswith("skinny_gemm") and variant else "gemm_skinny"
+            assert names[0] == first and "gemm_skinny" in names, (name + variant, names)

@@ -1,7 +1,8 @@
 """The half-precision GEMM families in bf16 on a real GPU (the same templates as fp16, with bf16
 wgmma / mma.sync operands and bf16 stores), judged against float64 at the bound PyTorch's own bf16
 result sets: partial tiles, split-K in each reduction, multicast clusters, narrow tiles, both
-epilogues, and the fused linear layer with its bias and activation."""
+epilogues, and the fused linear layer with its bias and activation; and, in fp16 and bf16, linear
+layers without a bias and with GELU's tanh form."""
 
 import pytest
 
@@ -49,3 +50,18 @@ def test_bf16_linear_sm90(sup, tmp_path, expr):
     for m, n, k in ((100, 136, 1032), (777, 520, 1024)):
         p = half_linear_problem(tmp_path, m, n, k, expr)
         judge_all(sup, g, p, g.seeds(p)[:2] + [c for c in SM90_BF16 if g.valid(c, p)][:4])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_linear_sm90_without_bias_and_with_tanh_gelu(sup, tmp_path, dtype):
+    # LLaMA's projections have no bias; GPT-2's MLP uses GELU's tanh form.
+    from template_helpers import problem_from_expr
+
+    g = LinearSm90()
+    half = f"dtype=torch.{dtype}"
+    for expr, bias in (("self.l(x)", False), ("F.gelu(self.l(x), approximate='tanh')", True),
+                       ("F.silu(self.l(x))", False)):
+        for m, n, k in ((100, 136, 1032), (1, 64, 512)):
+            p = problem_from_expr(tmp_path, expr, f"torch.randn({m}, {k}, {half})", "x",
+                                  f"        self.l = nn.Linear({k}, {n}, bias={bias}, {half})", prefix="gpu")
+            judge_all(sup, g, p, g.seeds(p)[:2] + [c for c in SM90_BF16 if g.valid(c, p)][:3])

@@ -306,3 +306,30 @@ def test_bf16_gemms_are_covered_by_the_half_precision_gemm_families_and_compile(
     assert families_for(load_in_dtype(load_problem("level1/matmul_square"), "bf16"))[0][0].name == "gemm_sm90"
     mixed = half_gemm_problem(tmp_path, 64, 64, 64, dtype="float32")
     assert "fp16 or both bf16" in GemmSm90().supports(mixed)
+
+
+def test_the_linear_family_takes_any_layer_of_a_model_with_or_without_bias(tmp_path):
+    from template_helpers import problem_from_expr
+
+    from cuforge.kernels.gemm import LinearSm90, match_linear
+
+    fam = LinearSm90()
+    half = "dtype=torch.bfloat16"
+    no_bias = problem_from_expr(tmp_path, "F.gelu(self.l(x), approximate='tanh')", f"torch.randn(256, 512, {half})", "x",
+                                f"        self.l = nn.Linear(512, 1024, bias=False, {half})")
+    found = match_linear(no_bias)
+    assert found.bias is None and found.act == "gelu_tanh" and found.weight == "param0"
+    smoke_compile(fam, no_bias, 2)
+    # LLaMA's MLP in fp16: each projection (no bias) is a part of its own, the second and third
+    # reading parameters other than the model's first
+    from cuforge.problems.suites import load_suite
+
+    swiglu = next(p for p in load_suite("models").problems if p.id == "models/swiglu_mlp@fp16")
+    assert families_for(swiglu)[0][0].describe(swiglu) == "4 kernels over 5 of 5 ops (linear_sm90 x3, pointwise)"
+    fp32 = problem_from_expr(tmp_path, "self.l(x)", "torch.randn(64, 64)", "x", "        self.l = nn.Linear(64, 64)")
+    assert "fp16 or all bf16" in fam.supports(fp32)
+    scaled = problem_from_expr(tmp_path, "torch.relu(self.l(x)) * 2", f"torch.randn(64, 64, {half})", "x",
+                               f"        self.l = nn.Linear(64, 64, {half})")
+    assert "not a linear layer" in fam.supports(scaled)
+    odd = problem_from_expr(tmp_path, "self.l(x)", f"torch.randn(64, 60, {half})", "x", f"        self.l = nn.Linear(60, 64, {half})")
+    assert "multiples of 8" in fam.supports(odd)

@@ -4,10 +4,13 @@ Ampere (mma.sync), and the fused linear layer (bias and an activation in the epi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
+from cuforge.kernels.chains import leaf_spec
 from cuforge.kernels.registry import family
+from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
@@ -281,7 +284,7 @@ class GemmSm90(Family):
     def extra(self, problem: Problem) -> dict[str, Any]:
         return {"B_KMAJOR": False, "BIAS": False, "ACT": "none", "ELEM": element(problem)}
 
-    def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    def b_operand(self, c: dict[str, Any], problem: Problem) -> tuple[str, str, tuple[str, ...]]:
         """(B's TMA descriptor, N's binding, extra kernel arguments after C). With multicast a block
         loads 1 / CLUSTER_M of each 64 x 64 chunk of B's k-tile (its k-rows)."""
         rows = self.BK // self.multicast(c)[0]
@@ -299,7 +302,7 @@ class GemmSm90(Family):
             grid = f"(cdiv(M, {bm * cm}) * cdiv(N, {bn * cn}) * {cm * cn},)"
         else:
             grid = f"({units},)" if self.cluster_split(c) else f"(max(1, min({units}, SMS)),)"
-        b_desc, n_binding, epilogue_args = self.b_operand(c)
+        b_desc, n_binding, epilogue_args = self.b_operand(c, problem)
         args = [f"tma_2d(in0, {self.BK}, {bm // cn})", b_desc]  # multicast: 1 / CLUSTER_N of A's rows a block
         if c["EPI"] == "tma":
             args.append("tma_2d(out0, 64, 64)")
@@ -338,49 +341,91 @@ class GemmSm90(Family):
         return row if row >= 32 else 0
 
 
-LINEAR_ACTS = ("relu", "silu", "gelu")  # traced aten op = the template's ACT
+LINEAR_ACTS = ("relu", "silu", "gelu", "gelu_tanh")  # traced aten op = the template's ACT
+
+
+@dataclass(frozen=True)
+class LinearMatch:
+    """act(in0 @ W^T (+ bias)) read off the graph: W and the bias are leaves (parameters or inputs)."""
+
+    weight: str
+    bias: str | None
+    act: str
+
+
+def match_linear(problem: Problem) -> LinearMatch | str:
+    """The problem as a linear layer over its first input, with an optional bias and activation, or why
+    it is not one."""
+    graph = problem.graph
+    if not graph or len(graph) > 2 or graph[0].op not in ("addmm", "mm"):
+        return f"not a linear layer (mm or addmm) with an optional {'/'.join(LINEAR_ACTS)} after it"
+    first = graph[0]
+    if first.op == "addmm":
+        if first.kwarg("beta", 1) != 1 or first.kwarg("alpha", 1) != 1:
+            return "addmm with beta or alpha other than 1"
+        bias, x, wt = first.args[:3]
+    else:
+        bias, (x, wt) = None, first.args[:2]
+    if x != "in0" or not is_ref(wt) or not wt.endswith(".T") or (bias is not None and not is_ref(bias)):
+        return "not in0 @ weight.T (+ bias)"
+    act = "none"
+    if len(graph) == 2:
+        node = graph[1]
+        # gelu's `approximate` is in the op's name already (gelu / gelu_tanh)
+        if node.op not in LINEAR_ACTS or node.args[:1] != (first.out,) or len(node.args) != 1 \
+                or any(k != "approximate" for k, _ in node.kwargs):
+            return f"the op after the product is not one of {'/'.join(LINEAR_ACTS)} applied to it"
+        act = node.op
+    if problem.graph_outputs != (graph[-1].out,):
+        return "the forward's output is not the layer's"
+    specs = [problem.inputs[0], leaf_spec(problem, wt[:-2]), leaf_spec(problem, bias) if bias else None]
+    xs, ws, bs = specs
+    if ws is None or (bias is not None and bs is None):
+        return "the weight or the bias is not an input or a parameter"
+    if xs.dtype not in HALF_ELEMENTS or any(t is not None and t.dtype != xs.dtype for t in (ws, bs)) \
+            or len(xs.shape) != 2 or len(ws.shape) != 2 or (bs is not None and tuple(bs.shape) != (ws.shape[0],)):
+        return "needs a 2-D input, a 2-D weight and a 1-D bias over its rows, all fp16 or all bf16"
+    if ws.shape[1] != xs.shape[1]:
+        return "the weight's shape does not match the input"
+    if xs.shape[1] % 8 or ws.shape[0] % 8:
+        return f"needs in and out features multiples of 8 for TMA (K={xs.shape[1]}, N={ws.shape[0]})"
+    return LinearMatch(wt[:-2], bias, act)
 
 
 @family(20)
 class LinearSm90(GemmSm90):
-    """A linear layer with its epilogue fused, for Hopper: act(x @ W^T + b) with x [M, K], W [N, K] and
-    b [N] fp16 or bf16 (nn.Linear's layout: W is read K-major straight from the parameter, no transpose), the
-    bias and activation (ReLU, SiLU, exact GELU) applied to the fp32 accumulators before the one store."""
+    """A linear layer with its epilogue fused, for Hopper: act(x @ W^T (+ b)) with x [M, K], W [N, K] and
+    b [N] fp16 or bf16 (nn.Linear's layout: W is read K-major straight from the parameter, no transpose),
+    the bias and activation (ReLU, SiLU, exact or tanh GELU) applied to the fp32 accumulators before the
+    one store. W and b may be any of the model's parameters (a layer among several) or inputs."""
 
-    anchors = frozenset({"addmm"})
+    anchors = frozenset({"addmm", "mm"})
 
     def __init__(self) -> None:
         super().__init__("linear_sm90")
 
     def supports(self, problem: Problem) -> str | None:
-        ops = problem.ops
-        if not ops or ops[0] != "addmm" or len(ops) > 2 or (len(ops) == 2 and ops[1] not in LINEAR_ACTS):
-            return f"not a linear layer (addmm) with an optional {'/'.join(LINEAR_ACTS)} after it"
-        if len(problem.inputs) != 1 or len(problem.params) != 2:
-            return "needs one input and the layer's weight and bias as its only parameters"
-        if problem.graph and problem.graph[0].args[:3] != ("param1", "in0", "param0.T"):
-            return "not x @ weight.T + bias over the layer's own parameters"
-        x, (w, b) = problem.inputs[0], problem.params
-        if x.dtype not in HALF_ELEMENTS or any(t.dtype != x.dtype for t in (w, b)) or len(x.shape) != 2 \
-                or len(w.shape) != 2 or len(b.shape) != 1:
-            return "needs a 2-D input, a 2-D weight and a 1-D bias, all fp16 or all bf16"
-        if w.shape[1] != x.shape[1] or b.shape[0] != w.shape[0]:
-            return "weight and bias shapes do not match the input"
-        if x.shape[1] % 8 or w.shape[0] % 8:
-            return f"needs in and out features multiples of 8 for TMA (K={x.shape[1]}, N={w.shape[0]})"
-        return None
+        found = match_linear(problem)
+        return found if isinstance(found, str) else None
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        act = problem.ops[1] if len(problem.ops) == 2 else "none"
-        return {"B_KMAJOR": True, "BIAS": True, "ACT": act, "ELEM": element(problem)}
+        found = match_linear(problem)
+        assert not isinstance(found, str)
+        return {"B_KMAJOR": True, "BIAS": found.bias is not None, "ACT": found.act, "ELEM": element(problem)}
 
-    def b_operand(self, c: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    def b_operand(self, c: dict[str, Any], problem: Problem) -> tuple[str, str, tuple[str, ...]]:
+        found = match_linear(problem)
+        assert not isinstance(found, str)
         # multicast: a block loads 1 / CLUSTER_M of the BN rows of W
-        return f"tma_2d(param0, {self.BK}, {c['BN'] // self.multicast(c)[0]})", "param0.shape[0]", ("param1",)
+        return (f"tma_2d({found.weight}, {self.BK}, {c['BN'] // self.multicast(c)[0]})", f"{found.weight}.shape[0]",
+                (found.bias,) if found.bias else ())
 
     @staticmethod
     def shape(problem: Problem) -> tuple[int, int, int]:
-        return problem.inputs[0].shape[0], problem.inputs[0].shape[1], problem.params[0].shape[0]
+        found = match_linear(problem)
+        assert not isinstance(found, str)
+        weight = leaf_spec(problem, found.weight)
+        return problem.inputs[0].shape[0], problem.inputs[0].shape[1], weight.shape[0]  # type: ignore[union-attr]
 
 
 @family(30)
