@@ -118,3 +118,60 @@ def test_the_dtypes_a_partition_reads_follow_the_casts(tmp_path):
     # x.float() and what follows are fp32; .to(a.dtype) and the weight's product are bf16 again.
     assert by_op[0] == ("_to_copy", "float32") and by_op[-1] == ("mul", "bfloat16")
     assert ("_to_copy", "bfloat16") in by_op and ("rsqrt", "float32") in by_op
+
+
+HALF_REDUCTIONS = [("torch.sum(x, dim=1)", "33, 1001, 40"), ("torch.mean(x, dim=-1, keepdim=True)", "64, 4099"),
+                   ("torch.amax(x, dim=(1, 2))", "8, 16, 33, 64"), ("torch.argmax(x, dim=1)", "16, 257, 96"),
+                   ("torch.logsumexp(x, dim=1)", "8, 300, 64"), ("torch.tanh(torch.min(x, dim=1).values) * 2", "4, 64, 128")]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("expr, shape", HALF_REDUCTIONS)
+def test_reductions_over_a_dim_take_half_precision(tmp_path, name, expr, shape):
+    # Values come back in the input's dtype, indices as int64; the sums run in fp64, the rest in fp32.
+    from cuforge.kernels.reduce_dim import ReduceDim, match_dim_reduction
+
+    p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, dtype=torch.{name})", "x")
+    found = match_dim_reduction(p)
+    assert not isinstance(found, str), found
+    assert found.dtype == name and families_for(p)[0][0].name == "reduce_dim"
+    fam = ReduceDim()
+    out_dtype = fam.render(fam.seeds(p)[0], p).launch.outputs[0][1]
+    assert out_dtype == ("int64" if "argmax" in expr else name)
+    smoke_compile(fam, p, 2)
+
+
+HALF_POOLS = [("F.max_pool2d(x, 3, 2, 1)", "2, 8, 33, 47"), ("F.avg_pool2d(x, 4, 4)", "2, 4, 64, 64"),
+              ("F.max_pool1d(x, 4, 2, 1, 2)", "4, 8, 1001"), ("F.avg_pool3d(x, 3, 2, 1)", "1, 4, 9, 17, 17")]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("expr, shape", HALF_POOLS)
+def test_pooling_takes_half_precision_one_element_a_load(tmp_path, name, expr, shape):
+    from cuforge.kernels.pool import Pool
+
+    p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, dtype=torch.{name})", "x")
+    fam = Pool()
+    assert fam.supports(p) is None and families_for(p)[0][0].name == "pool"
+    seeds = fam.seeds(p)
+    assert seeds and all(c["VEC"] == 1 for c in seeds)  # float4 loads are fp32's
+    assert not fam.valid({**seeds[0], "VEC": 4, "RW": 4}, p)
+    assert fam.render(seeds[0], p).launch.outputs[0][1] == name
+    smoke_compile(fam, p, 2)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("expr, inputs, args", [
+    ("torch.cumsum(x, dim=-1)", "torch.randn(8, 4099, dtype=D)", "x"),
+    ("torch.cumprod(x, dim=1)", "torch.rand(4, 1000, dtype=D) + 0.5", "x"),
+    ("torch.flip(torch.cumsum(torch.flip(x, [-1]), -1), [-1])", "torch.randn(8, 4096, dtype=D)", "x"),
+    ("torch.cumsum(x * m, dim=-1)", "torch.randn(8, 999, dtype=D), torch.rand(8, 999) > 0.5", "x, m")])
+def test_scans_take_half_precision_one_element_a_load(tmp_path, name, expr, inputs, args):
+    from cuforge.kernels.scan import ScanRows
+
+    p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{name}"), args)
+    fam = ScanRows()
+    assert fam.supports(p) is None and families_for(p)[0][0].name == "scan_rows", fam.supports(p)
+    cand = fam.render(fam.seeds(p)[0], p)
+    assert cand.launch.outputs[0][1] == name and "float4" not in cand.source.split("typedef")[-1]
+    smoke_compile(fam, p, 2)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cuforge.kernels.base import GraphFamily
+from cuforge.kernels.chains import CTYPES
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.kernels.registry import family
@@ -35,6 +36,7 @@ class PoolMatch:
     padding: tuple[int, int, int]
     dilation: tuple[int, int, int]
     count_pad: bool
+    dtype: str = "float32"  # the input's and the output's
 
 
 def _triple(v: Any, nd: int, default: int | None = None) -> tuple[int, ...] | None:
@@ -81,8 +83,9 @@ def squeezes_of(rest: list[Any], node: Any) -> tuple[str, ...] | None:
 
 def match_pool(problem: Problem) -> PoolMatch | str:
     g = problem.graph
-    if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32":
-        return "needs one fp32 input"
+    if len(problem.inputs) != 1 or problem.inputs[0].dtype not in CTYPES:
+        return "needs one fp32, fp16 or bf16 input"
+    dtype = problem.inputs[0].dtype
     node = next((n for n in g if n.op in POOLS), None)
     if node is None:
         return "no max or average pooling"
@@ -118,7 +121,7 @@ def match_pool(problem: Problem) -> PoolMatch | str:
     out = tuple((s + 2 * p - d * (k - 1) - 1) // st + 1 for s, p, d, k, st in zip(size, padding, dilation, kernel, stride))
     want = (shape[0], shape[1]) + out
     outs = problem.outputs
-    if len(outs) != 1 or outs[0].dtype != "float32" or math.prod(outs[0].shape) != math.prod(want) or min(out) <= 0:
+    if len(outs) != 1 or outs[0].dtype != dtype or math.prod(outs[0].shape) != math.prod(want) or min(out) <= 0:
         return "the output is not the pooled values"
     values = squeezes_of(rest, node)
     if values is None:
@@ -129,7 +132,7 @@ def match_pool(problem: Problem) -> PoolMatch | str:
         return (fill,) * (3 - nd) + tuple(t)  # type: ignore[return-value]
 
     return PoolMatch(kind, shape[0] * shape[1], as_3d(size, 1), as_3d(out, 1), as_3d(kernel, 1), as_3d(stride, 1),
-                     as_3d(padding, 0), as_3d(dilation, 1), bool(count_pad))
+                     as_3d(padding, 0), as_3d(dilation, 1), bool(count_pad), dtype)
 
 
 def row_users(rh: int, stride: int, kernel: int, dilation: int) -> list[list[int]]:
@@ -158,7 +161,8 @@ class Pool(GraphFamily):
         m = self.matched(problem)
         c = self.complete(config)
         groups = m.planes * m.out[0] * -(-m.out[1] // c["RH"])
-        vec_ok = c["VEC"] == 1 or (m.size[2] % 4 == 0 and c["RW"] * m.stride[2] % 4 == 0)
+        # float4 loads: fp32 only (a half tensor's windows are read one element at a time)
+        vec_ok = c["VEC"] == 1 or (m.dtype == "float32" and m.size[2] % 4 == 0 and c["RW"] * m.stride[2] % 4 == 0)
         blocks = -(-groups // c["TY"]) * -(-m.out[2] // (c["BX"] * c["RW"]))
         return vec_ok and 32 <= c["BX"] * c["TY"] <= 1024 and blocks < 2**31 and c["RH"] * c["RW"] <= 16
 
@@ -211,11 +215,11 @@ class Pool(GraphFamily):
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
         users = {rh: row_users(rh, m.stride[1], m.kernel[1], m.dilation[1]) for rh in self.knobs["RH"]}
-        return {"KIND": m.kind, "P": m, "USES_BY_RH": users}
+        return {"KIND": m.kind, "P": m, "USES_BY_RH": users, "CTYPE": CTYPES[m.dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
         groups = m.planes * m.out[0] * -(-m.out[1] // c["RH"])
         return LaunchSpec(entry=self.name, grid=f"(cdiv({groups}, {c['TY']}) * cdiv({m.out[2]}, {c['BX'] * c['RW']}),)",
                           block=f"({c['BX']}, {c['TY']})", args=("in0", "out0"),
-                          outputs=((repr(tuple(problem.outputs[0].shape)), "float32"),))
+                          outputs=((repr(tuple(problem.outputs[0].shape)), m.dtype),))

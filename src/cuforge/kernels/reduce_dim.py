@@ -1,5 +1,5 @@
-"""Reductions over one dim (or a run of adjacent dims): sum, mean, max, min, argmax, argmin, logsumexp of an fp32
-tensor seen as (outer, R, inner), then the elementwise ops the forward applies to the reduced values
+"""Reductions over one dim (or a run of adjacent dims): sum, mean, max, min, argmax, argmin, logsumexp of an fp32,
+fp16 or bf16 tensor seen as (outer, R, inner), computed in fp32 (sums in fp64) and stored in its dtype, then the elementwise ops the forward applies to the reduced values
 (min over channels then tanh; a global average pool, mean over the trailing dims, then squeezes).
 Threads run across `inner`, so every load of a warp is one contiguous stretch; where the dims reduced
 are the last ones (inner = 1) a block takes a row instead. A single reduction over the last dim alone
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import Epilogue, compile_chain
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -31,6 +31,7 @@ class DimReduction:
     inner: int
     chain: Epilogue = Epilogue()  # elementwise ops on each reduced value before the store
     cols: int = 1  # the reduced tensor's last dim: where the chain's per-row / per-column operands change
+    dtype: str = "float32"  # the input's and (values, not indices) the output's
 
 
 def _split_tail(problem: Problem) -> tuple[tuple[OpNode, ...], str] | str:
@@ -59,8 +60,9 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
     if not g or g[0].op not in REDUCTIONS:
         return f"not a single {', '.join(REDUCTIONS)} over a dim"
     node = g[0]
-    if not problem.inputs or problem.inputs[0].dtype != "float32" or node.args[0] != "in0":
-        return "needs the reduction of an fp32 input"  # other inputs only as the chain's operands
+    dtype = problem.inputs[0].dtype if problem.inputs else None
+    if dtype not in CTYPES or node.args[0] != "in0":
+        return "needs the reduction of an fp32, fp16 or bf16 input"  # other inputs only as the chain's operands
     tail = _split_tail(problem)
     if isinstance(tail, str):
         return tail
@@ -85,17 +87,18 @@ def match_dim_reduction(problem: Problem) -> DimReduction | str:
     if chain_nodes:
         if op.startswith("arg"):
             return f"{chain_nodes[0].op} after {op}: the chain computes on values, not indices"
-        compiled = compile_chain(problem, chain_nodes, value, tuple(node.shape), allow_rowsum=False, result=chain_nodes[-1].out)
+        compiled = compile_chain(problem, chain_nodes, value, tuple(node.shape), dtype=dtype, allow_rowsum=False,
+                                 result=chain_nodes[-1].out, casts=dtype != "float32")
         if isinstance(compiled, str):
             return compiled
         chain = compiled
-    want = "int64" if op in ("argmax", "argmin") else "float32"
+    want = "int64" if op in ("argmax", "argmin") else dtype
     out = problem.outputs[0] if len(problem.outputs) == 1 else None
     if out is None or out.dtype != want or math.prod(out.shape) != outer * inner:
         return f"needs one {want} output of {outer * inner} elements"
     if reduced == 0 or reduced >= 2**31 or outer * inner >= 2**40 or (inner == 1 and outer >= 2**31):
         return "empty or enormous"  # (a row a block: the grid's x dim holds 2^31 - 1 blocks)
-    return DimReduction(op, outer, reduced, inner, chain, node.shape[-1] if node.shape else 1)
+    return DimReduction(op, outer, reduced, inner, chain, node.shape[-1] if node.shape else 1, dtype)
 
 
 @family(160)
@@ -134,7 +137,7 @@ class ReduceDim(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        return {"OP": m.op, "OUT_T": "long long" if m.op.startswith("arg") else "float", "ROWS": m.inner == 1,
+        return {"OP": m.op, "OUT_T": "long long" if m.op.startswith("arg") else CTYPES[m.dtype], "CTYPE": CTYPES[m.dtype], "ROWS": m.inner == 1,
                 "EPI": m.chain, "INDEXED": m.chain.indexed}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
+from cuforge.kernels.chains import CTYPES
 from cuforge.op_graph import OpNode, is_last_dim
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -21,6 +22,7 @@ class ScanMatch:
     exclusive: bool
     mask: str | None  # a bool input multiplied in first
     cols: int
+    dtype: str = "float32"  # the input's and the output's; carries are fp32 whatever it is
 
 
 def _scan_node(node: OpNode, ndim: int) -> str | None:
@@ -30,14 +32,14 @@ def _scan_node(node: OpNode, ndim: int) -> str | None:
 
 
 def match_scan(problem: Problem) -> ScanMatch | str:
-    """The forward as one scan over the last dim of its fp32 input, or why it is not one."""
+    """The forward as one scan over the last dim of its fp32, fp16 or bf16 input, or why it is not one."""
     g, ins = problem.graph, problem.inputs
-    if not ins or ins[0].dtype != "float32" or not ins[0].shape:
-        return "needs an fp32 input"
-    shape = tuple(ins[0].shape)
+    if not ins or ins[0].dtype not in CTYPES or not ins[0].shape:
+        return "needs an fp32, fp16 or bf16 input"
+    shape, dtype = tuple(ins[0].shape), ins[0].dtype
     ndim, cols = len(shape), shape[-1]
-    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != "float32":
-        return "the output must have the input's shape (fp32)"
+    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != dtype:
+        return "the output must have the input's shape and dtype"
     by_out = {n.out: n for n in g}
     final = by_out.get(problem.graph_outputs[0]) if len(problem.graph_outputs) == 1 else None
     if final is None:
@@ -81,7 +83,7 @@ def match_scan(problem: Problem) -> ScanMatch | str:
         return "unexpected inputs"
     if cols >= 2**31 or ins[0].numel // max(cols, 1) >= 2**31:
         return "rows and columns must fit in 32-bit ints"
-    return ScanMatch(op, reverse, exclusive, mask, cols)
+    return ScanMatch(op, reverse, exclusive, mask, cols, dtype)
 
 
 @family(180)
@@ -106,12 +108,13 @@ class ScanRows(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
+        # float4 loads and stores: fp32 rows whose every start is 16-byte aligned (halves go one by one)
         return {"OP": m.op, "REVERSE": m.reverse, "EXCLUSIVE": m.exclusive, "MASK": m.mask is not None,
-                "ALIGNED": m.cols % 4 == 0}
+                "ALIGNED": m.cols % 4 == 0 and m.dtype == "float32", "CTYPE": CTYPES[m.dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
         args = ("in0", *((m.mask,) if m.mask else ()), "out0", "rows", "cols")
         return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)", args=args,
-                          outputs=(("in0.shape", "float32"),),
+                          outputs=(("in0.shape", m.dtype),),
                           bindings=(("cols", "in0.shape[-1]"), ("rows", "in0.numel() // max(cols, 1)")))

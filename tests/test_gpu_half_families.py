@@ -1,0 +1,66 @@
+"""Families that take fp16 and bf16 besides fp32, on a real GPU, judged against float64 at the bound
+PyTorch's own result in that dtype sets: reductions over a dim (values in the input's dtype, indices as
+int64) over rows and over middle dims, with odd sizes that leave no whole 16-byte load; 1-3d max and
+average pooling with padding, dilation and partial windows; cumulative sums and products (reversed,
+exclusive, masked) over rows that are not whole blocks."""
+
+import pytest
+
+from cuforge.kernels.pool import Pool
+from cuforge.kernels.reduce_dim import ReduceDim
+from cuforge.kernels.scan import ScanRows
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from template_helpers import problem_from_expr
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+REDUCTIONS = [("torch.sum(x, dim=1)", "33, 1001, 40"), ("torch.mean(x, dim=-1, keepdim=True)", "64, 4099"),
+              ("torch.sum(x, dim=-1, keepdim=True)", "128, 8192"), ("torch.amax(x, dim=(1, 2))", "8, 16, 33, 64"),
+              ("torch.argmax(x, dim=1)", "16, 257, 96"), ("torch.argmin(x, dim=0)", "1000, 33"),
+              ("torch.logsumexp(x, dim=1)", "8, 300, 64"), ("torch.tanh(torch.min(x, dim=1).values) * 2", "4, 64, 128")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_reductions_over_a_dim(sup, tmp_path, dtype):
+    fam = ReduceDim()
+    for expr, shape in REDUCTIONS:
+        p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, dtype=torch.{dtype})", "x", prefix="gpu")
+        assert fam.supports(p) is None, (expr, fam.supports(p))
+        for c in fam.seeds(p)[:3]:
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (expr, shape, dtype, c, ev.status, ev.message)
+
+
+POOLS = [("F.max_pool2d(x, 3, 2, 1)", "2, 8, 33, 47"), ("F.avg_pool2d(x, 4, 4)", "2, 4, 64, 64"),
+         ("F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)", "2, 8, 31, 31"),
+         ("F.max_pool1d(x, 4, 2, 1, 2)", "4, 8, 1001"), ("F.avg_pool3d(x, 3, 2, 1)", "1, 4, 9, 17, 17")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_pooling(sup, tmp_path, dtype):
+    fam = Pool()
+    for expr, shape in POOLS:
+        p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, dtype=torch.{dtype})", "x", prefix="gpu")
+        assert fam.supports(p) is None, (expr, fam.supports(p))
+        for c in fam.seeds(p)[:3]:
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (expr, shape, dtype, c, ev.status, ev.message)
+
+
+SCANS = [("torch.cumsum(x, dim=-1)", "torch.randn(8, 4099, dtype=D)", "x"),
+         ("torch.cumprod(x, dim=1)", "torch.rand(4, 1000, dtype=D) * 0.1 + 0.95", "x"),
+         ("torch.flip(torch.cumsum(torch.flip(x, [-1]), -1), [-1])", "torch.randn(8, 32768, dtype=D)", "x"),
+         ("torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), torch.cumsum(x.narrow(1, 0, 999), dim=1)), dim=1)",
+          "torch.randn(16, 1000, dtype=D)", "x"),
+         ("torch.cumsum(x * m, dim=-1)", "torch.randn(8, 999, dtype=D), torch.rand(8, 999) > 0.5", "x, m")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_scans(sup, tmp_path, dtype):
+    fam = ScanRows()
+    for expr, inputs, args in SCANS:
+        p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args, prefix="gpu")
+        assert fam.supports(p) is None, (expr, fam.supports(p))
+        for c in fam.seeds(p):
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)
