@@ -140,9 +140,9 @@ def test_traced_in_its_dtype_a_cast_problem_is_matched_as_one_written_in_it(tmp_
     # a cast the families do not take: they say why, in their own words
     (tmp_path / "conv.py").write_text(
         "import torch\nCUFORGE = {'dtype': 'float32', 'policy': 'mixed'}\nclass Model(torch.nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n        self.c = torch.nn.Conv2d(8, 16, 3)\n"
+        "    def __init__(self):\n        super().__init__()\n        self.c = torch.nn.Conv2d(64, 64, 3)\n"
         "    def forward(self, a):\n        return self.c(a)\n"
-        "def get_inputs():\n    return [torch.randn(2, 8, 32, 32)]\ndef get_init_inputs():\n    return []\n")
+        "def get_inputs():\n    return [torch.randn(2, 64, 32, 32)]\ndef get_init_inputs():\n    return []\n")
     (conv,), _ = load_files([tmp_path / "conv.py"])
     fams, why = families_for(load_in_dtype(conv, "bf16"))
     assert fams == [] and "not covered offline" in why and "(--dtype)" not in why

@@ -2,10 +2,12 @@
 PyTorch's own result in that dtype sets: reductions over a dim (values in the input's dtype, indices as
 int64) over rows and over middle dims, with odd sizes that leave no whole 16-byte load; 1-3d max and
 average pooling with padding, dilation and partial windows; cumulative sums and products (reversed,
-exclusive, masked) over rows that are not whole blocks."""
+exclusive, masked) over rows that are not whole blocks; direct convolutions (depthwise, few input
+channels, transposed and grouped, 3-d) with their chains."""
 
 import pytest
 
+from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.pool import Pool
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
@@ -64,3 +66,22 @@ def test_scans(sup, tmp_path, dtype):
         for c in fam.seeds(p):
             ev = sup.evaluate(p, fam.render(c, p), CFG)
             assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)
+
+
+CONVS = [("nn.Conv2d(32, 32, 3, padding=1, groups=32)", "2, 32, 33, 47", "y"),
+         ("nn.Conv2d(3, 16, 5, stride=2, padding=2)", "2, 3, 64, 64", "torch.relu(y + self.bias)"),
+         ("nn.ConvTranspose2d(8, 8, 3, stride=2, padding=1, groups=4)", "2, 8, 17, 17", "y"),
+         ("nn.Conv3d(3, 16, 3, padding=1)", "1, 3, 9, 17, 17", "F.gelu(y)")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_direct_convolutions(sup, tmp_path, dtype):
+    fam = ConvDirect()
+    for layer, shape, tail in CONVS:
+        p = problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
+                              f"        self.conv = {layer.replace(')', f', dtype=torch.{dtype})', 1)}\n"
+                              f"        self.bias = nn.Parameter(torch.randn(16, 1, 1, dtype=torch.{dtype}))", prefix="gpu")
+        assert fam.supports(p) is None, (layer, fam.supports(p))
+        for c in fam.seeds(p)[:3]:
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (layer, dtype, c, ev.status, ev.message)

@@ -175,3 +175,24 @@ def test_scans_take_half_precision_one_element_a_load(tmp_path, name, expr, inpu
     cand = fam.render(fam.seeds(p)[0], p)
     assert cand.launch.outputs[0][1] == name and "float4" not in cand.source.split("typedef")[-1]
     smoke_compile(fam, p, 2)
+
+
+HALF_CONVS = [("nn.Conv2d(32, 32, 3, padding=1, groups=32)", "2, 32, 33, 47", "y"),
+              ("nn.Conv2d(3, 16, 5, stride=2, padding=2)", "2, 3, 64, 64", "torch.relu(y + self.bias)"),
+              ("nn.ConvTranspose2d(8, 8, 3, stride=2, padding=1, groups=4)", "2, 8, 17, 17", "y")]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layer, shape, tail", HALF_CONVS)
+def test_direct_convolutions_take_half_precision(tmp_path, name, layer, shape, tail):
+    # Depthwise (MobileNet's), few input channels (an image's), transposed and grouped: fp32 sums, the
+    # weights kept in shared memory as fp32, the output in the input's dtype.
+    from cuforge.kernels.conv_direct import ConvDirect
+
+    p = problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn({shape}, dtype=torch.{name})", "a",
+                          f"        self.conv = {layer.replace(')', f', dtype=torch.{name})', 1)}\n"
+                          f"        self.bias = nn.Parameter(torch.randn(16, 1, 1, dtype=torch.{name}))")
+    fam = ConvDirect()
+    assert fam.supports(p) is None, fam.supports(p)
+    assert fam.render(fam.seeds(p)[0], p).launch.outputs[0][1] == name
+    smoke_compile(fam, p, 2)

@@ -50,6 +50,7 @@ class ConvMatch:
     # (1 / pixels for a mean, with any constant factor after it), of shape `pooled_shape`.
     pool: float = 0.0
     pooled_shape: tuple[int, ...] = ()
+    dtype: str = "float32"  # the input's, the weight's and the output's
 
     @property
     def dims(self) -> int:
@@ -133,9 +134,9 @@ def spatial_pool(nodes: tuple[OpNode, ...], anchor: str, full: tuple[int, ...]) 
     return at, scale
 
 
-def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
+def match_conv(problem: Problem, grouped: bool = False, dtypes: tuple[str, ...] = ("float32",)) -> ConvMatch | str:
     """The problem as a convolution with an elementwise epilogue, or why it is not one; a grouped
-    one only when `grouped`."""
+    one only when `grouped`; its input, weight, bias and chain operands all of one of `dtypes`."""
     if not problem.graph:
         return "no traced graph"
     first = problem.graph[0]
@@ -148,8 +149,9 @@ def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
         return f"a grouped convolution (groups={groups})"
     sx = leaf_spec(problem, x) if is_ref(x) else None
     sw = leaf_spec(problem, w) if is_ref(w) else None
-    if sx is None or sw is None or sx.dtype != "float32" or sw.dtype != "float32":
-        return "the convolution's input and weight are not fp32 inputs or parameters"
+    if sx is None or sw is None or sx.dtype not in dtypes or sw.dtype != sx.dtype:
+        return f"the convolution's input and weight are not {'/'.join(_DTYPE_NAMES[d] for d in dtypes)} inputs or parameters of one dtype"
+    dtype = sx.dtype
     dims = len(sx.shape) - 2
     c_in, c_out = (sw.shape[0], sw.shape[1] * groups) if transposed else (sw.shape[1] * groups, sw.shape[0])
     if not 1 <= dims <= 3 or len(sw.shape) != dims + 2 or c_in != sx.shape[1] or c_in % groups or c_out % groups:
@@ -160,18 +162,18 @@ def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
     (st, pad, dil, out_pad) = geometry  # type: ignore[misc]
     if bias is not None:
         sb = leaf_spec(problem, bias) if is_ref(bias) else None
-        if sb is None or sb.dtype != "float32" or tuple(sb.shape) != (c_out,):
-            return "the convolution's bias is not an fp32 vector over the output channels"
+        if sb is None or sb.dtype != dtype or tuple(sb.shape) != (c_out,):
+            return f"the convolution's bias is not a {_DTYPE_NAMES[dtype]} vector over the output channels"
     full = tuple(first.shape)
     rest = tuple(problem.graph[1:])
     pooled = spatial_pool(rest, first.out, full)
     if isinstance(pooled, str):
         return pooled
     if pooled is None:
-        epi = compile_chain(problem, rest, first.out, full, bias=bias, channels=True)
+        epi = compile_chain(problem, rest, first.out, full, dtype=dtype, bias=bias, channels=True, casts=dtype != "float32")
     else:
-        epi = compile_chain(problem, rest[:pooled[0]], first.out, full, bias=bias, channels=True,
-                            result=rest[pooled[0]].args[0])
+        epi = compile_chain(problem, rest[:pooled[0]], first.out, full, dtype=dtype, bias=bias, channels=True,
+                            result=rest[pooled[0]].args[0], casts=dtype != "float32")
     if isinstance(epi, str):
         return epi
     if pooled and tuple(problem.graph_outputs) != (problem.graph[-1].out,):
@@ -180,9 +182,10 @@ def match_conv(problem: Problem, grouped: bool = False) -> ConvMatch | str:
     if pooled and (pool[0] == 0 or not math.isfinite(pool[0])):
         return f"the pooling is scaled by {pool[0]}"
     return ConvMatch(x, w, sx.shape[0], c_in, c_out, tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
-                     full[2:], epi, bool(transposed), out_pad if transposed else (), groups, *pool)
+                     full[2:], epi, bool(transposed), out_pad if transposed else (), groups, *pool, dtype=dtype)
 
 
+_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 _AXES = ("D", "H", "W")  # the names of the spatial dims, outermost first, for 3-D; 2-D uses H, W; 1-D W
 
 

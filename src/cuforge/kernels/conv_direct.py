@@ -4,7 +4,8 @@ dilated, transposed) computed directly: a grouped convolution's GEMMs are too th
 leave the implicit GEMM's 32-channel k-tiles mostly padding, so each thread sums its outputs' taps over
 the group's input channels with FFMA, reading the input through the caches. A thread computes OCT
 output channels of one group (each input value loaded once for all of them) at PW neighbouring output
-pixels along W; the traced elementwise chain runs on each value before its store. With WIN (not
+pixels along W; the traced elementwise chain runs on each value before its store. fp32, fp16 or bf16
+tensors, summed in fp32 and stored in their dtype. With WIN (not
 transposed), a block shares its OCT output channels, whose weights it keeps in shared memory, and each
 input row segment under a thread's pixels and W taps is loaded once into registers and slid over."""
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily
+from cuforge.kernels.chains import CTYPES
 from cuforge.kernels.conv import FEW_CHANNELS, ConvMatch, direct_first, few_channels, match_conv
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -20,7 +22,7 @@ from cuforge.kernels.registry import family
 
 
 def match_direct(problem: Problem) -> ConvMatch | str:
-    found = match_conv(problem, grouped=True)
+    found = match_conv(problem, grouped=True, dtypes=tuple(CTYPES))
     if isinstance(found, str):
         return found
     if found.groups == 1 and not few_channels(found):
@@ -94,7 +96,7 @@ class ConvDirect(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
-        return {"EPI": f.epilogue, "C": f.c, "CO": f.c_out, "CG": f.c // f.groups, "COG": f.c_out // f.groups,
+        return {"EPI": f.epilogue, "CTYPE": CTYPES[f.dtype], "C": f.c, "CO": f.c_out, "CG": f.c // f.groups, "COG": f.c_out // f.groups,
                 "TRANSPOSED": int(f.transposed), **self.geometry(f)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
@@ -104,8 +106,8 @@ class ConvDirect(GraphFamily):
         if c.get("WIN", 0):  # a grid row per OCT output channels
             return LaunchSpec(entry=self.name, grid=f"(cdiv(items, {c['BLOCK']}), {f.c_out // c['OCT']})", block=f"({c['BLOCK']},)",
                               shared_mem=str(self.weight_bytes(c, f)), args=(f.x, f.w, "out0", "items", *f.epilogue.launch_args()),
-                              outputs=((repr((f.n, f.c_out, *f.out_spatial)), "float32"),), bindings=(("items", str(pixels)),))
+                              outputs=((repr((f.n, f.c_out, *f.out_spatial)), f.dtype),), bindings=(("items", str(pixels)),))
         items = pixels * (f.c_out // c["OCT"])
         return LaunchSpec(entry=self.name, grid=f"(cdiv(items, {c['BLOCK']}),)", block=f"({c['BLOCK']},)",
                           args=(f.x, f.w, "out0", "items", *f.epilogue.launch_args()),
-                          outputs=((repr((f.n, f.c_out, *f.out_spatial)), "float32"),), bindings=(("items", str(items)),))
+                          outputs=((repr((f.n, f.c_out, *f.out_spatial)), f.dtype),), bindings=(("items", str(items)),))
