@@ -3,11 +3,13 @@ PyTorch's own result in that dtype sets: reductions over a dim (values in the in
 int64) over rows and over middle dims, with odd sizes that leave no whole 16-byte load; 1-3d max and
 average pooling with padding, dilation and partial windows; cumulative sums and products (reversed,
 exclusive, masked) over rows that are not whole blocks; direct convolutions (depthwise, few input
-channels, transposed and grouped, 3-d) with their chains."""
+channels, transposed and grouped, 3-d) with their chains; group, layer and instance norms and L2/RMS
+normalizations over rows and over a middle dim."""
 
 import pytest
 
 from cuforge.kernels.conv_direct import ConvDirect
+from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.pool import Pool
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
@@ -85,3 +87,23 @@ def test_direct_convolutions(sup, tmp_path, dtype):
         for c in fam.seeds(p)[:3]:
             ev = sup.evaluate(p, fam.render(c, p), CFG)
             assert ev.status == "ok", (layer, dtype, c, ev.status, ev.message)
+
+
+NORMS = [("F.group_norm(x, 4, self.w, self.b)", "2, 16, 17, 19", 16), ("F.layer_norm(x, (33, 40), self.w, self.b)", "4, 33, 40", (33, 40)),
+         ("F.instance_norm(x)", "2, 8, 31, 31", None), ("x / torch.norm(x, p=2, dim=1, keepdim=True)", "16, 1001", None),
+         ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)", "4, 64, 9, 9", None),
+         ("F.relu(F.group_norm(x, 8, self.w, self.b)) * 2", "4, 32, 64, 64", 32)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_normalizations(sup, tmp_path, dtype):
+    fam = Normalize()
+    dt = f"dtype=torch.{dtype}"
+    for expr, shape, affine in NORMS:
+        init = (f"        self.w = nn.Parameter(torch.rand({affine}, {dt}) + 0.5)\n"
+                f"        self.b = nn.Parameter(torch.randn({affine}, {dt}))" if affine else "        pass")
+        p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, {dt})", "x", init, prefix="gpu")
+        assert fam.supports(p) is None, (expr, fam.supports(p))
+        for c in fam.seeds(p)[:3]:
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)

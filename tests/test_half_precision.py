@@ -196,3 +196,27 @@ def test_direct_convolutions_take_half_precision(tmp_path, name, layer, shape, t
     assert fam.supports(p) is None, fam.supports(p)
     assert fam.render(fam.seeds(p)[0], p).launch.outputs[0][1] == name
     smoke_compile(fam, p, 2)
+
+
+HALF_NORMS = [("F.group_norm(x, 4, self.w, self.b)", "2, 16, 17, 19", 16), ("F.layer_norm(x, (33, 40), self.w, self.b)", "4, 33, 40", (33, 40)),
+              ("F.instance_norm(x)", "2, 8, 31, 31", None), ("x / torch.norm(x, p=2, dim=1, keepdim=True)", "16, 1001", None),
+              ("x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)", "4, 64, 9, 9", None)]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("expr, shape, affine", HALF_NORMS)
+def test_normalizations_take_half_precision_and_the_on_chip_row_kernels_refuse_it(tmp_path, name, expr, shape, affine):
+    from cuforge.kernels.normalize import Normalize
+    from cuforge.kernels.rows_cluster import match_rows
+
+    dt = f"dtype=torch.{name}"
+    init = (f"        self.w = nn.Parameter(torch.rand({affine}, {dt}) + 0.5)\n        self.b = nn.Parameter(torch.randn({affine}, {dt}))"
+            if affine else "        pass")
+    p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, {dt})", "x", init)
+    fam = Normalize()
+    assert fam.supports(p) is None, fam.supports(p)
+    assert [f.name for f in families_for(p)[0]][0] == "normalize"
+    seeds = fam.seeds(p)
+    assert all(c["VEC"] == 1 for c in seeds) and fam.render(seeds[0], p).launch.outputs[0][1] == name
+    assert isinstance(match_rows(p), str)  # the cluster and team kernels keep fp32 rows only
+    smoke_compile(fam, p, 2)

@@ -6,7 +6,8 @@ an elementwise chain, fused into the write pass (a group norm, then hardtanh or 
 its operands may be further inputs, as a residual is). Rows (the stats run over contiguous memory):
 one block per row, a stats pass and a write pass. A middle dim: one thread per output column, both
 passes down the column (the second from cache), or for columns of at most 64 the column held in
-registers (one read)."""
+registers (one read). fp32, fp16 or bf16 tensors (halves loaded one element at a time), statistics in
+fp64, the output in the input's dtype."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import LEAF_VIEWS, Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import CTYPES, LEAF_VIEWS, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -34,6 +35,7 @@ class NormalizeMatch:
     groups: int = 1
     channel_span: int = 1  # elements of one channel within a group's row (H*W)
     epilogue: Epilogue = Epilogue()  # the elementwise chain after a norm op
+    dtype: str = "float32"  # the input's, the affine's and the output's; the statistics are fp64
 
 
 def _keepdim(node: OpNode, index: int) -> bool:
@@ -85,7 +87,8 @@ def _by_norm_op(problem: Problem, shape: tuple[int, ...]) -> NormalizeMatch | st
     if isinstance(found, str):
         return found
     if len(g) > head:  # an elementwise chain after the norm: the write pass applies it
-        epi = compile_chain(problem, tuple(g[head:]), anchor, shape, allow_rowsum=False)
+        dtype = problem.inputs[0].dtype
+        epi = compile_chain(problem, tuple(g[head:]), anchor, shape, dtype=dtype, allow_rowsum=False, casts=dtype != "float32")
         if isinstance(epi, str):
             return epi
         found = NormalizeMatch(**{**found.__dict__, "epilogue": epi})
@@ -117,8 +120,8 @@ def _norm_op(problem: Problem, shape: tuple[int, ...], g: list[OpNode]) -> Norma
             return "a group norm with unexpected sizes"
         for ref in (w, b):
             spec = leaf_spec(problem, ref) if is_ref(ref) else None
-            if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != (c,)):
-                return "a group norm whose affine is not two per-channel fp32 parameters"
+            if ref is not None and (spec is None or spec.dtype != problem.inputs[0].dtype or tuple(spec.shape) != (c,)):
+                return "a group norm whose affine is not two per-channel parameters of the input's dtype"
         return NormalizeMatch("group", n * groups, (c // groups) * hw, 1, float(eps), w, b, groups, hw)
     if len(g) == 1 and g[0].op == "native_layer_norm" and g[0].args[0] == "in0":
         _, normalized, w, b, eps = (list(g[0].args) + [None] * 5)[:5]
@@ -127,8 +130,8 @@ def _norm_op(problem: Problem, shape: tuple[int, ...], g: list[OpNode]) -> Norma
             return "a layer norm over other than the trailing dims"
         for ref in (w, b):
             spec = leaf_spec(problem, ref) if is_ref(ref) else None
-            if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != normalized):
-                return "a layer norm whose affine is not two fp32 parameters of the normalized shape"
+            if ref is not None and (spec is None or spec.dtype != problem.inputs[0].dtype or tuple(spec.shape) != normalized):
+                return "a layer norm whose affine is not two parameters of the normalized shape and the input's dtype"
         reduced = math.prod(normalized)
         return NormalizeMatch("layer", math.prod(shape) // reduced, reduced, 1, float(eps), w, b)
     bns = [k for k, n in enumerate(g) if n.op == "native_batch_norm"]
@@ -144,11 +147,14 @@ def _norm_op(problem: Problem, shape: tuple[int, ...], g: list[OpNode]) -> Norma
 
 def match_normalize(problem: Problem) -> NormalizeMatch | str:
     # in0 is normalized; other inputs may only be operands of the chain after the norm (compile_chain's).
-    if not problem.inputs or any(x.dtype != "float32" for x in problem.inputs) or len(problem.inputs[0].shape) < 2:
-        return "needs fp32 inputs, the first of at least 2 dims"
+    if not problem.graph:
+        return "no traced graph"
+    dtype = problem.inputs[0].dtype if problem.inputs else None
+    if dtype not in CTYPES or any(x.dtype != dtype for x in problem.inputs) or len(problem.inputs[0].shape) < 2:
+        return "needs fp32, fp16 or bf16 inputs of one dtype, the first of at least 2 dims"
     shape = tuple(problem.inputs[0].shape)
-    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != "float32":
-        return "the output must have the input's shape (fp32)"
+    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != dtype:
+        return "the output must have the input's shape and dtype"
     found = _by_stat(problem, shape)
     if isinstance(found, str):
         other = _by_norm_op(problem, shape)
@@ -157,7 +163,7 @@ def match_normalize(problem: Problem) -> NormalizeMatch | str:
         found = other
     if found.reduced >= 2**31 or found.outer >= 2**31:
         return "rows and columns must fit in 32-bit ints"
-    return found
+    return NormalizeMatch(**{**found.__dict__, "dtype": dtype})
 
 
 HOLD_MAX = 64  # a middle dim this short is held in registers (one value per row, per thread)
@@ -180,7 +186,8 @@ class Normalize(GraphFamily):
         m = self.matched(problem)
         if c.get("HOLD"):  # a middle dim's column in registers: short columns only
             return m.inner > 1 and m.reduced <= HOLD_MAX and c["VEC"] == 1 and c["BLOCK"] <= 512
-        return m.inner == 1 or c["VEC"] == 1
+        # float4 loads and stores: rows of fp32 only (a half tensor's elements go one at a time)
+        return c["VEC"] == 1 or (m.inner == 1 and m.dtype == "float32")
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m = self.matched(problem)
@@ -188,12 +195,15 @@ class Normalize(GraphFamily):
             held = [dict(VEC=1, BLOCK=256, HOLD=True), dict(VEC=1, BLOCK=128, HOLD=True)] if m.reduced <= HOLD_MAX else []
             return held + [dict(VEC=1, BLOCK=256, HOLD=False), dict(VEC=1, BLOCK=128, HOLD=False), dict(VEC=1, BLOCK=512, HOLD=False)]
         block = 1024 if m.reduced >= 65536 else 512 if m.reduced >= 4096 else 128
-        return [dict(VEC=4, BLOCK=block, HOLD=False), dict(VEC=4, BLOCK=256 if block != 256 else 512, HOLD=False),
+        other = 256 if block != 256 else 512
+        if m.dtype != "float32":
+            return [dict(VEC=1, BLOCK=block, HOLD=False), dict(VEC=1, BLOCK=other, HOLD=False)]
+        return [dict(VEC=4, BLOCK=block, HOLD=False), dict(VEC=4, BLOCK=other, HOLD=False),
                 dict(VEC=1, BLOCK=block, HOLD=False)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        return {"KIND": m.kind, "ROWS": m.inner == 1, "ALIGNED": m.reduced % 4 == 0, "EPS": repr(float(m.eps)) + "f",
+        return {"KIND": m.kind, "ROWS": m.inner == 1, "ALIGNED": m.reduced % 4 == 0, "CTYPE": CTYPES[m.dtype], "EPS": repr(float(m.eps)) + "f",
                 "AFFINE_W": m.weight is not None, "AFFINE_B": m.bias is not None, "GROUPS": m.groups,
                 "CPG_SPAN": m.channel_span, "CPG": m.reduced // m.channel_span, "EPI": m.epilogue,
                 "LAST_DIM": problem.inputs[0].shape[-1], "R": m.reduced}
@@ -204,5 +214,5 @@ class Normalize(GraphFamily):
         grid = "(outer,)" if m.inner == 1 else f"(outer * cdiv(inner, {c['BLOCK']}),)"
         return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           args=("in0", "out0", "reduced", "inner", *affine, *m.epilogue.launch_args()),
-                          outputs=(("in0.shape", "float32"),),
+                          outputs=(("in0.shape", m.dtype),),
                           bindings=(("outer", str(m.outer)), ("reduced", str(m.reduced)), ("inner", str(m.inner))))

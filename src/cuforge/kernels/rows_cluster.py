@@ -48,6 +48,8 @@ def match_rows(problem: Problem) -> RowsMatch | str:
             return f"{sm}; {nm}"
         if nm.inner != 1:
             return "the norm's statistic runs over a middle dim, not rows"
+        if nm.dtype != "float32":  # the row-on-chip kernels read and write fp32 rows (normalize takes halves)
+            return f"a norm of {nm.dtype} rows (kept on chip in fp32 only)"
         found = RowsMatch("norm", "in0", "float32", nm.outer, nm.reduced, norm=nm)
     if found.cols * 4 < MIN_ROW_BYTES or (found.mode == "softmax" and found.cols <= SOFTMAX_REGISTER_ROW):
         return f"rows of {found.cols} fit one block (the one-block families cover them)"
