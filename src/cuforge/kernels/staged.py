@@ -43,10 +43,11 @@ def cut_at(problem: Problem, k: int) -> Cut | str:
     graph = problem.graph
     if not 0 < k < len(graph):
         return "no node to cut after"
-    # The value handed from head to tail is an fp32 buffer: a graph of other dtypes is a partition's to
-    # cut, which follows each value's dtype through the casts.
-    if any(not t.is_scalar and t.dtype != "float32" for t in problem.inputs):
-        return "inputs other than fp32 (a partition cuts such graphs)"
+    # The value handed from head to tail is an fp32 buffer: a graph over other floating dtypes is a
+    # partition's to cut, which follows each value's dtype through the casts (index and mask inputs
+    # are read as they are).
+    if any(not t.is_scalar and t.dtype in ("float16", "bfloat16", "float64") for t in problem.inputs):
+        return "floating-point inputs other than fp32 (a partition cuts such graphs)"
     cut = graph[k - 1]
     # Unit dims dropped or added keep a fresh tensor's memory as it is: a head may end in them (a pooling
     # of a GEMM's features as (N, 1, 1, F), squeezed back); other views are left to the tail.
