@@ -4,7 +4,8 @@ int64) over rows and over middle dims, with odd sizes that leave no whole 16-byt
 average pooling with padding, dilation and partial windows; cumulative sums and products (reversed,
 exclusive, masked) over rows that are not whole blocks; direct convolutions (depthwise, few input
 channels, transposed and grouped, 3-d) with their chains; group, layer and instance norms and L2/RMS
-normalizations over rows and over a middle dim."""
+normalizations over rows and over a middle dim; eval-mode batch norm as a chain op, alone and fused
+into a convolution or a linear layer (fp32 too)."""
 
 import pytest
 
@@ -107,3 +108,22 @@ def test_normalizations(sup, tmp_path, dtype):
         for c in fam.seeds(p)[:3]:
             ev = sup.evaluate(p, fam.render(c, p), CFG)
             assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_eval_batch_norm_in_a_chain(sup, tmp_path, dtype):
+    from cuforge.kernels.families import families_for
+    from test_eval_batch_norm import bn_problem
+
+    cases = [("torch.relu(self.bn(x))", "4, 16, 9, 9", "nn.BatchNorm2d(16)", None),
+             ("self.bn(x)", "4, 16, 33", "nn.BatchNorm1d(16)", None),
+             ("torch.relu(self.bn(self.conv(x)))", "2, 32, 16, 16", "nn.BatchNorm2d(32)", "nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)")]
+    if dtype == "float32":
+        cases += [("torch.relu(self.bn(self.conv(x)))", "2, 64, 16, 16", "nn.BatchNorm2d(64)", "nn.Conv2d(64, 64, 3, padding=1, bias=False)"),
+                  ("self.bn(self.conv(x))", "64, 128", "nn.BatchNorm1d(96)", "nn.Linear(128, 96)")]
+    for expr, shape, bn, layer in cases:
+        p = bn_problem(tmp_path, expr, shape, bn, f"torch.{dtype}", layer)
+        fam = families_for(p)[0][0]
+        for c in fam.seeds(p)[:2]:
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (expr, layer, dtype, fam.name, c, ev.status, ev.message)

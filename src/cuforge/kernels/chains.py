@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem, TensorSpec
@@ -329,6 +330,17 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             lines.append(f"const float x{k} = {ROUND_TO[target].format(env[node.args[0]])};")
             env[node.out] = f"x{k}"
             continue
+        if node.op == "empty" and node.out.startswith("c") and not any(
+                node.out in (a.partition(".")[0] for a in _refs(n)) for n in nodes[k + 1:]):
+            continue  # a placeholder the trace records beside a batch norm, read by nothing
+        if node.op == "native_batch_norm" and node.args and node.args[0] in env:
+            # Eval mode (running statistics): per channel (dim 1), (v - mean) / sqrt(var + eps) * w + b.
+            expr = _eval_batch_norm(problem, node, env[node.args[0]], full, dtype, channels, prefix, tensors, load)
+            if expr.startswith("!"):
+                return expr[1:]
+            lines.append(f"const float x{k} = {expr};")
+            env[node.out] = f"x{k}"
+            continue
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
         if kind(tuple(node.shape)) is None:
@@ -413,6 +425,54 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
     return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"), indexed)
+
+
+def _refs(node: OpNode) -> list[str]:
+    """The tensor refs a node reads (in its args and kwargs, nested)."""
+    out: list[str] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, (tuple, list)):
+            for v in x:
+                walk(v)
+        elif is_ref(x):
+            out.append(x)
+
+    walk(node.args)
+    walk(tuple(v for _, v in node.kwargs))
+    return out
+
+
+def _eval_batch_norm(problem: Problem, node: OpNode, value: str, full: tuple[int, ...], dtype: str, channels: bool,
+                     prefix: str, tensors: list[tuple[str, str]], load: Any) -> str:
+    """An eval-mode batch norm of the chain's value as a C expression, its per-channel operands added to
+    `tensors`; or "!" and why it is not one."""
+    args = (tuple(node.args) + (None,) * 8)[:8]
+    _, weight, bias, mean, var, training, _, eps = args
+    if training is not False or not isinstance(eps, (int, float)) or isinstance(eps, bool):
+        return "!a batch norm in training mode (its statistics come from the batch)"
+    if len(full) < 2 or tuple(node.shape) != full or mean is None or var is None:
+        return "!a batch norm without running statistics over dim 1 of the chain's value"
+    spatial = math.prod(full[2:])
+    # The channel of the element at row r, column c: in a convolution's epilogue r runs over (image,
+    # channel); elsewhere r * cols + c is the flat index.
+    at = f"(r % {full[1]})" if channels else f"((r * (long long)cols + c) / {spatial}LL % {full[1]})"
+    loads = {}
+    for name, ref in (("w", weight), ("b", bias), ("m", mean), ("v", var)):
+        if ref is None:
+            continue
+        spec = leaf_spec(problem, ref) if is_ref(ref) else None
+        if spec is None or tuple(spec.shape) != (full[1],) or spec.dtype != dtype:
+            return f"!a batch norm whose {name} is not a {dtype} vector over the {full[1]} channels"
+        if (ref, "bn_ch") not in tensors:
+            tensors.append((ref, "bn_ch"))
+        loads[name] = load(f"{prefix}{tensors.index((ref, 'bn_ch'))}[{at}]")
+    expr = f"({value} - {loads['m']}) * rsqrtf({loads['v']} + {literal(eps)})"
+    if "w" in loads:
+        expr = f"{expr} * {loads['w']}"
+    if "b" in loads:
+        expr = f"{expr} + {loads['b']}"
+    return f"({expr})"
 
 
 def _is_row_sum(node: OpNode, full: tuple[int, ...]) -> bool:

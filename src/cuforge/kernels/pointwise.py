@@ -35,7 +35,8 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
     graph = problem.graph
     if not graph:
         return "no traced graph"
-    odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE + LEAF_VIEWS + ("_to_copy",)})
+    # An eval-mode batch norm is a per-channel affine (compile_chain refuses one in training mode).
+    odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE + LEAF_VIEWS + ("_to_copy", "native_batch_norm", "empty")})
     if odd:
         return f"not only elementwise ops ({', '.join(odd)})"
     if len(problem.outputs) != 1 or problem.outputs[0].dtype not in DTYPES:
