@@ -168,7 +168,7 @@ def families_for(problem: Problem, index: bool = True, several: bool = True) -> 
     asked = [f for f in FAMILIES if not index or could_match(f, ops)]
     unasked = sorted({op for f in FAMILIES if f not in asked for op in f.anchors or ()})
     if unasked:  # one reason for every family the index skipped
-        reasons.append(f"the GEMM and convolution families: no {', '.join(unasked)} in the graph")
+        reasons.append(f"the families built around {', '.join(unasked)}: none of these ops is in the graph")
     for fam in asked:
         why = fam.supports(problem)
         if why is None:
