@@ -99,40 +99,12 @@ def skip_unless_sm90(sup, why):
         pytest.skip(why)
 
 
-HALF_GEMM = """
-import torch
-import torch.nn.functional as F
-M, K, N = {m}, {k}, {n}
-CUFORGE = {{"policy": "custom", "dtype": "{dtype}"}}
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-{init}
-    def forward(self, {args}):
-        return {expr}
-def get_inputs():
-    return [{inputs}]
-def get_init_inputs():
-    return []
-"""
-
-
 def half_gemm_problem(tmp_path, m, n, k, dtype="bfloat16"):
-    """C = A @ B over [M, K] and [K, N] inputs of `dtype`, as a problem file."""
-    return _half_problem(tmp_path, f"gemm_{dtype}_{m}_{n}_{k}", dtype, m, n, k, "        pass", "a, b", "a @ b",
-                         f"torch.randn(M, K, dtype=torch.{dtype}), torch.randn(K, N, dtype=torch.{dtype})")
+    """C = A @ B over [M, K] and [K, N] inputs of `dtype`."""
+    return problem_from_expr(tmp_path, "a @ b", f"torch.randn({m}, {k}, dtype=torch.{dtype}), torch.randn({k}, {n}, dtype=torch.{dtype})")
 
 
 def half_linear_problem(tmp_path, m, n, k, expr="self.linear(x)", dtype="bfloat16"):
     """`expr` over x [M, K] and self.linear, an nn.Linear(K, N) of `dtype` with a bias."""
-    name = f"linear_{dtype}_{m}_{n}_{k}_{abs(hash(expr)) % 10**8}"
-    return _half_problem(tmp_path, name, dtype, m, n, k, f"        self.linear = torch.nn.Linear(K, N, dtype=torch.{dtype})",
-                         "x", expr, f"torch.randn(M, K, dtype=torch.{dtype})")
-
-
-def _half_problem(tmp_path, name, dtype, m, n, k, init, args, expr, inputs):
-    f = tmp_path / f"{name}.py"
-    f.write_text(HALF_GEMM.format(m=m, n=n, k=k, dtype=dtype, init=init, args=args, expr=expr, inputs=inputs))
-    (p,), skipped = load_files([f])
-    assert not skipped, skipped
-    return p
+    return problem_from_expr(tmp_path, expr, f"torch.randn({m}, {k}, dtype=torch.{dtype})", "x",
+                             f"        self.linear = nn.Linear({k}, {n}, dtype=torch.{dtype})")

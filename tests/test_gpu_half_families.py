@@ -19,6 +19,14 @@ from template_helpers import problem_from_expr
 
 pytestmark = pytest.mark.gpu
 CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+
+
+def judge_seeds(sup, fam, p, seeds, what):
+    """The family covers `p`, and each of its first `seeds` seeds (all: None) is judged ok."""
+    assert fam.supports(p) is None, (what, fam.supports(p))
+    for c in fam.seeds(p)[:seeds]:
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (what, p.id, c, ev.status, ev.message)
 REDUCTIONS = [("torch.sum(x, dim=1)", "33, 1001, 40"), ("torch.mean(x, dim=-1, keepdim=True)", "64, 4099"),
               ("torch.sum(x, dim=-1, keepdim=True)", "128, 8192"), ("torch.amax(x, dim=(1, 2))", "8, 16, 33, 64"),
               ("torch.argmax(x, dim=1)", "16, 257, 96"), ("torch.argmin(x, dim=0)", "1000, 33"),
@@ -30,10 +38,7 @@ def test_reductions_over_a_dim(sup, tmp_path, dtype):
     fam = ReduceDim()
     for expr, shape in REDUCTIONS:
         p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, dtype=torch.{dtype})", "x", prefix="gpu")
-        assert fam.supports(p) is None, (expr, fam.supports(p))
-        for c in fam.seeds(p)[:3]:
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (expr, shape, dtype, c, ev.status, ev.message)
+        judge_seeds(sup, fam, p, 3, (expr, shape, dtype))
 
 
 POOLS = [("F.max_pool2d(x, 3, 2, 1)", "2, 8, 33, 47"), ("F.avg_pool2d(x, 4, 4)", "2, 4, 64, 64"),
@@ -46,10 +51,7 @@ def test_pooling(sup, tmp_path, dtype):
     fam = Pool()
     for expr, shape in POOLS:
         p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, dtype=torch.{dtype})", "x", prefix="gpu")
-        assert fam.supports(p) is None, (expr, fam.supports(p))
-        for c in fam.seeds(p)[:3]:
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (expr, shape, dtype, c, ev.status, ev.message)
+        judge_seeds(sup, fam, p, 3, (expr, shape, dtype))
 
 
 SCANS = [("torch.cumsum(x, dim=-1)", "torch.randn(8, 4099, dtype=D)", "x"),
@@ -65,10 +67,7 @@ def test_scans(sup, tmp_path, dtype):
     fam = ScanRows()
     for expr, inputs, args in SCANS:
         p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args, prefix="gpu")
-        assert fam.supports(p) is None, (expr, fam.supports(p))
-        for c in fam.seeds(p):
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)
+        judge_seeds(sup, fam, p, None, (expr, dtype))
 
 
 CONVS = [("nn.Conv2d(32, 32, 3, padding=1, groups=32)", "2, 32, 33, 47", "y"),
@@ -84,10 +83,7 @@ def test_direct_convolutions(sup, tmp_path, dtype):
         p = problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
                               f"        self.conv = {layer.replace(')', f', dtype=torch.{dtype})', 1)}\n"
                               f"        self.bias = nn.Parameter(torch.randn(16, 1, 1, dtype=torch.{dtype}))", prefix="gpu")
-        assert fam.supports(p) is None, (layer, fam.supports(p))
-        for c in fam.seeds(p)[:3]:
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (layer, dtype, c, ev.status, ev.message)
+        judge_seeds(sup, fam, p, 3, (layer, dtype))
 
 
 NORMS = [("F.group_norm(x, 4, self.w, self.b)", "2, 16, 17, 19", 16), ("F.layer_norm(x, (33, 40), self.w, self.b)", "4, 33, 40", (33, 40)),
@@ -104,10 +100,7 @@ def test_normalizations(sup, tmp_path, dtype):
         init = (f"        self.w = nn.Parameter(torch.rand({affine}, {dt}) + 0.5)\n"
                 f"        self.b = nn.Parameter(torch.randn({affine}, {dt}))" if affine else "        pass")
         p = problem_from_expr(tmp_path, expr, f"torch.randn({shape}, {dt})", "x", init, prefix="gpu")
-        assert fam.supports(p) is None, (expr, fam.supports(p))
-        for c in fam.seeds(p)[:3]:
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)
+        judge_seeds(sup, fam, p, 3, (expr, dtype))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -123,7 +116,4 @@ def test_eval_batch_norm_in_a_chain(sup, tmp_path, dtype):
                   ("self.bn(self.conv(x))", "64, 128", "nn.BatchNorm1d(96)", "nn.Linear(128, 96)")]
     for expr, shape, bn, layer in cases:
         p = bn_problem(tmp_path, expr, shape, bn, f"torch.{dtype}", layer)
-        fam = families_for(p)[0][0]
-        for c in fam.seeds(p)[:2]:
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (expr, layer, dtype, fam.name, c, ev.status, ev.message)
+        judge_seeds(sup, families_for(p)[0][0], p, 2, (expr, layer, dtype))

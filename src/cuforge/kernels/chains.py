@@ -145,6 +145,8 @@ UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "
 BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum", "xlogy")
 ELEMENTWISE = UNARY + BINARY + ("masked_fill", "triu", "tril")
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+# Each dtype as a user names it (--dtype), for the reasons a family gives.
+DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 # A value read from a tensor of each element type, as fp32.
 TO_FLOAT = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})"}
 # A cast (traced as _to_copy) to each dtype, applied to an fp32 value: rounded to it and widened back.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, sm_count
-from cuforge.kernels.chains import Epilogue, compile_chain, constant_scale, leaf_spec, literal
+from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, constant_scale, leaf_spec, literal
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -150,7 +150,7 @@ def match_conv(problem: Problem, grouped: bool = False, dtypes: tuple[str, ...] 
     sx = leaf_spec(problem, x) if is_ref(x) else None
     sw = leaf_spec(problem, w) if is_ref(w) else None
     if sx is None or sw is None or sx.dtype not in dtypes or sw.dtype != sx.dtype:
-        return f"the convolution's input and weight are not {'/'.join(_DTYPE_NAMES[d] for d in dtypes)} inputs or parameters of one dtype"
+        return f"the convolution's input and weight are not {'/'.join(DTYPE_NAMES[d] for d in dtypes)} inputs or parameters of one dtype"
     dtype = sx.dtype
     dims = len(sx.shape) - 2
     c_in, c_out = (sw.shape[0], sw.shape[1] * groups) if transposed else (sw.shape[1] * groups, sw.shape[0])
@@ -163,7 +163,7 @@ def match_conv(problem: Problem, grouped: bool = False, dtypes: tuple[str, ...] 
     if bias is not None:
         sb = leaf_spec(problem, bias) if is_ref(bias) else None
         if sb is None or sb.dtype != dtype or tuple(sb.shape) != (c_out,):
-            return f"the convolution's bias is not a {_DTYPE_NAMES[dtype]} vector over the output channels"
+            return f"the convolution's bias is not a {DTYPE_NAMES[dtype]} vector over the output channels"
     full = tuple(first.shape)
     rest = tuple(problem.graph[1:])
     pooled = spatial_pool(rest, first.out, full)
@@ -185,7 +185,6 @@ def match_conv(problem: Problem, grouped: bool = False, dtypes: tuple[str, ...] 
                      full[2:], epi, bool(transposed), out_pad if transposed else (), groups, *pool, dtype=dtype)
 
 
-_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 _AXES = ("D", "H", "W")  # the names of the spatial dims, outermost first, for 3-D; 2-D uses H, W; 1-D W
 
 

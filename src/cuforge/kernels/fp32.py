@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
-from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, leaf_spec
 from cuforge.kernels.layouts import VIEW_OPS, apply_view, contiguous, is_dense, layout
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
@@ -65,11 +65,8 @@ def _operand(problem: Problem, ref: Any, dims: int, dtype: str = "float32") -> t
     if spec is None:
         return f"operand {ref} is not an input or a parameter"
     if spec.dtype != dtype or len(spec.shape) != dims:
-        return f"operand {ref} is not a {dims}-D {_DTYPE_NAMES.get(dtype, dtype)} tensor"
+        return f"operand {ref} is not a {dims}-D {DTYPE_NAMES.get(dtype, dtype)} tensor"
     return base, transposed
-
-
-_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def match_gemm(problem: Problem, dtype: str = "float32") -> GemmMatch | str:
@@ -195,7 +192,7 @@ def _match_gemm(problem: Problem, dtype: str = "float32") -> GemmMatch | str:
     if merged is not None and (first.op == "bmm" or args[0] != problem.graph[0].out):
         return "a view that is not the GEMM's left operand"
     if merged is not None and leaf_spec(problem, merged).dtype != dtype:  # type: ignore[union-attr]
-        return f"operand {merged} is not a {_DTYPE_NAMES.get(dtype, dtype)} tensor"
+        return f"operand {merged} is not a {DTYPE_NAMES.get(dtype, dtype)} tensor"
     ops = [(merged, False) if merged is not None and i == 0 else _operand(problem, r, dims, dtype) for i, r in enumerate(args[:2])]
     for o in ops:
         if isinstance(o, str):
@@ -226,7 +223,7 @@ def _match_gemm(problem: Problem, dtype: str = "float32") -> GemmMatch | str:
     if bias is not None:
         spec = leaf_spec(problem, bias) if is_ref(bias) else None
         if spec is None or spec.dtype != dtype or tuple(spec.shape) not in ((n,), (1, n)):
-            return f"addmm's bias is not a {_DTYPE_NAMES.get(dtype, dtype)} vector over the output columns"
+            return f"addmm's bias is not a {DTYPE_NAMES.get(dtype, dtype)} vector over the output columns"
     epi = compile_chain(problem, nodes, anchor, full, dtype=dtype, bias=bias, result=result, casts=dtype != "float32")
     if isinstance(epi, str):
         return epi
