@@ -33,10 +33,15 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
 
 @pytest.fixture(scope="module")
 def sup():
-    """One GPU evaluation worker per test module (the GPU tests' shared fixture)."""
+    """One GPU evaluation worker per test module (the GPU tests' shared fixture). Under pytest-xdist on a
+    machine of several GPUs, test process gwN evaluates on GPU N mod their count: evaluations on one GPU
+    take turns (gpu_turn), so spreading the processes over the GPUs is what makes them run at once."""
+    import torch
+
     from cuforge.sandbox.driver.supervisor import Supervisor
 
-    s = Supervisor(gpu=0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    s = Supervisor(gpu=int(worker[2:] or 0) % max(1, torch.cuda.device_count()))
     yield s
     s.close()
 

@@ -200,3 +200,25 @@ def test_a_reference_too_slow_for_the_cpu_still_validates(tmp_path):
     results = {p.name: (ok, msg) for p, ok, msg, _ in validate_files(sorted(tmp_path.glob("*.py")), timeout_s=8)}
     assert results["slow.py"][0] and "reference not run on the CPU: over 8 s" in results["slow.py"][1]
     assert not results["hangs.py"][0] and "hangs" in results["hangs.py"][1]
+
+
+def test_roofline_bytes_count_only_what_a_kernel_must_read(tmp_path):
+    """The impossible-speedup floor is a lower bound: a table only gathered from, a tensor only sliced,
+    a parameter never used are not bytes a kernel has to move (an honest embedding bag over a 51 MB
+    table reads 20 rows per bag), while a tensor any op reads whole, and every output, are."""
+    from template_helpers import problem_from_expr
+
+    f32 = 4
+    bag = problem_from_expr(tmp_path, "self.bag(a, b)", "torch.randint(0, 100000, (640,)), torch.arange(0, 640, 20)",
+                            init="        self.bag = nn.EmbeddingBag(100000, 128, mode='sum')")
+    assert bag.meta.bytes == 640 * 8 + 32 * 8 + 32 * 128 * f32
+    sliced = problem_from_expr(tmp_path, "a[:, :8] * 2", "torch.randn(64, 1024)", args="a")
+    assert sliced.meta.bytes == 64 * 8 * f32
+    unused = problem_from_expr(tmp_path, "a + 1", "torch.randn(256)", args="a",
+                               init="        self.w = nn.Parameter(torch.randn(4096))")
+    assert unused.meta.bytes == 2 * 256 * f32
+    # A tensor both sliced and read whole counts whole; the index tensor of a gather counts whole.
+    both = problem_from_expr(tmp_path, "a[:, :8].sum() + a.sum()", "torch.randn(64, 1024)", args="a")
+    assert both.meta.bytes == 64 * 1024 * f32 + f32
+    picked = problem_from_expr(tmp_path, "torch.index_select(a, 0, b)", "torch.randn(4096, 64), torch.arange(16)")
+    assert picked.meta.bytes == 16 * 8 + 16 * 64 * f32

@@ -45,7 +45,7 @@ def cache_dir() -> Path:
 
 def _cache_key(mode: str, source: bytes) -> str:
     h = hashlib.sha256()
-    h.update(f"{mode}|{__version__}|{_torch_version()}|v10|".encode())  # v5: replies carry the op graph; v6: literal 0-dim constants; v7: _safe_softmax_lastdim; v8: dropout nodes; v9: non-contiguous inputs marked; v10: cast traces
+    h.update(f"{mode}|{__version__}|{_torch_version()}|v11|".encode())  # bumped whenever the inspector's reply changes (v11: bytes count only leaves read in full)
     h.update(source)
     return h.hexdigest()
 
