@@ -249,6 +249,11 @@ def flat_lead(f: ConvMatch, axis: int) -> int:
 
 
 
+CONV_KNOBS = {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16), "STAGES": (2, 3, 4, 5),
+              "GROUP_M": (1, 8, 16), "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1), "DIRECT": (0, 1),
+              "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1)}
+
+
 @family(240)
 class ConvTf32x3Sm90(GraphFamily):
     """Implicit-GEMM convolution, sm_90a: tiles of 128 output pixels (TD x TH x TW of one image) by BN
@@ -260,14 +265,11 @@ class ConvTf32x3Sm90(GraphFamily):
     anchors = frozenset({"convolution"})
 
     BM = 128
-    BK = 32
+    BK = 32  # channels a k-tile: its rows are 128 bytes
     template = "conv_tf32_sm90"
 
     def __init__(self) -> None:
-        super().__init__("conv_tf32x3_sm90", {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16),
-                                                 "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8, 16),
-                                                 "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1),
-                                                 "DIRECT": (0, 1), "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1)})
+        super().__init__("conv_tf32x3_sm90", dict(CONV_KNOBS))
 
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
@@ -296,12 +298,17 @@ class ConvTf32x3Sm90(GraphFamily):
         return math.prod(f.kernel[len(f.kernel) - c.get("FOLD", 0):])
 
     @classmethod
+    def planes(cls, c: dict[str, Any]) -> int:
+        """The operand tiles a stage holds per operand: TF32 big and small, or big only (one product)."""
+        return 2 if c.get("PASSES", 3) == 3 else 1
+
+    @classmethod
     def smem_bytes(cls, c: dict[str, Any], dims: int = 2, row: int = 0) -> int:
         """The dynamic shared memory: the stages, alignment slack and the barriers; DIRECT, a stage holds the
         weight's tiles and the raw input boxes (rows of `row` floats), the split tiles lie past the ring."""
-        planes = 2 if c.get("PASSES", 3) == 3 else 1  # big and small tiles, or big only
+        planes = cls.planes(c)
         if not c.get("DIRECT", 0):
-            return c["STAGES"] * planes * (cls.BM + c["BN"]) * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+            return c["STAGES"] * planes * (cls.BM + c["BN"]) * 128 + 1024 + 16 * c["STAGES"]
         td, th, tw = cls.tile(c, dims)
         raw = -(-(tw // c["TW"]) * cls.BK * td * th * row * 4 // 1024) * 1024
         return c["STAGES"] * (planes * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"]
@@ -315,7 +322,7 @@ class ConvTf32x3Sm90(GraphFamily):
             return False
         if c.get("FLAT", 0) and (not flat_fits(f) or c.get("FOLD", 0)):
             return False
-        if c.get("PASSES", 3) == 1 and not tf32_allowed(problem.contract(), problem.ops):
+        if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
             return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
         if c.get("FOLD", 0) > min(f.dims, 2) or (c.get("FOLD", 0) and f.transposed):
             return False
@@ -456,7 +463,7 @@ class ConvTf32x3Sm90(GraphFamily):
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
         pad = (1,) * (3 - f.dims)
-        return {"EPI": f.epilogue, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
+        return {"EPI": f.epilogue, "HALF": 0, "BK": self.BK, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
                 "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool), "FLAT_WP": flat_pitch(f) if flat_fits(f) else 0}
 
@@ -468,8 +475,9 @@ class ConvTf32x3Sm90(GraphFamily):
         td, th, tw = self.tile(c, f.dims)
         box = dict(zip(("D", "H", "W"), (td, th, tw)))
         fold, folded = c.get("FOLD", 0), self.folded_taps(c, f)
-        # CP: the floats of one pixel's channel vector (the folded taps' channels), 16-byte rows for TMA.
-        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", f"({folded} * C + 3) // 4 * 4"),
+        # CP: the elements of one pixel's channel vector (the folded taps' channels), 16-byte rows for TMA.
+        align = 16 // (4 if f.dtype == "float32" else 2)
+        bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", f"({folded} * C + {align - 1}) // {align} * {align}"),
                     ("CO", f"{f.w}.shape[{1 if f.transposed else 0}]")] + ([sm_count(f.x)] if c.get("PERSIST") else [])
         for i, (a, k, s, p, d) in enumerate(zip(names, f.kernel, f.stride, f.padding, f.dilation)):
             size = (f"(I{a} - 1) * {s} - {2 * p} + {d * (k - 1)} + {f.output_padding[i]} + 1" if f.transposed
@@ -481,7 +489,7 @@ class ConvTf32x3Sm90(GraphFamily):
         # TMA boxes list dims innermost first: channels, then W, H, D, then the image.
         steps = self.box_strides(f)
         box["W"] = c["TW"]  # a 1-D tile's box is TW of its 128
-        x_box = ("32",) + tuple(f"{box[a] * s}" for a, s in reversed(list(zip(names, steps)))) + ("1",)
+        x_box = (str(self.BK),) + tuple(f"{box[a] * s}" for a, s in reversed(list(zip(names, steps)))) + ("1",)
         x_strides = ("1",) + tuple(str(s) for s in reversed(steps)) + ("1",)
         split = f"{self.name}_split"
         # A phase of a transposed convolution covers every S-th output pixel; there are S^dims phases.
@@ -509,7 +517,7 @@ class ConvTf32x3Sm90(GraphFamily):
             dp, ld, depth = (flat_padded(f, 0), flat_lead(f, 0), "ID") if f.dims == 3 else (1, 0, "1")
             x_pre = (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB * {dp})", "(32, 8)",
                      f"({f.x}, scratch0, C, CP, {depth}, IH, IW, {dp}, {hp}, {ld}, {flat_lead(f, -2)}, {flat_lead(f, -1)})")
-            x_map = f"tma_nd(scratch0, (32, {c['TW']}, 1{', 1' if f.dims == 3 else ''}))"
+            x_map = f"tma_nd(scratch0, ({self.BK}, {c['TW']}, 1{', 1' if f.dims == 3 else ''}))"
             x_planes = f"(2 * NB, {f'{dp}, ' if f.dims == 3 else ''}{hp * wp}, CP)"
             tiles = f"{'OD * ' if f.dims == 3 else ''}cdiv(OH * {wp}, {self.BM})"
         pre = (x_pre, w_pre)
@@ -523,8 +531,8 @@ class ConvTf32x3Sm90(GraphFamily):
             entry=self.name, grid=f"(min({blocks}, SMS),)" if c.get("PERSIST") else f"({blocks},)", block="(384,)",
             shared_mem=str(self.smem_bytes(c, f.dims, raw_row(c, f))),
             bindings=tuple(bindings),
-            scratch=((x_planes, "float32", "empty"), (f"(2 * CO, {outer}, CP)", "float32", "empty")),
+            scratch=((x_planes, f.dtype, "empty"), (f"(2 * CO, {outer}, CP)", f.dtype, "empty")),
             pre=pre,
-            args=(x_map, f"tma_nd(scratch1, (32, 1, {c['BN']}))",
+            args=(x_map, f"tma_nd(scratch1, ({self.BK}, 1, {c['BN']}))",
                   "out0", "NB", "CO", "CP", *outs, *f.epilogue.launch_args()),
-            outputs=((out_shape, "float32", "zeros") if f.pool else (out_shape, "float32"),))
+            outputs=((out_shape, f.dtype, "zeros") if f.pool else (out_shape, f.dtype),))

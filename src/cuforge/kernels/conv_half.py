@@ -1,0 +1,66 @@
+"""Implicit-GEMM convolution in fp16 and bf16 on Hopper: conv_tf32x3_sm90's kernel (tiles of output
+pixels by output channels, taps by TMA windows, the traced chain fused before one store) with fp16/bf16
+wgmma instead of TF32. The input and weight planes hold the elements as they are, a k-tile is 64
+channels (128-byte rows, as the TF32 kernel's 32), sums are fp32 and the output is rounded once to the
+input's dtype: what cuDNN computes for a half convolution, so no precision contract is needed."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from cuforge.kernels.base import GraphFamily
+from cuforge.kernels.conv import CONV_KNOBS, ConvMatch, ConvTf32x3Sm90, direct_only, match_conv
+from cuforge.kernels.gemm import HALF_ELEMENTS
+from cuforge.kernels.registry import family
+from cuforge.problems.problem import Problem
+
+# The TF32 kernel's knobs a half one has no use for: one product (no split), and x read as it lies
+# (DIRECT, DENSE_W), whose in-kernel split is fp32's.
+_FP32_ONLY = ("PASSES", "DIRECT", "DENSE_W")
+
+
+@family(245)
+class ConvHalfSm90(ConvTf32x3Sm90):
+    """conv_tf32x3_sm90's tiles, stages, grouping, folding, persistent grid and flat planes over fp16/bf16."""
+
+    BK = 64
+
+    def __init__(self) -> None:  # the TF32 family's knobs less its fp32-only ones, under this family's name
+        GraphFamily.__init__(self, "conv_half_sm90", {k: v for k, v in CONV_KNOBS.items() if k not in _FP32_ONLY})
+
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "FLAT": 0}
+
+    @classmethod
+    def planes(cls, c: dict[str, Any]) -> int:
+        return 1
+
+    def reduced_precision(self, config: dict[str, Any]) -> bool:
+        return False  # fp16/bf16 products summed in fp32: the dtype's own accuracy, as cuDNN computes it
+
+    def match(self, problem: Problem) -> ConvMatch | str:
+        found = match_conv(problem, dtypes=tuple(HALF_ELEMENTS))
+        if isinstance(found, str):
+            return found
+        if found.pool:
+            return "a half-precision convolution summed over its pixels: its sums are fp32 atomics (not in this family)"
+        if direct_only(found):
+            return f"a 3-D convolution of {found.c} -> {found.c_out} channels: conv_direct's case (faster there)"
+        return found
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        if c.get("DIRECT", 0) or c.get("DENSE_W", 0):
+            return False
+        return super().valid(c, problem)
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        """The TF32 family's seeds that a half kernel can run, in its order: those reading x as it lies and
+        the one-product copies dropped (every half config is one product)."""
+        out: list[dict[str, Any]] = []
+        for c in super().seeds(problem):
+            if not any(k in c for k in _FP32_ONLY) and c not in out:
+                out.append(c)
+        return out
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = self.matched(problem)
+        return {**super().extra(problem), "HALF": 1, "ELEM": HALF_ELEMENTS[f.dtype], "PASSES": 1, "DIRECT": 0, "DENSE_W": 0}

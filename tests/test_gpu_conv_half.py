@@ -1,0 +1,40 @@
+"""The fp16/bf16 implicit-GEMM convolution (conv_half_sm90) on a real GPU, judged against float64 at
+the bound PyTorch's own result in that dtype sets: 1-D, 2-D and 3-D, strided and dilated, 1x1,
+transposed, channels that are no whole 16 bytes, few channels folded into the channel vector, flat
+padded planes, the persistent grid, and the traced bias and activations fused; each case's seeds and
+two random valid configs."""
+
+import pytest
+
+from cuforge.kernels.conv_half import ConvHalfSm90
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from template_helpers import family_configs, problem_from_expr
+
+pytestmark = pytest.mark.gpu
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
+
+CONVS = [("nn.Conv2d(64, 128, 3, padding=1)", "2, 64, 30, 31", "torch.relu(y + self.bias)"),
+         ("nn.Conv2d(32, 64, 3, stride=2, padding=2, dilation=2)", "2, 32, 33, 35", "y"),
+         ("nn.Conv2d(256, 192, 1, bias=False)", "4, 256, 14, 14", "F.gelu(y)"),
+         ("nn.Conv2d(20, 40, (3, 5), padding=(1, 2))", "3, 20, 17, 19", "torch.sigmoid(y) * y"),
+         ("nn.Conv2d(3, 64, 7, stride=2, padding=3)", "2, 3, 64, 64", "torch.relu(y)"),
+         ("nn.Conv3d(16, 32, 3, padding=1)", "2, 16, 8, 9, 10", "y * 2"),
+         ("nn.Conv1d(32, 64, 5, padding=2)", "4, 32, 300", "torch.tanh(y)"),
+         ("nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1, output_padding=1)", "2, 32, 17, 18", "y"),
+         ("nn.ConvTranspose3d(16, 16, 3, stride=2, padding=1)", "1, 16, 5, 6, 7", "torch.relu(y)")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layer,shape,tail", CONVS, ids=[c[0] for c in CONVS])
+def test_half_implicit_gemm_convolution(sup, tmp_path, dtype, layer, shape, tail):
+    fam = ConvHalfSm90()
+    out_channels = layer.split("(")[1].split(",")[1].strip()
+    p = problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
+                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})\n"
+                          f"        self.bias = nn.Parameter(torch.randn({out_channels}, 1, 1, dtype=torch.{dtype}))",
+                          prefix="gpu")
+    assert fam.supports(p) is None, fam.supports(p)
+    configs = family_configs(fam, p, 2)
+    for c in configs[:4] + configs[len(fam.seeds(p)):]:  # the first seeds and the random ones
+        ev = sup.evaluate(p, fam.render(c, p), CFG)
+        assert ev.status == "ok", (layer, dtype, c, ev.status, ev.message)
