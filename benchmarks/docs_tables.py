@@ -10,7 +10,7 @@ Each generated table in the page sits between two markers naming the command tha
     python benchmarks/docs_tables.py --check     # exit 1 naming each table that is not what its command prints
     python benchmarks/docs_tables.py NAME RESULT...   # print one table (the commands the markers name)
 
-The tables printed here (NAME): compile, throughput, repeatability, jail, hgemm, level3, gpu_checks,
+The tables printed here (NAME): compile, throughput, repeatability, jail, hgemm, level3, gpu_checks, conv_half,
 models, dtype_coverage, conv_tf32, replay, skinny.
 Commands run from the repository root; the KernelBench search tables come from
 kernelbench_search_summary.py.
@@ -169,6 +169,18 @@ def conv_tf32_table(name: str = "conv_tf32_l1") -> list[str]:
                       f"{d['faster_than_cudnn_tf32']} faster ({stamp(d)})"]
 
 
+def conv_half_table(name: str) -> list[str]:
+    d = load(name)
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    out = [*header("file", "best kernel ms", f"eager in {d['dtype']} (cuDNN) ms", "ratio", "judged")]
+    for r in d["rows"]:
+        judged = ", ".join(k["status"] for k in r.get("kernels", []))
+        out.append(row(r["file"].split("/")[-1][:48], fmt(r.get("best_ms")), fmt(r.get("eager_ms")), fmt(r.get("vs_eager")),
+                       judged or r.get("why", "-")))
+    return out + ["", f"contract `{d['contract']}`, {d['dtype']}; geomean vs eager {fmt(d['geomean_vs_eager'])} over "
+                      f"{d['with_an_ok_kernel']} files with an ok kernel, {d['faster_than_eager']} faster ({stamp(d)})"]
+
+
 def replay_table(name: str = "partition_replay") -> list[str]:
     d = load(name)
     out = [f"{d['files']} files: the parts compute the forward on {d['same']}, differ on {d['differs']}, fail on "
@@ -204,7 +216,7 @@ TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
-    "replay": replay_table, "skinny": skinny_table,
+    "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
 }
 
 
