@@ -24,19 +24,21 @@ def main() -> None:
     with shared_inspector():
         problems, skipped = load_files(files)
         for dtype in ("fp32", "bf16", "fp16"):
-            covered, by_family, refused = 0, Counter(), []
+            covered, by_family, refused, uncovered = 0, Counter(), [], {}
             for p in problems:
                 try:
                     q = p if dtype == "fp32" else load_in_dtype(p, dtype)
                 except ProblemError as e:
                     refused.append(f"{p.id}: {e}")
                     continue
-                fams, _ = families_for(q)
+                fams, why = families_for(q)
                 if fams:
                     covered += 1
                     by_family[fams[0].name] += 1
+                else:
+                    uncovered[p.id] = why[:300]
             out[dtype] = {"files": len(problems), "covered": covered, "by_family": dict(by_family.most_common()),
-                          "not_traced": refused}
+                          "not_traced": refused, "not_covered": uncovered}
             print(dtype, covered, "of", len(problems), flush=True)
     write_result("kernelbench_dtype_coverage", {"skipped": [s.path for s in skipped], "dtypes": out})
 

@@ -228,6 +228,26 @@ def test_whole_tensor_reductions_match_and_compile(tmp_path, expr, inputs, args,
     smoke_compile(ReduceAll(), p, 2)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("expr, inputs, args", [
+    ("torch.mean((a - b) ** 2)", "torch.randn(64, 100, dtype=D), torch.randn(64, 100, dtype=D)", "a, b"),
+    ("F.smooth_l1_loss(a, b)", "torch.randn(64, 100, dtype=D), torch.randn(64, 100, dtype=D)", "a, b"),
+    ("torch.mean(torch.clamp(1 - a * b, min=0)) * 2", "torch.randn(64, 100, dtype=D), torch.randn(100, dtype=D)", "a, b"),
+    ("a.sum()", "torch.randn(7, 9, 11, dtype=D)", "a"),
+])
+def test_half_whole_tensor_reductions_match_and_compile(tmp_path, dtype, expr, inputs, args):
+    """In fp16/bf16: 16-byte loads of 8 elements, fp32 chains and double sums, one value in the inputs' dtype."""
+    from cuforge.kernels.reduce_all import ReduceAll
+
+    p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args=args)
+    fam = ReduceAll()
+    assert fam.supports(p) is None, fam.supports(p)
+    assert [c["VEC"] for c in fam.seeds(p)] == [8, 8, 8] and not fam.valid({"VEC": 4, "BLOCK": 256, "WAVES": 1}, p)
+    assert fam.launch(fam.seeds(p)[0], p).outputs == (("()", dtype),)
+    assert f"typedef {'__nv_bfloat16' if dtype == 'bfloat16' else '__half'} T;" in fam.render(fam.seeds(p)[0], p).source
+    smoke_compile(fam, p, 1)
+
+
 @pytest.mark.parametrize("expr, inputs, why", [
     ("torch.mean(a, dim=0)", "torch.randn(64, 100)", "scalar output"),
     ("torch.norm(a - 1, dim=1).mean()", "torch.randn(64, 100)", "not only elementwise"),

@@ -5,13 +5,14 @@ average pooling with padding, dilation and partial windows; cumulative sums and 
 exclusive, masked) over rows that are not whole blocks; direct convolutions (depthwise, few input
 channels, transposed and grouped, 3-d) with their chains; group, layer and instance norms and L2/RMS
 normalizations over rows and over a middle dim; eval-mode batch norm as a chain op, alone and fused
-into a convolution or a linear layer (fp32 too)."""
+into a convolution or a linear layer (fp32 too); losses summed or averaged over the whole tensor."""
 
 import pytest
 
 from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.pool import Pool
+from cuforge.kernels.reduce_all import ReduceAll
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
 from cuforge.sandbox.protocol.evaluation import EvalConfig
@@ -117,3 +118,17 @@ def test_eval_batch_norm_in_a_chain(sup, tmp_path, dtype):
     for expr, shape, bn, layer in cases:
         p = bn_problem(tmp_path, expr, shape, bn, f"torch.{dtype}", layer)
         judge_seeds(sup, families_for(p)[0][0], p, 2, (expr, layer, dtype))
+
+
+LOSSES = [("torch.mean((a - b) ** 2)", "torch.randn(4096, 1001, dtype=D), torch.randn(4096, 1001, dtype=D)", "a, b"),
+          ("F.smooth_l1_loss(a, b)", "torch.randn(1000, 333, dtype=D), torch.randn(1000, 333, dtype=D)", "a, b"),
+          ("torch.mean(torch.clamp(1 - a * b, min=0)) * 2", "torch.randn(512, 3000, dtype=D), torch.randn(3000, dtype=D)", "a, b"),
+          ("a.sum()", "torch.randn(7, 9, 11, dtype=D)", "a")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_whole_tensor_losses(sup, tmp_path, dtype):
+    fam = ReduceAll()
+    for expr, inputs, args in LOSSES:
+        p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args, prefix="gpu")
+        judge_seeds(sup, fam, p, None, (expr, dtype))
