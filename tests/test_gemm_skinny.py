@@ -55,3 +55,22 @@ def test_the_models_suites_decode_products_are_covered_in_every_dtype():
             names = [f.name for f in families_for(suite[name + variant])[0]]
             first = "linear_sm90" if name.endswith("skinny_gemm") and variant else "gemm_skinny"
             assert names[0] == first and "gemm_skinny" in names, (name + variant, names)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_matrix_vector_product_is_one_row_through_the_matrix(tmp_path, dtype):
+    """A @ v with v [K, 1]: v is the row, A the weight, the [M, 1] output the [1, M] row in memory; an fp32
+    one stays gemv_f32's, and one with a per-row operand after it is refused (its index would be the column)."""
+    fam = GemmSkinny()
+    p = problem_from_expr(tmp_path, "torch.relu(a @ b) * 2", f"torch.rand(1000, 1003, dtype=torch.{dtype}), torch.rand(1003, 1, dtype=torch.{dtype})")
+    assert fam.supports(p) is None and families_for(p)[0][0].name == "gemm_skinny"
+    launch = fam.launch(fam.seeds(p)[0], p)
+    assert launch.args[:2] == ("in1", "in0") and launch.outputs == (("(1000, 1)", dtype),)
+    assert dict(launch.bindings) == {"K": "in0.shape[1]", "N": "in0.shape[0]", "M": "in1.numel() // K"}
+    cubin, _, _ = compile_to_cubin(fam.render(fam.seeds(p)[0], p).source, "sm_90a", launch.options)
+    assert cubin
+    fp32 = problem_from_expr(tmp_path, "a @ b", "torch.rand(1000, 1003), torch.rand(1003, 1)")
+    assert "[N, K]" in fam.supports(fp32)
+    per_row = problem_from_expr(tmp_path, "a @ b + c", f"torch.rand(64, 256, dtype=torch.{dtype}), torch.rand(256, 1, dtype=torch.{dtype}), "
+                                f"torch.rand(64, 1, dtype=torch.{dtype})", args="a, b, c")
+    assert fam.supports(per_row) is not None

@@ -2,12 +2,13 @@
 that dtype sets: 1-16 rows through a weight stored [N, K] in fp32, bf16 and fp16; K not a multiple of
 the 16-byte load (a scalar tail), N not a multiple of a block's columns (idle warps at the barrier),
 leading dims merged into the rows, a bias and activations fused; every seed and the other knob
-values."""
+values. A half-precision matrix-vector product A @ v with an activation, v as the one row."""
 
 import pytest
 
 from cuforge.kernels.gemm_skinny import GemmSkinny
 from cuforge.sandbox.protocol.evaluation import EvalConfig
+from template_helpers import problem_from_expr
 from test_gemm_skinny import linear
 
 pytestmark = pytest.mark.gpu
@@ -29,3 +30,15 @@ def test_skinny_gemm_is_correct(sup, tmp_path, dtype):
         for c in configs:
             ev = sup.evaluate(p, fam.render(c, p), CFG)
             assert ev.status == "ok", (rows, k, n, expr, dtype, c, ev.status, ev.message)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_matrix_vector_product_as_one_row(sup, tmp_path, dtype):
+    fam = GemmSkinny()
+    for m, k, expr in ((2048, 65536, "torch.matmul(a, b)"), (1000, 1003, "torch.relu(a @ b) * 2")):
+        p = problem_from_expr(tmp_path, expr, f"torch.rand({m}, {k}, dtype=torch.{dtype}), torch.rand({k}, 1, dtype=torch.{dtype})",
+                              prefix="gpu")
+        assert fam.supports(p) is None, fam.supports(p)
+        for c in fam.seeds(p):
+            ev = sup.evaluate(p, fam.render(c, p), CFG)
+            assert ev.status == "ok", (m, k, expr, dtype, c, ev.status, ev.message)

@@ -2,10 +2,12 @@
 step, a small batch): Y = epilogue(X @ W^T) with X [M, K], M at most 16, and W [N, K] as nn.Linear
 stores it; fp32, fp16 or bf16 with fp32 sums, the output in the inputs' dtype. Such a product reads
 W once and does little else, so the kernel streams W at the copy bandwidth and uses each load of it
-for every row of X."""
+for every row of X. A half-precision matrix-vector product A @ v (v [K, 1]) is the same product with
+v as the one row and A as the weight: its [M, 1] result is the [1, M] row in memory."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, Family
@@ -31,6 +33,10 @@ def match_skinny(problem: Problem) -> GemmMatch | str:
         return found
     if found.batched or found.ta or found.epilogue.rowsum:
         return "not a plain product of rows and a weight"
+    if (found.n == 1 and not found.tb and not found.a_merged and dtype != "float32" and not found.epilogue.tensors
+            and not found.epilogue.indexed and found.out_shape == (found.m, 1)):
+        # A @ v: v's K values are the one row, A [M, K] the weight (an fp32 one is gemv_f32's, measured there).
+        return replace(found, a=found.b, b=found.a, tb=True, m=1, n=found.m)
     if not found.tb:
         return "the weight is not stored [N, K] (as nn.Linear stores it)"
     if found.m > MAX_ROWS:
@@ -99,7 +105,7 @@ class GemmSkinny(Family):
         f = match_skinny(problem)
         assert not isinstance(f, str)
         columns_a_block = (c["BLOCK"] // 32 // c["KSPLIT"]) * c["COLS"]
-        out = repr(f.out_shape) if f.a_merged else "(M, N)"
+        out = repr(f.out_shape) if f.a_merged or f.out_shape != (f.m, f.n) else "(M, N)"
         return LaunchSpec(entry=self.name, grid=f"(cdiv(N, {columns_a_block}),)", block=f"({c['BLOCK']},)",
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
                           outputs=((out, problem.inputs[0].dtype),),
