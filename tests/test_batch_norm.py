@@ -12,8 +12,11 @@ from template_helpers import problem_from_expr, smoke_compile
 FAM = BatchNorm()
 
 
-def bn_problem(tmp_path, layer, x_shape, tail="y", train=True):
+def bn_problem(tmp_path, layer, x_shape, tail="y", train=True, dtype=None):
     init = f"        self.bn = {layer}\n" + ("" if train else "        self.eval()\n")
+    if dtype:  # the input and the layer's parameters in that dtype
+        init += f"        self.bn.to(torch.{dtype})\n"
+        x_shape = x_shape[:-1] + f", dtype=torch.{dtype})"
     return problem_from_expr(tmp_path, f"(lambda y: {tail})(self.bn(a))", f"torch.randn{x_shape}", args="a", init=init)
 
 
@@ -43,6 +46,23 @@ def test_configs_compile(tmp_path, layer, x_shape, tail):
     p = bn_problem(tmp_path, layer, x_shape, tail)
     assert FAM.supports(p) is None, FAM.supports(p)
     smoke_compile(FAM, p, 2)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_batch_norm_is_matched_and_compiles(tmp_path, dtype):
+    """fp16/bf16 input and affine: 8 elements a 16-byte load where the span allows, one where not; the output
+    in the input's dtype. The team variant stays fp32's."""
+    from cuforge.kernels.batch_norm_team import BatchNormTeam
+
+    p = bn_problem(tmp_path, "nn.BatchNorm2d(16)", "(4, 16, 10, 12)", "torch.relu(y) * 2", dtype=dtype)
+    assert FAM.supports(p) is None, FAM.supports(p)
+    assert FAM.matched(p).dtype == dtype and [c["VEC"] for c in FAM.seeds(p)] == [8, 8, 8]
+    assert FAM.launch(FAM.seeds(p)[0], p).outputs == (("in0.shape", dtype),)
+    assert BatchNormTeam().supports(p) is not None
+    smoke_compile(FAM, p, 2)
+    odd = bn_problem(tmp_path, "nn.BatchNorm1d(24, eps=1e-3)", "(8, 24, 7)", "torch.tanh(y)", dtype=dtype)
+    assert [c["VEC"] for c in FAM.seeds(odd)] == [1, 1, 1]
+    smoke_compile(FAM, odd, 1)
 
 
 def test_a_convolution_or_gemm_then_batch_norm_is_two_kernels(tmp_path):

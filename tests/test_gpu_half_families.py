@@ -5,10 +5,12 @@ average pooling with padding, dilation and partial windows; cumulative sums and 
 exclusive, masked) over rows that are not whole blocks; direct convolutions (depthwise, few input
 channels, transposed and grouped, 3-d) with their chains; group, layer and instance norms and L2/RMS
 normalizations over rows and over a middle dim; eval-mode batch norm as a chain op, alone and fused
-into a convolution or a linear layer (fp32 too); losses summed or averaged over the whole tensor."""
+into a convolution or a linear layer (fp32 too); losses summed or averaged over the whole tensor;
+training-mode batch norm with its chain."""
 
 import pytest
 
+from cuforge.kernels.batch_norm import BatchNorm
 from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.pool import Pool
@@ -132,3 +134,13 @@ def test_whole_tensor_losses(sup, tmp_path, dtype):
     for expr, inputs, args in LOSSES:
         p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args, prefix="gpu")
         judge_seeds(sup, fam, p, None, (expr, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_training_batch_norm(sup, tmp_path, dtype):
+    from test_batch_norm import bn_problem
+
+    fam = BatchNorm()
+    for layer, shape, tail in (("nn.BatchNorm2d(64)", "(16, 64, 32, 32)", "torch.relu(y)"), ("nn.BatchNorm1d(24, eps=1e-3)", "(8, 24, 7)", "torch.tanh(y)"),
+                               ("nn.BatchNorm3d(8, affine=False)", "(2, 8, 3, 4, 5)", "y * 3")):
+        judge_seeds(sup, fam, bn_problem(tmp_path, layer, shape, tail, dtype=dtype), None, (layer, dtype))

@@ -1,5 +1,5 @@
 """Batch norm with training statistics (nn.BatchNorm1d/2d/3d in train mode, as KernelBench runs it)
-over an (N, C, ...) fp32 input, with its per-channel affine and an elementwise chain after it: a
+over an (N, C, ...) fp32, fp16 or bf16 input (statistics in double, the output in the input's dtype), with its per-channel affine and an elementwise chain after it: a
 statistics pass (C x SPLIT blocks, double-precision partial sums added atomically per channel), a
 tiny pass turning them into per-channel mean and scale, then one elementwise pass that writes
 (x - mean) * scale + bias through the chain. The running-statistics update is a side effect on
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, GraphFamily
-from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import CTYPES, DTYPE_NAMES, Epilogue, compile_chain, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -28,6 +28,7 @@ class BatchNormMatch:
     weight: str | None
     bias: str | None
     epilogue: Epilogue
+    dtype: str = "float32"  # the input's, the affine's and the output's
 
 
 def _live(problem: Problem) -> tuple[OpNode, ...]:
@@ -44,9 +45,12 @@ def _live(problem: Problem) -> tuple[OpNode, ...]:
     return tuple(n for n in problem.graph if not dead(n))
 
 
-def match_batch_norm(problem: Problem) -> BatchNormMatch | str:
-    if len(problem.inputs) != 1 or problem.inputs[0].dtype != "float32" or len(problem.inputs[0].shape) < 2:
-        return "needs one fp32 input of at least 2 dims"
+def match_batch_norm(problem: Problem, dtypes: tuple[str, ...] = ("float32",)) -> BatchNormMatch | str:
+    """The problem as a training-mode batch norm with a chain after it, its input one of `dtypes`."""
+    names = "/".join(DTYPE_NAMES[d] for d in dtypes)
+    if len(problem.inputs) != 1 or problem.inputs[0].dtype not in dtypes or len(problem.inputs[0].shape) < 2:
+        return f"needs one {names} input of at least 2 dims"
+    dtype = problem.inputs[0].dtype
     shape = tuple(problem.inputs[0].shape)
     graph = _live(problem)
     if not graph or graph[0].op != "native_batch_norm" or graph[0].args[0] != "in0":
@@ -58,13 +62,13 @@ def match_batch_norm(problem: Problem) -> BatchNormMatch | str:
     c = shape[1]
     for ref in (w, b):
         spec = leaf_spec(problem, ref) if is_ref(ref) else None
-        if ref is not None and (spec is None or spec.dtype != "float32" or tuple(spec.shape) != (c,)):
-            return "a batch norm whose affine is not two per-channel fp32 parameters"
-    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != "float32":
-        return "the output must have the input's shape (fp32)"
+        if ref is not None and (spec is None or spec.dtype != dtype or tuple(spec.shape) != (c,)):
+            return "a batch norm whose affine is not two per-channel parameters of the input's dtype"
+    if len(problem.outputs) != 1 or tuple(problem.outputs[0].shape) != shape or problem.outputs[0].dtype != dtype:
+        return "the output must have the input's shape and dtype"
     epi: Epilogue | str = "no output"
     for anchor in (bn.out, f"{bn.out}.0"):
-        epi = compile_chain(problem, graph[1:], anchor, shape, channels=True)
+        epi = compile_chain(problem, graph[1:], anchor, shape, dtype, channels=True, casts=dtype != "float32")
         if not isinstance(epi, str):
             break
     if isinstance(epi, str):
@@ -72,31 +76,38 @@ def match_batch_norm(problem: Problem) -> BatchNormMatch | str:
     span = math.prod(shape[2:])
     if shape[0] * span >= 2**40:
         return "too many elements per channel"
-    return BatchNormMatch(shape[0], c, span, float(eps), w, b, epi)
+    return BatchNormMatch(shape[0], c, span, float(eps), w, b, epi, dtype)
 
 
 def template_values(m: BatchNormMatch) -> dict[str, Any]:
     """What a batch norm template needs of the match (batch_norm's and batch_norm_team's)."""
     return {"M": m, "EPS": repr(m.eps) + "f", "EPI": m.epilogue, "AFFINE_W": m.weight is not None,
-            "AFFINE_B": m.bias is not None}
+            "AFFINE_B": m.bias is not None, "CTYPE": CTYPES[m.dtype]}
 
 
 @family(270)
 class BatchNorm(GraphFamily):
-    """Statistics: SPLIT blocks per channel, BLOCK threads, VEC-wide loads where a channel's span allows;
-    the write pass: a grid-stride loop over VEC-wide vectors."""
+    """Statistics: SPLIT blocks per channel, BLOCK threads, VEC-wide loads where a channel's span allows
+    (16 bytes: 4 fp32 or 8 fp16/bf16 elements); the write pass: a grid-stride loop over VEC-wide vectors."""
 
     def __init__(self) -> None:
-        super().__init__("batch_norm", {"BLOCK": (256, 512, 1024), "VEC": (1, 4), "WAVES": (1, 2, 4)})
+        super().__init__("batch_norm", {"BLOCK": (256, 512, 1024), "VEC": (1, 4, 8), "WAVES": (1, 2, 4)})
 
     def match(self, problem: Problem) -> BatchNormMatch | str:
-        return match_batch_norm(problem)
+        return match_batch_norm(problem, tuple(CTYPES))
+
+    @staticmethod
+    def vector(m: BatchNormMatch) -> int:
+        """Elements in one 16-byte load."""
+        return 4 if m.dtype == "float32" else 8
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return c["VEC"] == 1 or self.matched(problem).span % 4 == 0
+        m = self.matched(problem)
+        return c["VEC"] == 1 or (c["VEC"] == self.vector(m) and m.span % c["VEC"] == 0)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        vec = 4 if self.matched(problem).span % 4 == 0 else 1
+        m = self.matched(problem)
+        vec = self.vector(m) if m.span % self.vector(m) == 0 else 1
         return [dict(BLOCK=512, VEC=vec, WAVES=2), dict(BLOCK=256, VEC=vec, WAVES=4), dict(BLOCK=1024, VEC=vec, WAVES=1)]
 
     @staticmethod
@@ -116,7 +127,7 @@ class BatchNorm(GraphFamily):
         return LaunchSpec(
             entry=self.name, grid=write_grid, block=f"({c['BLOCK']},)",
             args=("in0", "out0", "scratch1", *affine, *m.epilogue.launch_args()),
-            outputs=(("in0.shape", "float32"),),
+            outputs=(("in0.shape", m.dtype),),
             bindings=(("SMS", "torch.cuda.get_device_properties(in0.device).multi_processor_count"),),
             scratch=((f"({2 * m.c},)", "float64", "zeros"), (f"({2 * m.c},)", "float32", "empty")),
             pre=((f"{self.name}_stats", f"({m.c}, {self.stat_blocks(c, m)})", f"({c['BLOCK']},)", "(in0, scratch0)"),
