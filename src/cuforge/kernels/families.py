@@ -166,7 +166,8 @@ def families_for(problem: Problem, index: bool = True, several: bool = True) -> 
     found, reasons = [], []
     ops = frozenset(problem.ops)
     asked = [f for f in FAMILIES if not index or could_match(f, ops)]
-    unasked = sorted({op for f in FAMILIES if f not in asked for op in f.anchors or ()})
+    asked_ids = {id(f) for f in asked}  # by identity: a family's == compares its fields, thousands of times a partition
+    unasked = sorted({op for f in FAMILIES if id(f) not in asked_ids for op in f.anchors or ()})
     if unasked:  # one reason for every family the index skipped
         reasons.append(f"the families built around {', '.join(unasked)}: none of these ops is in the graph")
     for fam in asked:

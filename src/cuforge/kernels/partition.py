@@ -213,10 +213,31 @@ def kernel_run(problem: Problem, start: int, last: dict[str, int], cover: Cover)
     return best
 
 
+def _values_of(last: dict[str, int]) -> dict[str, list[str]]:
+    """Each node result's values that something reads ('t3' -> ['t3', 't3.1']), made once per `last`:
+    scanning every value for each run tried made a partition quadratic in the graph's length."""
+    key = id(last)
+    if _VALUES_OF[:1] and _VALUES_OF[0][0] == key and _VALUES_OF[0][1] is last:
+        return _VALUES_OF[0][2]
+    out: dict[str, list[str]] = {}
+    for r in last:
+        out.setdefault(_maker(r), []).append(r)
+    _VALUES_OF[:] = [(key, last, out)]
+    return out
+
+
+_VALUES_OF: list[tuple[int, dict[str, int], dict[str, list[str]]]] = []
+
+
+def _made_and_read_after(nodes: tuple[OpNode, ...], end: int, last: dict[str, int]) -> list[str]:
+    """The values `nodes` make that an op at or after `end`, or the forward's result, reads."""
+    values = _values_of(last)
+    return [r for n in nodes for r in values.get(n.out, ()) if last[r] >= end]
+
+
 def _run(problem: Problem, start: int, end: int, last: dict[str, int], cover: Cover) -> Part | None:
     nodes = problem.graph[start:end]
-    mine = {n.out for n in nodes}
-    makes = [r for r, j in last.items() if j >= end and _maker(r) in mine]
+    makes = _made_and_read_after(nodes, end, last)
     if len(makes) != 1 or makes[0] != nodes[-1].out:
         return None
     reads = external_reads(nodes)
@@ -297,8 +318,7 @@ def summary(problem: Problem, parts: list[Part]) -> str:
 
 def _torch_part(problem: Problem, start: int, end: int, last: dict[str, int]) -> Part:
     nodes = problem.graph[start:end]
-    mine = {n.out for n in nodes}
-    makes = sorted((r for r, j in last.items() if j >= end and _maker(r) in mine), key=lambda r: (int(_maker(r)[1:]), r))
+    makes = sorted(_made_and_read_after(nodes, end, last), key=lambda r: (int(_maker(r)[1:]), r))
     return Part(start, end, None, None, tuple(external_reads(nodes)), tuple(makes), nodes)
 
 
