@@ -137,14 +137,13 @@ def test_traced_in_its_dtype_a_cast_problem_is_matched_as_one_written_in_it(tmp_
     bf16 = load_in_dtype(fp32, "bf16")
     assert [f.name for f in families_for(bf16)[0]][:1] == ["gemm_sm90"]
     assert "gemm_tf32x3_sm90" not in [f.name for f in families_for(fp16)[0]]
-    # a cast the families do not take: they say why, in their own words
-    (tmp_path / "bmm.py").write_text(
+    # a cast problem no family takes: they say why, in their own words (not the generic --dtype refusal)
+    (tmp_path / "sort.py").write_text(
         "import torch\nCUFORGE = {'dtype': 'float32', 'policy': 'mixed'}\nclass Model(torch.nn.Module):\n"
-        "    def forward(self, a, b):\n        return torch.bmm(a, b)\n"
-        "def get_inputs():\n    return [torch.randn(8, 64, 96), torch.randn(8, 96, 128)]\ndef get_init_inputs():\n    return []\n")
-    (bmm,), _ = load_files([tmp_path / "bmm.py"])
-    assert families_for(bmm)[0]  # in fp32, a batched GEMM the 3xTF32 family covers
-    fams, why = families_for(load_in_dtype(bmm, "bf16"))
+        "    def forward(self, a):\n        return torch.sort(a, dim=-1).values\n"
+        "def get_inputs():\n    return [torch.randn(8, 1000)]\ndef get_init_inputs():\n    return []\n")
+    (sort,), _ = load_files([tmp_path / "sort.py"])
+    fams, why = families_for(load_in_dtype(sort, "bf16"))
     assert fams == [] and "not covered offline" in why and "(--dtype)" not in why
 
 

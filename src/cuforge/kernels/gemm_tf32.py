@@ -22,7 +22,8 @@ class GemmTf32x3Sm90(GraphFamily):
     anchors = frozenset({"mm", "bmm", "addmm"})
 
     BM = 128
-    BK = 32
+    BK = 32  # elements a k-tile: its rows are 128 bytes
+    PLANES = 2  # planes a preparing pass writes per operand: TF32 big and small
 
     template = "gemm_tf32_sm90"
 
@@ -68,7 +69,7 @@ class GemmTf32x3Sm90(GraphFamily):
 
     @classmethod
     def stage_bytes(cls, c: dict[str, Any]) -> int:
-        return 2 * (cls.BM + c["BN"]) * cls.BK * 4
+        return 2 * (cls.BM + c["BN"]) * 128  # big and small k-tiles of A and B, rows of 128 bytes
 
     @classmethod
     def smem_bytes(cls, c: dict[str, Any]) -> int:
@@ -121,12 +122,19 @@ class GemmTf32x3Sm90(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
-        return {"EPI": f.epilogue, "KMAJOR": self.kmajor(f), "RMAJOR": self.rmajor(f)}
+        return {"EPI": f.epilogue, "KMAJOR": self.kmajor(f), "RMAJOR": self.rmajor(f), "HALF": 0, "BK": self.BK}
+
+    def dtype(self, problem: Problem) -> str:
+        """The operands' and the output's dtype."""
+        return "float32"
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
-        bindings, out = gemm_launch_names(f)
-        bindings.append(("KP", "(K + 3) // 4 * 4"))  # TMA: rows of the planes 16-byte aligned
+        bindings, (out_shape, _) = gemm_launch_names(f)
+        dtype = self.dtype(problem)
+        out = (out_shape, dtype)
+        align = 4 if dtype == "float32" else 8
+        bindings.append(("KP", f"(K + {align - 1}) // {align} * {align}"))  # TMA: rows of the planes 16-byte aligned
         split = f"{self.name}_split"
         a_mode, b_mode = self.modes(c, f)
         # Each operand: its raw rows (split in shared memory), or planes from a preparing pass.
@@ -140,7 +148,7 @@ class GemmTf32x3Sm90(GraphFamily):
                 descs.append(f"tma_2d({ref}, {box}, {self.BK}, 0)")  # rows of R, k-tiles of 32, no swizzle
                 continue
             name = f"scratch{len(scratch)}"
-            scratch.append((f"(2 * BATCH * {rows}, KP)", "float32", "empty"))
+            scratch.append((f"({self.PLANES} * BATCH * {rows}, KP)", dtype, "empty"))
             pre.append((split, f"(cdiv(KP, 32), cdiv({rows}, 32), BATCH)", "(32, 8)", f"({ref}, {name}, {rows}, K, KP, {int(r_major)})"))
             descs.append(f"tma_2d({name}, {self.BK}, {box})")
         split_k = c.get("SPLIT_K", 1)
