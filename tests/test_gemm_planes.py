@@ -1,7 +1,7 @@
 """The fp16/bf16 GEMM over planes (gemm_planes_sm90) on the CPU: the half products the TMA families
 cannot read as they lie (batched, transposed operands, rows of no whole 16 bytes, an epilogue after
-them) are covered and compile for sm_90a; a plain aligned product stays gemm_sm90's first; row sums and
-fp32 are refused."""
+them) are covered and compile for sm_90a; a product those families read as it lies stays theirs alone;
+row sums and fp32 are refused."""
 
 import pytest
 
@@ -37,7 +37,11 @@ def test_half_products_of_any_layout_are_covered_and_compile(tmp_path, expr, inp
 def test_plain_aligned_products_keep_their_family_and_the_rest_is_refused(tmp_path):
     plain = problem_from_expr(tmp_path, "a @ b", "torch.randn(512, 256, dtype=torch.bfloat16), torch.randn(256, 384, dtype=torch.bfloat16)")
     names = [f.name for f in families_for(plain)[0]]
-    assert names[0] == "gemm_sm90" and "gemm_planes_sm90" in names
+    assert names[0] == "gemm_sm90" and "gemm_planes_sm90" not in names
+    assert "read them as they lie" in FAM.supports(plain)
+    linear_times = problem_from_expr(tmp_path, "(a @ b.T) * c", "torch.randn(128, 256, dtype=torch.bfloat16), "
+                                     "torch.randn(512, 256, dtype=torch.bfloat16), torch.randn(128, 512, dtype=torch.bfloat16)", args="a, b, c")
+    assert "read them as they lie" in FAM.supports(linear_times)  # a partition's linear + pointwise, as measured
     rowsum = problem_from_expr(tmp_path, "torch.sum(a @ b, dim=1)", "torch.randn(130, 64, dtype=torch.float16), torch.randn(64, 96, dtype=torch.float16)")
     assert "row sum" in FAM.supports(rowsum)
     fp32 = problem_from_expr(tmp_path, "torch.bmm(a, b)", "torch.randn(4, 64, 32), torch.randn(4, 32, 48)")
