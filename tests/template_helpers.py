@@ -1,10 +1,15 @@
 """Shared by the template-family tests: writing a KernelBench-format problem file around one forward
-expression, and compiling a family's seeds plus random valid configs with NVRTC."""
+expression, compiling a family's seeds plus random valid configs with NVRTC, and judging them on a GPU."""
 
 import random
 
 from cuforge.problems.loader import load_files
 from cuforge.runtime import compile_cuda
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+
+# What the GPU family tests judge with: eager as the one baseline, short timing, no profile. They judge
+# correctness; speed is the benchmarks' (benchmarks/), measured side by side.
+CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 PROBLEM = """
 import torch
@@ -79,14 +84,15 @@ def smoke_compile(fam, p, n_random):
             assert family.name in mod.signatures and len(mod.cubin) > 0, config
 
 
-def assert_all_ok(sup, fam, p, configs, cfg):
-    """Each config's kernel judged by the GPU worker `sup`: every one must come out ok."""
+def assert_all_ok(sup, fam, p, configs, cfg=CFG, what=()):
+    """Each config's kernel judged by the GPU worker `sup`: every one must come out ok (`what` names the
+    case in a failure)."""
     for c in configs:
         ev = sup.evaluate(p, fam.render(c, p), cfg)
-        assert ev.status == "ok", (p.id, c, ev.status, ev.message)
+        assert ev.status == "ok", (*what, p.id, c, ev.status, ev.message)
 
 
-def check_family(sup, fam, p, cfg, n_random=2):
+def check_family(sup, fam, p, cfg=CFG, n_random=2):
     """The family covers `p`, and its seeds plus `n_random` random valid configs all come out ok."""
     assert fam.supports(p) is None, fam.supports(p)
     assert_all_ok(sup, fam, p, family_configs(fam, p, n_random), cfg)

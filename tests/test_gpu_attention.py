@@ -5,11 +5,9 @@ several leading dims as one GEMM, and the softmax that writes rows of -inf as ze
 import pytest
 
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, family_configs, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, assert_all_ok, family_configs, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("inputs", [

@@ -7,12 +7,10 @@ plus random configs."""
 import pytest
 
 from cuforge.kernels.batch_norm_team import BatchNormTeam
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import check_family, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, check_family, problem_from_expr, skip_unless_sm90
 from test_batch_norm import bn_problem
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("layer, x_shape, tail", [

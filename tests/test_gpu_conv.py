@@ -10,10 +10,9 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, conv_problem, family_configs, skip_unless_sm90
+from template_helpers import CFG, assert_all_ok, conv_problem, family_configs, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("layer, x_shape, tail, n_random", [

@@ -9,12 +9,10 @@ import pytest
 
 from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, conv_problem, family_configs, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, assert_all_ok, conv_problem, family_configs, problem_from_expr, skip_unless_sm90
 from test_conv_direct import SHAPES
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("layer, x_shape", SHAPES + [("nn.Conv2d(64, 64, 3, groups=64, bias=False)", "(4, 64, 67, 130)")])

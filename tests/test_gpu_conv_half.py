@@ -7,11 +7,9 @@ two random valid configs."""
 import pytest
 
 from cuforge.kernels.conv_half import ConvHalfSm90
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import assert_all_ok, family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 CONVS = [("nn.Conv2d(64, 128, 3, padding=1)", "2, 64, 30, 31", "torch.relu(y + self.bias)"),
          ("nn.Conv2d(32, 64, 3, stride=2, padding=2, dilation=2)", "2, 32, 33, 35", "y"),
@@ -35,6 +33,4 @@ def test_half_implicit_gemm_convolution(sup, tmp_path, dtype, layer, shape, tail
                           prefix="gpu")
     assert fam.supports(p) is None, fam.supports(p)
     configs = family_configs(fam, p, 2)
-    for c in configs[:4] + configs[len(fam.seeds(p)):]:  # the first seeds and the random ones
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (layer, dtype, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, configs[:4] + configs[len(fam.seeds(p)):], what=(layer, dtype))  # the first seeds, the random ones

@@ -7,11 +7,9 @@ import pytest
 from cuforge.kernels.pointwise import PointwiseChain
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, family_configs, problem_from_expr
+from template_helpers import CFG, assert_all_ok, family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 def check(sup, fam, p, n_random=2):

@@ -5,12 +5,10 @@ the float64 reference; KernelBench level2/66's and 83's shapes, small."""
 import pytest
 
 from cuforge.kernels.families import families_for
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, problem_from_expr, skip_unless_sm90
 from test_dropout import CONV_GN_CLAMP_DROPOUT, GEMM_DROPOUT_SOFTMAX
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 # A mask of 1.6M values (native_dropout's vectorised path) and one of an odd count (its other path).
 WIDE = ("torch.softmax(self.drop(self.fc(a)), dim=1)", "torch.rand(128, 512)",

@@ -6,11 +6,9 @@ import pytest
 
 from cuforge.kernels.fp32 import GemmF32, Gemv
 from cuforge.kernels.norms import NormRows
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import CFG, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 CUFORGE = 'CUFORGE = {"policy": "custom", "dtype": "float32"}'
 
 

@@ -7,11 +7,9 @@ layers without a bias and with GELU's tanh form."""
 import pytest
 
 from cuforge.kernels.gemm import GemmSm80, GemmSm90, LinearSm90
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import half_gemm_problem, half_linear_problem
+from template_helpers import CFG, half_gemm_problem, half_linear_problem
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 SM90_BF16 = [dict(BM=128, BN=128, STAGES=4, GROUP_M=8, SPLIT_K=1, REDUCE="ordered", EPI="tma"),
              dict(BM=64, BN=256, STAGES=3, GROUP_M=16, SPLIT_K=2, REDUCE="atomic", EPI="tma"),
              dict(BM=64, BN=64, STAGES=4, GROUP_M=8, SPLIT_K=8, REDUCE="cluster", EPI="direct"),

@@ -5,11 +5,9 @@ level1/8's 2949), the traced bias and activation after it; every seed."""
 import pytest
 
 from cuforge.kernels.gemm_planes import GemmPlanesSm90
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import check_family, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 CASES = [("torch.bmm(a, b)", "torch.randn(16, 256, 96, dtype=D), torch.randn(16, 96, 200, dtype=D)"),
          ("a.T @ b", "torch.randn(300, 130, dtype=D), torch.randn(300, 72, dtype=D)"),
@@ -21,9 +19,5 @@ CASES = [("torch.bmm(a, b)", "torch.randn(16, 256, 96, dtype=D), torch.randn(16,
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("expr, inputs", CASES, ids=[c[0] for c in CASES])
 def test_half_gemm_over_planes(sup, tmp_path, dtype, expr, inputs):
-    fam = GemmPlanesSm90()
     p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), prefix="gpu")
-    assert fam.supports(p) is None, fam.supports(p)
-    for c in fam.seeds(p):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (expr, dtype, c, ev.status, ev.message)
+    check_family(sup, GemmPlanesSm90(), p, n_random=0)

@@ -7,12 +7,10 @@ values. A half-precision matrix-vector product A @ v with an activation, v as th
 import pytest
 
 from cuforge.kernels.gemm_skinny import GemmSkinny
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import assert_all_ok, check_family, problem_from_expr
 from test_gemm_skinny import linear
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 EXTRA = [dict(BLOCK=128, COLS=4, UNROLL=2, KSPLIT=4), dict(BLOCK=256, COLS=2, UNROLL=1, KSPLIT=4),
          dict(BLOCK=128, COLS=1, UNROLL=1, KSPLIT=1)]
 
@@ -27,9 +25,7 @@ def test_skinny_gemm_is_correct(sup, tmp_path, dtype):
         p = linear(tmp_path, rows, k, n, dtype, expr, bias=bias, lead=lead)
         assert fam.supports(p) is None, fam.supports(p)
         configs = fam.seeds(p) + [c for c in EXTRA if fam.valid(c, p) and c not in fam.seeds(p)]
-        for c in configs:
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (rows, k, n, expr, dtype, c, ev.status, ev.message)
+        assert_all_ok(sup, fam, p, configs, what=(rows, k, n, expr, dtype))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -38,7 +34,4 @@ def test_matrix_vector_product_as_one_row(sup, tmp_path, dtype):
     for m, k, expr in ((2048, 65536, "torch.matmul(a, b)"), (1000, 1003, "torch.relu(a @ b) * 2")):
         p = problem_from_expr(tmp_path, expr, f"torch.rand({m}, {k}, dtype=torch.{dtype}), torch.rand({k}, 1, dtype=torch.{dtype})",
                               prefix="gpu")
-        assert fam.supports(p) is None, fam.supports(p)
-        for c in fam.seeds(p):
-            ev = sup.evaluate(p, fam.render(c, p), CFG)
-            assert ev.status == "ok", (m, k, expr, dtype, c, ev.status, ev.message)
+        check_family(sup, fam, p, n_random=0)

@@ -6,11 +6,9 @@ split in shared memory in place (K-major) and transposed ([K, rows]), in batches
 import pytest
 
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, family_configs, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 def check(sup, p, n_random=1):

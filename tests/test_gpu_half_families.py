@@ -17,19 +17,15 @@ from cuforge.kernels.pool import Pool
 from cuforge.kernels.reduce_all import ReduceAll
 from cuforge.kernels.reduce_dim import ReduceDim
 from cuforge.kernels.scan import ScanRows
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import assert_all_ok, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 def judge_seeds(sup, fam, p, seeds, what):
     """The family covers `p`, and each of its first `seeds` seeds (all: None) is judged ok."""
     assert fam.supports(p) is None, (what, fam.supports(p))
-    for c in fam.seeds(p)[:seeds]:
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (what, p.id, c, ev.status, ev.message)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:seeds], what=(what,))
 REDUCTIONS = [("torch.sum(x, dim=1)", "33, 1001, 40"), ("torch.mean(x, dim=-1, keepdim=True)", "64, 4099"),
               ("torch.sum(x, dim=-1, keepdim=True)", "128, 8192"), ("torch.amax(x, dim=(1, 2))", "8, 16, 33, 64"),
               ("torch.argmax(x, dim=1)", "16, 257, 96"), ("torch.argmin(x, dim=0)", "1000, 33"),

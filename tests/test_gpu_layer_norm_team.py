@@ -6,11 +6,9 @@ random configs, with weight and bias drawn at random so that a slot read from th
 import pytest
 
 from cuforge.kernels.layer_norm_team import LayerNormTeam
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, check_family, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, assert_all_ok, check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 INIT = "        self.ln = nn.LayerNorm({0})\n        nn.init.normal_(self.ln.weight)"
 BIAS = "\n        nn.init.normal_(self.ln.bias)"
 

@@ -5,11 +5,9 @@ through views, against the float64 reference at the harness's fp32 tolerance - m
 import pytest
 
 from cuforge.kernels.gemm_tf32 import GemmTf32x3Sm90
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, assert_all_ok, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("expr, inputs", [

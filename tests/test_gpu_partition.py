@@ -5,12 +5,10 @@ block, a VGG-style stack and a transformer's attention, at smaller sizes), every
 import pytest
 
 from cuforge.kernels.families import PARTITION, families_for
-from cuforge.sandbox.protocol.evaluation import EvalConfig
 from partition_cases import CASES
-from template_helpers import problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 FAM = PARTITION
 
 @pytest.mark.parametrize("expr, inputs, init", CASES)

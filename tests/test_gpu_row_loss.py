@@ -5,12 +5,10 @@ over row means of a 3-D input, a difference of row norms; 4-wide and scalar load
 import pytest
 
 from cuforge.kernels.row_loss import RowLoss
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, family_configs, problem_from_expr
+from template_helpers import CFG, assert_all_ok, family_configs, problem_from_expr
 from test_row_loss import LOSSES
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("expr, inputs, args", LOSSES + [

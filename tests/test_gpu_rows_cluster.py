@@ -8,11 +8,9 @@ import pytest
 
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.rows_cluster import RowsCluster
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import check_family, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 AFFINE = "\n        nn.init.normal_({0}.weight)\n        nn.init.normal_({0}.bias)"
 
 

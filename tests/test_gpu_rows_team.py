@@ -6,11 +6,9 @@ than teams (the slots refilled while written); each family seed plus random conf
 import pytest
 
 from cuforge.kernels.rows_team import RowsTeam
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import assert_all_ok, check_family, problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, assert_all_ok, check_family, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 AFFINE = "\n        nn.init.normal_({0}.weight)\n        nn.init.normal_({0}.bias)"
 
 

@@ -8,11 +8,9 @@ import pytest
 from cuforge.kernels.gemm_softmax import GemmSoftmax
 from cuforge.kernels.softmax import SoftmaxRows
 from cuforge.problems.suites import load_problem
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import family_configs, problem_from_expr
+from template_helpers import CFG, family_configs, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 H16 = "dtype=torch.float16"
 
 

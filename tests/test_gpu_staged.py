@@ -7,12 +7,10 @@ import pytest
 from cuforge.kernels.families import families_for
 from cuforge.kernels.normalize import Normalize
 from cuforge.kernels.staged import Staged
-from cuforge.sandbox.protocol.evaluation import EvalConfig
 from test_pipeline import PIPELINE_CASES
-from template_helpers import problem_from_expr, skip_unless_sm90
+from template_helpers import CFG, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 
 @pytest.mark.parametrize("expr, inputs, init, tail", [

@@ -7,11 +7,9 @@ import pytest
 
 from cuforge.kernels.topk_rows import TopkRows
 from cuforge.problems.suites import load_suite
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import problem_from_expr
+from template_helpers import check_family, problem_from_expr
 
 pytestmark = pytest.mark.gpu
-CFG = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False)
 
 CASES = [("torch.topk(x, 7, largest=False)", "torch.randn(33, 5000)"),
          ("torch.topk(x, 64).values", "torch.randn(16, 4096, dtype=torch.bfloat16)"),
@@ -23,11 +21,7 @@ CASES = [("torch.topk(x, 7, largest=False)", "torch.randn(33, 5000)"),
 
 
 def judge_every_seed(sup, p):
-    fam = TopkRows()
-    assert fam.supports(p) is None, fam.supports(p)
-    for c in fam.seeds(p):
-        ev = sup.evaluate(p, fam.render(c, p), CFG)
-        assert ev.status == "ok", (p.id, c, ev.status, ev.message)
+    check_family(sup, TopkRows(), p, n_random=0)
 
 
 def test_models_suite_topk_sampling(sup):

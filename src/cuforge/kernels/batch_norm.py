@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, GraphFamily
-from cuforge.kernels.chains import CTYPES, DTYPE_NAMES, Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import CTYPES, DTYPE_NAMES, Epilogue, compile_chain, leaf_spec, per_16_bytes
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -96,18 +96,13 @@ class BatchNorm(GraphFamily):
     def match(self, problem: Problem) -> BatchNormMatch | str:
         return match_batch_norm(problem, tuple(CTYPES))
 
-    @staticmethod
-    def vector(m: BatchNormMatch) -> int:
-        """Elements in one 16-byte load."""
-        return 4 if m.dtype == "float32" else 8
-
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         m = self.matched(problem)
-        return c["VEC"] == 1 or (c["VEC"] == self.vector(m) and m.span % c["VEC"] == 0)
+        return c["VEC"] == 1 or (c["VEC"] == per_16_bytes(m.dtype) and m.span % c["VEC"] == 0)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m = self.matched(problem)
-        vec = self.vector(m) if m.span % self.vector(m) == 0 else 1
+        vec = per_16_bytes(m.dtype) if m.span % per_16_bytes(m.dtype) == 0 else 1
         return [dict(BLOCK=512, VEC=vec, WAVES=2), dict(BLOCK=256, VEC=vec, WAVES=4), dict(BLOCK=1024, VEC=vec, WAVES=1)]
 
     @staticmethod

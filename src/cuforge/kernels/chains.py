@@ -145,6 +145,13 @@ UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "
 BINARY = ("add", "sub", "mul", "div", "rsub", "maximum", "minimum", "xlogy")
 ELEMENTWISE = UNARY + BINARY + ("masked_fill", "triu", "tril")
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+
+
+def per_16_bytes(dtype: str) -> int:
+    """Elements of `dtype` (fp32, fp16 or bf16) in 16 bytes: one vector load, or a TMA row's alignment."""
+    return 4 if dtype == "float32" else 8
+
+
 # Each dtype as a user names it (--dtype), for the reasons a family gives.
 DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 # A value read from a tensor of each element type, as fp32.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, sm_count
-from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, constant_scale, leaf_spec, literal
+from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, constant_scale, leaf_spec, literal, per_16_bytes
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -476,7 +476,7 @@ class ConvTf32x3Sm90(GraphFamily):
         box = dict(zip(("D", "H", "W"), (td, th, tw)))
         fold, folded = c.get("FOLD", 0), self.folded_taps(c, f)
         # CP: the elements of one pixel's channel vector (the folded taps' channels), 16-byte rows for TMA.
-        align = 16 // (4 if f.dtype == "float32" else 2)
+        align = per_16_bytes(f.dtype)
         bindings = [("NB", f"{f.x}.shape[0]"), ("C", f"{f.x}.shape[1]"), ("CP", f"({folded} * C + {align - 1}) // {align} * {align}"),
                     ("CO", f"{f.w}.shape[{1 if f.transposed else 0}]")] + ([sm_count(f.x)] if c.get("PERSIST") else [])
         for i, (a, k, s, p, d) in enumerate(zip(names, f.kernel, f.stride, f.padding, f.dilation)):

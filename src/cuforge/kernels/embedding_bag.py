@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import CTYPES, leaf_spec
+from cuforge.kernels.chains import CTYPES, leaf_spec, per_16_bytes
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -69,18 +69,13 @@ class EmbeddingBag(GraphFamily):
     def match(self, problem: Problem) -> BagMatch | str:
         return match_embedding_bag(problem)
 
-    @staticmethod
-    def vector(m: BagMatch) -> int:
-        """Elements in one 16-byte load of the table."""
-        return 4 if m.dtype == "float32" else 8
-
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         m = self.matched(problem)
-        return c["VEC"] == 1 or (c["VEC"] == self.vector(m) and m.dim % c["VEC"] == 0)
+        return c["VEC"] == 1 or (c["VEC"] == per_16_bytes(m.dtype) and m.dim % c["VEC"] == 0)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         m = self.matched(problem)
-        vec = self.vector(m) if m.dim % self.vector(m) == 0 else 1
+        vec = per_16_bytes(m.dtype) if m.dim % per_16_bytes(m.dtype) == 0 else 1
         out = [dict(WARPS=4, VEC=vec, UNROLL=4), dict(WARPS=8, VEC=vec, UNROLL=8), dict(WARPS=4, VEC=vec, UNROLL=2),
                dict(WARPS=4, VEC=1, UNROLL=4)]
         return [c for i, c in enumerate(out) if c not in out[:i] and self.valid(c, problem)]

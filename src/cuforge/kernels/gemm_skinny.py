@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, Family
-from cuforge.kernels.chains import CTYPES
+from cuforge.kernels.chains import CTYPES, per_16_bytes
 from cuforge.kernels.fp32 import GemmMatch, match_gemm
 from cuforge.kernels.registry import family
 from cuforge.problems.problem import Problem
@@ -42,11 +42,6 @@ def match_skinny(problem: Problem) -> GemmMatch | str:
     if found.m > MAX_ROWS:
         return f"{found.m} rows of activations (this family takes at most {MAX_ROWS})"
     return found
-
-
-def _vector(dtype: str) -> int:
-    """Elements of `dtype` in one 16-byte load."""
-    return 4 if dtype == "float32" else 8
 
 
 @family(45)
@@ -99,7 +94,7 @@ class GemmSkinny(Family):
         assert not isinstance(found, str)
         dtype = problem.inputs[0].dtype
         return {"EPI": found.epilogue, "CTYPE": CTYPES[dtype], "ROWS": found.m,
-                "VECTOR": found.k % _vector(dtype) == 0}
+                "VECTOR": found.k % per_16_bytes(dtype) == 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_skinny(problem)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, tiles
+from cuforge.kernels.chains import per_16_bytes
 from cuforge.kernels.fp32 import GemmMatch, gemm_launch_names, match_gemm
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -133,7 +134,7 @@ class GemmTf32x3Sm90(GraphFamily):
         bindings, (out_shape, _) = gemm_launch_names(f)
         dtype = self.dtype(problem)
         out = (out_shape, dtype)
-        align = 4 if dtype == "float32" else 8
+        align = per_16_bytes(dtype)
         bindings.append(("KP", f"(K + {align - 1}) // {align} * {align}"))  # TMA: rows of the planes 16-byte aligned
         split = f"{self.name}_split"
         a_mode, b_mode = self.modes(c, f)

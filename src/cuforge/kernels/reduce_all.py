@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
-from cuforge.kernels.chains import CTYPES, ELEMENTWISE, LEAF_VIEWS, TO_FLOAT, Epilogue, compile_chain, leaf_spec, literal
+from cuforge.kernels.chains import CTYPES, ELEMENTWISE, LEAF_VIEWS, TO_FLOAT, Epilogue, compile_chain, leaf_spec, literal, per_16_bytes
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -125,7 +125,7 @@ class ReduceAll(GraphFamily):
         # KernelBench on the H100 (kb_bw_s37_reduce_all): level1/100 (4 GiB and a per-column operand) 1.453 ms
         # at 1024 x 8 waves, 1.463 at 512 x 8, 1.528 at 512 x 2 (the first seed before); level1/94 2.776,
         # 2.762, 2.790. More blocks, more loads in flight at once; still one atomic a block.
-        vec = 4 if self.matched(problem).dtype == "float32" else 8
+        vec = per_16_bytes(self.matched(problem).dtype)
         return [dict(VEC=vec, BLOCK=1024, WAVES=8), dict(VEC=vec, BLOCK=512, WAVES=8), dict(VEC=vec, BLOCK=512, WAVES=2)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
