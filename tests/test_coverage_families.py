@@ -244,7 +244,12 @@ def test_half_whole_tensor_reductions_match_and_compile(tmp_path, dtype, expr, i
     assert fam.supports(p) is None, fam.supports(p)
     assert [c["VEC"] for c in fam.seeds(p)] == [8, 8, 8] and not fam.valid({"VEC": 4, "BLOCK": 256, "WAVES": 1}, p)
     assert fam.launch(fam.seeds(p)[0], p).outputs == (("()", dtype),)
-    assert f"typedef {'__nv_bfloat16' if dtype == 'bfloat16' else '__half'} T;" in fam.render(fam.seeds(p)[0], p).source
+    source = fam.render(fam.seeds(p)[0], p).source
+    ctype = '__nv_bfloat16' if dtype == 'bfloat16' else '__half'
+    assert f"typedef {ctype} T;" in source
+    # every other operand (smooth_l1_loss's target, the hinge's labels) is read as the half it is
+    assert "const float* __restrict__ e" not in source
+    assert ("b" not in args) or f"const {ctype}* __restrict__ e0" in source
     smoke_compile(fam, p, 1)
 
 

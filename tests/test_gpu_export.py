@@ -92,23 +92,51 @@ extern "C" __global__ void __cluster_dims__(16, 1, 1) cluster16(int* out) {
 """
 
 
-def test_exported_launchers_allow_clusters_past_the_portable_size(tmp_path):
-    """A kernel compiled for 16-block clusters (cluster split-K of 16) launches from both exports: the
-    torch package's driver loader and the C library's launcher allow non-portable cluster sizes for it."""
-    from cuforge.export.cmake_lib import kernel_unit
-    from cuforge.export.torch_runtime._loader import _Driver
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
 
+
+def _cubin(tmp_path, source):
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    cubin = tmp_path / "c16.cubin"
-    r = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-o", str(cubin), "-x", "cu", "-"], input=CLUSTER16,
+    cubin = tmp_path / "k.cubin"
+    r = subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-o", str(cubin), "-x", "cu", "-"], input=source,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    return cubin.read_bytes()
+
+
+def _launcher_library(tmp_path, symbol, source):
+    """The kernel unit with cuforge's C launcher appended, built as a shared library."""
+    from cuforge.export.cmake_lib import kernel_unit
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    src = tmp_path / "unit.cu"
+    src.write_text("#include <cuda_runtime.h>\n" + kernel_unit(symbol, source))
+    so = tmp_path / "libunit.so"
+    r = subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(so), str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lib = ctypes.CDLL(str(so))
+    fn = getattr(lib, f"{symbol}_launch")
+    fn.argtypes = [Dim3, Dim3, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    return fn
+
+
+def _loaded_function(cubin, symbol, shared_mem):
+    from cuforge.export.torch_runtime._loader import _Driver
+
     torch.cuda.init()
     drv = _Driver()
     drv.make_current(drv.primary_context(0))
-    code, module = drv.load(cubin.read_bytes())
+    code, module = drv.load(cubin)
     assert code == 0
-    fn = drv.function(module, "cluster16", 0)
+    return drv, drv.function(module, symbol, shared_mem)
+
+
+def test_exported_launchers_allow_clusters_past_the_portable_size(tmp_path):
+    """A kernel compiled for 16-block clusters (cluster split-K of 16) launches from both exports: the
+    torch package's driver loader and the C library's launcher allow non-portable cluster sizes for it."""
+    drv, fn = _loaded_function(_cubin(tmp_path, CLUSTER16), "cluster16", 0)
     allowed = ctypes.c_int()
     assert drv.lib.cuFuncGetAttribute(ctypes.byref(allowed), 14, fn) == 0 and allowed.value == 1
     out = torch.full((32,), -1, dtype=torch.int32, device="cuda")
@@ -117,23 +145,57 @@ def test_exported_launchers_allow_clusters_past_the_portable_size(tmp_path):
     drv.launch(fn, (32, 1, 1), (32, 1, 1), 0, torch.cuda.current_stream().cuda_stream, params)
     torch.cuda.synchronize()
     assert out.tolist() == list(range(16)) * 2
-    # the C library: the kernel unit with cuforge's launcher appended, built as a shared library
-    src = tmp_path / "unit.cu"
-    src.write_text("#include <cuda_runtime.h>\n" + kernel_unit("cluster16", CLUSTER16))
-    so = tmp_path / "libunit.so"
-    r = subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-arch=sm_90a", "-o", str(so), str(src)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    lib = ctypes.CDLL(str(so))
+    launch = _launcher_library(tmp_path, "cluster16", CLUSTER16)
     out.fill_(-1)
     torch.cuda.synchronize()
-
-    class Dim3(ctypes.Structure):
-        _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-    lib.cluster16_launch.argtypes = [Dim3, Dim3, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
     pointer = ctypes.c_void_p(out.data_ptr())
     args = (ctypes.c_void_p * 1)(ctypes.addressof(pointer))
-    assert lib.cluster16_launch(Dim3(32, 1, 1), Dim3(32, 1, 1), 0, None, args) == 0
+    assert launch(Dim3(32, 1, 1), Dim3(32, 1, 1), 0, None, args) == 0
     torch.cuda.synchronize()
     assert out.tolist() == list(range(16)) * 2
+
+
+# 40 KB of static shared memory: with 16 KB of dynamic, 56 KB in all, past the 48 KB a kernel may use
+# without the opt-in, though the dynamic part alone is under it (top-k's histograms and cached row).
+STATIC40 = r"""
+extern "C" __global__ void static40(int* out, int n_dynamic) {
+    __shared__ int fixed[10240];
+    extern __shared__ int dynamic[];
+    for (int i = threadIdx.x; i < 10240; i += blockDim.x) fixed[i] = 1;
+    for (int i = threadIdx.x; i < n_dynamic; i += blockDim.x) dynamic[i] = 2;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0;
+        for (int i = 0; i < 10240; ++i) s += fixed[i];
+        for (int i = 0; i < n_dynamic; ++i) s += dynamic[i];
+        out[blockIdx.x] = s;
+    }
+}
+"""
+
+
+def test_launchers_opt_in_when_static_and_dynamic_shared_memory_pass_48_kb(tmp_path):
+    """cuforge's runtime, the torch package's loader and the C library's launcher each launch a kernel whose
+    static (40 KB) and dynamic (16 KB) shared memory together pass 48 KB."""
+    from cuforge.runtime import compile_cuda
+
+    n_dynamic, dynamic_bytes, want = 4096, 16384, [10240 + 2 * 4096] * 2
+    out = torch.full((2,), -1, dtype=torch.int32, device="cuda")
+    compile_cuda(STATIC40).kernel("static40")((2,), (256,), out, n_dynamic, shared_mem=dynamic_bytes)
+    torch.cuda.synchronize()
+    assert out.tolist() == want
+    drv, fn = _loaded_function(_cubin(tmp_path, STATIC40), "static40", dynamic_bytes)
+    out.fill_(-1)
+    holder, count = ctypes.c_uint64(out.data_ptr()), ctypes.c_int(n_dynamic)
+    params = (ctypes.c_void_p * 2)(ctypes.addressof(holder), ctypes.addressof(count))
+    drv.launch(fn, (2, 1, 1), (256, 1, 1), dynamic_bytes, torch.cuda.current_stream().cuda_stream, params)
+    torch.cuda.synchronize()
+    assert out.tolist() == want
+    launch = _launcher_library(tmp_path, "static40", STATIC40)
+    out.fill_(-1)
+    torch.cuda.synchronize()
+    pointer = ctypes.c_void_p(out.data_ptr())
+    args = (ctypes.c_void_p * 2)(ctypes.addressof(pointer), ctypes.addressof(count))
+    assert launch(Dim3(2, 1, 1), Dim3(256, 1, 1), dynamic_bytes, None, args) == 0
+    torch.cuda.synchronize()
+    assert out.tolist() == want

@@ -174,14 +174,15 @@ def kernel_unit(symbol: str, source: str) -> str:
 
 /* Host-side launcher appended by cuforge's export. */
 extern "C" cudaError_t {symbol}_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void** args) {{
-    if (smem > 48 * 1024) {{
-        cudaError_t e = cudaFuncSetAttribute((const void*){symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }}
-    /* A kernel compiled for clusters of more than 8 blocks launches only with non-portable sizes allowed. */
     cudaFuncAttributes attr;
     cudaError_t e = cudaFuncGetAttributes(&attr, (const void*){symbol});
     if (e != cudaSuccess) return e;
+    /* Past 48 KB of static and dynamic shared memory together, the dynamic part needs the opt-in. */
+    if (attr.sharedSizeBytes + smem > 48 * 1024) {{
+        e = cudaFuncSetAttribute((const void*){symbol}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }}
+    /* A kernel compiled for clusters of more than 8 blocks launches only with non-portable sizes allowed. */
     if (attr.requiredClusterWidth * (attr.requiredClusterHeight > 0 ? attr.requiredClusterHeight : 1) *
             (attr.requiredClusterDepth > 0 ? attr.requiredClusterDepth : 1) > 8) {{
         e = cudaFuncSetAttribute((const void*){symbol}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

@@ -47,7 +47,7 @@ def _huber(problem: Problem, node: OpNode, full: tuple[int, ...], dtype: str) ->
     other = TO_FLOAT.get(dtype, "{}").format("e0[r * (long long)cols + c]")
     body = (f"const float d = v - {other};\nconst float ad = fabsf(d);\n"
             f"v = ad < {bt} ? 0.5f * d * d / {bt} : ad - 0.5f * {bt};")
-    return Epilogue(body, ((b, "rc"),)), reduction == 1
+    return Epilogue(body, ((b, "rc"),), ctype=CTYPES[dtype]), reduction == 1
 
 
 def _post(nodes: list[OpNode], start: str) -> str | None:

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 _NO_IMAGE = {200, 209, 218, 222}  # INVALID_IMAGE, NO_BINARY_FOR_GPU, INVALID_PTX, UNSUPPORTED_PTX_VERSION
+_SHARED_SIZE = 1  # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: the kernel's static shared memory
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _CLUSTER_DIMS = (11, 12, 13)  # CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{WIDTH,HEIGHT,DEPTH}
 _NON_PORTABLE_CLUSTER = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
@@ -90,7 +91,9 @@ class _Driver:
     def function(self, module: ctypes.c_void_p, name: str, shared_mem: int) -> ctypes.c_void_p:
         fn = ctypes.c_void_p()
         self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()), f"cuModuleGetFunction({name})")
-        if shared_mem > 48 * 1024:
+        static = ctypes.c_int()
+        self.check(self.lib.cuFuncGetAttribute(ctypes.byref(static), _SHARED_SIZE, fn), f"{name}: static shared memory")
+        if static.value + shared_mem > 48 * 1024:  # past 48 KB in all, dynamic shared memory needs the opt-in
             self.check(self.lib.cuFuncSetAttribute(fn, _MAX_DYNAMIC_SHARED, ctypes.c_int(shared_mem)),
                        f"{name}: {shared_mem} bytes of shared memory")
         # compiled for clusters of more than 8 blocks: launches only with non-portable sizes allowed
