@@ -96,6 +96,8 @@ def time_against_torch_compile(store, problems: dict, rows: list[dict], precisio
     from cuforge.sandbox.driver.supervisor import Supervisor
 
     todo = [r for r in rows if r["best_candidate_id"] is not None]
+    # The store's connection belongs to this thread: every source is read before the workers start.
+    sources = {r["best_candidate_id"]: store.candidate_source(r["best_candidate_id"]) for r in todo}
     lock = threading.Lock()
 
     def work(gpu: int) -> None:
@@ -111,8 +113,7 @@ def time_against_torch_compile(store, problems: dict, rows: list[dict], precisio
                 problem = problems[row["problem"]]
                 cfg = EvalConfig(baselines=("torch", "torch.compile"), max_timing_s=2.0, profile=False,
                                  precision=problem.contract(precision))
-                cand = Candidate.from_dict(store.candidate_source(row["best_candidate_id"]))
-                ev = sup.evaluate(problem, cand, cfg)
+                ev = sup.evaluate(problem, Candidate.from_dict(sources[row["best_candidate_id"]]), cfg)
                 row["recheck"] = {"status": ev.status, "vs_torch": ev.speedups.get("torch"),
                                   "vs_torch_compile": ev.speedups.get("torch.compile"),
                                   # the same kernel against eager and torch.compile under the other contract's flags
