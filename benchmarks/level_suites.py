@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--wall-time", type=float, default=None)
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--no-compile-baseline", action="store_true", help="skip re-timing each best kernel vs torch.compile")
+    ap.add_argument("--problem", action="append", default=[], help="only these problems (repeatable; default all)")
     ap.add_argument("--precision", default=None, help="the contract searched and timed under (fp32, pytorch, "
                                                         "kernelbench; default: each problem's own)")
     ap.add_argument("--gpus", default="0", help="GPUs the search and the torch.compile recheck use (0,1,2,3)")
@@ -45,7 +46,7 @@ def main() -> None:
 
     out: dict = {"generations": a.generations, "suites": {}}
     for suite in a.suite or ["level1", "level2"]:
-        problems = load_suite(suite).problems
+        problems = [p for p in load_suite(suite).problems if not a.problem or p.id in a.problem]
         covered = {p.id for p in problems if families_for(p)[0]}
         uncovered = {p.id: families_for(p)[1] for p in problems if p.id not in covered}
         store = Store(os.path.join(tempfile.mkdtemp(prefix=f"cuforge-{suite}-"), "cuforge.db"))
@@ -56,9 +57,14 @@ def main() -> None:
         run_id, search = execute(cfg, store, None, False)
         board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
         best = {r.problem_id: r.best_speedup for r in board.rows}
+        failures: dict[str, list[str]] = {}  # a problem's failed evaluations, named, so a miss says why
+        for e in store.evaluations(run_id):
+            if e["status"] not in ("ok", "compiled"):
+                failures.setdefault(e["problem_id"], []).append(f"{e['status']}: {(e['message'] or '')[:300]}")
         rows = [{"problem": r.problem_id, "evaluations": r.evaluations, "correct": r.correct,
                  "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": r.speedups_of_best.get("torch.compile"),
-                 "best_ms": r.best_median_ms, "best_candidate_id": r.best_candidate_id} for r in board.rows]
+                 "best_ms": r.best_median_ms, "best_candidate_id": r.best_candidate_id,
+                 "failures": failures.get(r.problem_id, [])} for r in board.rows]
         if not (a.compile_only or a.no_compile_baseline):
             judged = {p.id: p.under(a.precision) if a.precision else p for p in problems}
             deadline = None if a.recheck_deadline is None else time.monotonic() + a.recheck_deadline
@@ -81,6 +87,8 @@ def main() -> None:
               f"{s['fast_1_all']:.2f} over all; {s['evaluations']} evaluations in {s['wall_s']} s", flush=True)
         for r in rows:
             print(f"  {r['problem']}: vs torch {r['vs_torch']}, vs torch.compile {r['vs_torch_compile']}", flush=True)
+            for f in r["failures"]:
+                print(f"      {f}", flush=True)
     write_result(a.name, out)
 
 

@@ -220,3 +220,17 @@ def test_normalizations_take_half_precision_and_the_on_chip_row_kernels_refuse_i
     assert all(c["VEC"] == 1 for c in seeds) and fam.render(seeds[0], p).launch.outputs[0][1] == name
     assert isinstance(match_rows(p), str)  # the cluster and team kernels keep fp32 rows only
     smoke_compile(fam, p, 2)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+@pytest.mark.parametrize("expr", ["torch.softmax(a, dim=-1)", "torch.log_softmax(a * 0.125, dim=-1)"])
+def test_row_softmax_takes_half_precision(tmp_path, name, expr):
+    """The attention and cross-entropy blocks' softmax in bf16/fp16: vectors of the half type (whose
+    header the kernel includes before it sizes them), fp32 math, stored in the input's dtype."""
+    from cuforge.kernels.softmax import SoftmaxRows
+
+    p = problem_from_expr(tmp_path, expr, f"torch.randn(48, 1000, dtype=torch.{name})", args="a")
+    fam = SoftmaxRows()
+    assert fam.supports(p) is None, fam.supports(p)
+    assert fam.render(fam.seeds(p)[0], p).launch.outputs == (("in0.shape", name),)
+    smoke_compile(fam, p, 2)
