@@ -234,3 +234,30 @@ def test_row_softmax_takes_half_precision(tmp_path, name, expr):
     assert fam.supports(p) is None, fam.supports(p)
     assert fam.render(fam.seeds(p)[0], p).launch.outputs == (("in0.shape", name),)
     smoke_compile(fam, p, 2)
+
+
+def test_a_dtype_follows_pytorch_s_promotion_or_no_kernel_reads_the_value(tmp_path):
+    """SDPA's math path in fp16 as traced: the products run in fp32 after casts, the causal mask is
+    where(bool, fp32 0-dim, fp32 0-dim), and a 0-dim fp32 tensor beside a half tensor keeps it half, as in
+    PyTorch. Every kernel part is told the dtype of what it reads and makes; none is guessed."""
+    from cuforge.kernels.families import one_kernel
+    from cuforge.kernels.partition import kernel_problem, partition
+
+    expr = ("F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(q.dtype)"
+            " + a * torch.tensor(2.0)")
+    half = "dtype=torch.float16"
+    p = problem_from_expr(tmp_path, expr, f"torch.randn(2, 4, 64, 32, {half}), torch.randn(2, 4, 64, 32, {half}), "
+                          f"torch.randn(2, 4, 64, 32, {half}), torch.randn(2, 4, 64, 32, {half})", args="q, k, v, a")
+    dtypes = value_dtypes(p)
+    ops = {n.op: dtypes.get(n.out) for n in p.graph}
+    assert ops["where"] == "float32" and ops["bmm"] == "float32" and ops["tril"] is None
+    scaled = next(n for n in p.graph if n.op == "mul" and any(r == "in3" for r in n.args))
+    assert dtypes[scaled.out] == "float16"  # a half tensor times an fp32 0-dim tensor: half
+    for q in partition(p, one_kernel):
+        if q.family is not None:
+            wanted = [dtypes[r] if not r.startswith("in") else p.inputs[int(r[2:])].dtype for r in q.reads]
+            assert [s.dtype for s in q.problem.inputs] == wanted, (q.family.name, q.reads)
+            assert q.problem.outputs[0].dtype == dtypes[q.makes[0]]
+    mask = next(n for n in p.graph if n.op == "tril")
+    after = next(i for i, n in enumerate(p.graph) if n.out == mask.out) + 1
+    assert "not floating point" in kernel_problem(p, after - 1, after, [mask.args[0]], mask.out)  # the bool mask

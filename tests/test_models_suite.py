@@ -71,3 +71,35 @@ def test_problems_list_names_the_suite_s_coverage():
     assert by_id["models/llama_rmsnorm@bf16"]["offline"] == ["norm_rows"]  # its x.float() ... .to(x.dtype) in one kernel
     assert by_id["models/topk_sampling"]["offline"] == ["topk_rows"] and by_id["models/topk_sampling"]["not_covered"] is None
     assert all(row["offline"] for row in rows)  # every problem of the suite covered, in every dtype
+
+
+def test_every_partition_s_pytorch_parts_compute_the_forward(models, cpu_sup, tmp_path):
+    """Each file at its CUFORGE['small'] sizes (its module constants set to them, so the trace and the
+    shapes a partition writes out are the small ones), cut into parts, every part (kernel parts too) run
+    by PyTorch as the partition writes it out, and judged: the cuts, the values fed between parts, the
+    multi-result ops (nll_loss_forward's loss beside its total weight) and the dtypes a part is told it
+    reads are what the forward computes."""
+    from cuforge.kernels.families import one_kernel
+    from cuforge.kernels.partition import as_pytorch, partition, parts_module
+    from cuforge.problems.loader import load_files
+
+    paths = sorted({p.path for p in models.problems})
+    for path in paths:
+        ns: dict = {}
+        exec(compile(path.read_text(), str(path), "exec"), ns)
+        small = "".join(f"{k} = {v!r}\n" for k, v in ns["CUFORGE"]["small"].items())
+        (tmp_path / path.name).write_text(path.read_text() + "\n# the CUFORGE['small'] sizes\n" + small)
+    problems, skipped = load_files(sorted(tmp_path.glob("*.py")))
+    assert not skipped, skipped[:2]
+    failed, cut = [], 0
+    for p in problems:
+        fams = families_for(p)[0]
+        if not fams or fams[0].name != "partition":
+            continue
+        parts = partition(p, one_kernel)
+        cut += 1
+        source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+        ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+        if not ev.ok:
+            failed.append((p.id, ev.status, ev.message[:200]))
+    assert cut >= 20 and not failed, (cut, failed)

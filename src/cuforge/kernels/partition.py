@@ -27,6 +27,11 @@ NOT_FLOAT = frozenset({"argmax", "argmax_lastdim", "argmin", "eq", "ne", "gt", "
                        "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "arange", "nonzero",
                        "bitwise_and", "bitwise_or", "bitwise_not", "empty", "scalar_tensor", "full", "zeros", "ones",
                        "randint", "bucketize", "searchsorted", "_to_copy", "to", "type_as", "lift_fresh_copy"})
+# Ops that make a tensor from nothing but sizes and values: torch's default dtype unless a keyword asks
+# another (full of an integer or a bool value makes that value's type).
+FACTORIES = frozenset({"scalar_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "empty_strided"})
+# Ops of several results, each a piece of their input: every result has the input's dtype.
+PIECES = frozenset({"unbind", "split", "chunk", "split_with_sizes", "unsafe_split", "unsafe_chunk", "tensor_split"})
 # What a cast (traced as _to_copy) to each floating dtype makes.
 FLOAT_CASTS = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 MAX_RUN = 16  # the longest run of ops asked of the families (a fused chain is rarely longer)
@@ -97,22 +102,52 @@ def last_reads(problem: Problem) -> dict[str, int]:
 
 def value_dtypes(problem: Problem) -> dict[str, str]:
     """The floating dtype of each value the forward makes, as far as the trace tells it (it records shapes,
-    not dtypes): a cast's target, else PyTorch's promotion of the op's tensor operands (one dtype stays;
-    fp32 beside a half, or fp16 beside bf16, makes fp32). Values of ops in NOT_FLOAT are left out, but for
-    casts to a floating dtype; so are those whose operands' dtypes are not known."""
-    known = {f"in{i}": s.dtype for i, s in enumerate(problem.inputs)}
-    known.update({f"param{i}": s.dtype for i, s in enumerate(problem.params)})
+    not dtypes), by PyTorch's rules: a dtype keyword's (a cast, a factory, a sum to fp32); a factory
+    without one makes torch's default fp32; else the promotion of the op's floating operands, where
+    tensors of one or more dims outrank 0-dim ones (a half tensor times an fp32 scalar tensor stays
+    half), one dtype stays, and fp32 beside a half or fp16 beside bf16 makes fp32. Boolean and integer
+    values (masks, indices, NOT_FLOAT's results) are no operands of that promotion. A value whose
+    operands' dtypes are not all known is left out: nothing guesses it."""
+    floats = set(FLOAT_CASTS.values())
+    known: dict[str, str] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    other: set[str] = set()  # values known not to be floating point
+    for prefix, specs in (("in", problem.inputs), ("param", problem.params)):
+        for i, spec in enumerate(specs):
+            ref = f"{prefix}{i}"
+            shapes[ref] = tuple(spec.shape)
+            (known.__setitem__(ref, spec.dtype) if spec.dtype in floats else other.add(ref))
+    makers: dict[str, str] = {}
     for n in problem.graph:
-        if n.op == "_to_copy" and n.kwarg("dtype") in FLOAT_CASTS:
-            known[n.out] = FLOAT_CASTS[n.kwarg("dtype")]
+        shapes[n.out] = tuple(n.shape)
+        makers[n.out] = n.op
+        asked = n.kwarg("dtype")
+        if asked is not None and (n.op in FACTORIES or n.op in ("_to_copy", "to") or n.op not in NOT_FLOAT):
+            if asked in FLOAT_CASTS:
+                known[n.out] = FLOAT_CASTS[asked]
+            else:
+                other.add(n.out)
+            continue
+        if n.op in FACTORIES and not (n.op == "full" and not isinstance(n.args[1] if len(n.args) > 1 else None, float)):
+            known[n.out] = "float32"  # torch's default dtype
             continue
         if n.op in NOT_FLOAT:
+            other.add(n.out)
             continue
-        operands = {known.get(base_ref(r)) for r in refs_of(n)}
-        if None in operands or not operands:
+        refs = [r for r in refs_of(n) if r not in other]
+        if not refs:
+            if refs_of(n):  # only masks or indices in (tril of a bool mask, a sum of one): not floating point
+                other.add(n.out)
+            continue
+        ranked = [r for r in refs if shapes.get(r, (1,)) != ()] or refs
+        # An op's further results (t5.1) are its own dtype where every result is a piece of one tensor.
+        operands = {known.get(r, known.get(r.partition(".")[0]) if makers.get(r.partition(".")[0]) in PIECES else None)
+                    for r in ranked}
+        if None in operands:
             continue
         known[n.out] = operands.pop() if len(operands) == 1 else "float32"
-    return known
+    return {r: d for r, d in known.items() if not r.startswith(("in", "param"))} | \
+        {f"in{i}": s.dtype for i, s in enumerate(problem.inputs)} | {f"param{i}": s.dtype for i, s in enumerate(problem.params)}
 
 
 Facts = tuple[dict[str, str], dict[str, tuple[int, ...]], dict[str, str]]
@@ -142,15 +177,18 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
     if odd is not None:  # the trace keeps shapes, not dtypes: a kernel would take the values for floats
         return f"reads {odd}, made by {makers[odd]} (not floating point)"
     alias = {r: f"in{i}" for i, r in enumerate(reads)}
-    default = problem.inputs[0].dtype if problem.inputs else "float32"
     specs = []
     for r in reads:
         if r.startswith("in"):
             specs.append(problem.inputs[int(r[2:])])
-        elif r in shapes:
-            specs.append(TensorSpec(tuple(shapes[r]), dtypes.get(r, default)))
-        else:
+        elif r not in shapes:
             return f"reads {r}, a tensor made outside the forward"
+        elif r not in dtypes:  # a guess would hand the kernel bytes of another type
+            return f"reads {r} ({makers[r]}), whose dtype the trace does not tell"
+        else:
+            specs.append(TensorSpec(tuple(shapes[r]), dtypes[r]))
+    if made not in dtypes:
+        return f"makes {made} ({makers[made]}), whose dtype the trace does not tell"
 
     def rename(x: Any) -> Any:
         if isinstance(x, tuple):
@@ -165,7 +203,7 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
                   for n in problem.graph[start:end])
     out_shape = shapes[made]
     return replace(problem, id=f"{problem.id}#{start}-{end}", inputs=tuple(specs), graph=nodes, graph_outputs=(made,),
-                   outputs=(TensorSpec(tuple(out_shape), dtypes.get(made, specs[0].dtype if specs else "float32")),),
+                   outputs=(TensorSpec(tuple(out_shape), dtypes[made]),),
                    ops=tuple(n.op for n in nodes))
 
 
@@ -376,30 +414,21 @@ def torch_part_code(problem: Problem, part: Part) -> str:
     first = next((_name(r) for r in part.reads), f"param{used_params[0]}" if used_params else None)
     lines.append(f"    _device = {first}.device" if first else "    _device = torch.device('cuda')")
     seconds = {r for r in set(part.makes) | {r for n in nodes for r in refs_of(n)} if "." in r}
+    read = {base_ref(r) for n in problem.graph for r in refs_of(n)} | {base_ref(o) for o in problem.graph_outputs if o}
     for n in nodes:
+        if n.op in FACTORIES and n.out not in read:  # a buffer no op reads (cuDNN batch norm's reserve): not made
+            continue
         lines.append(f"    {_name(n.out)} = {_call(n)}")
         results = sorted(int(r.split(".")[1]) for r in seconds if _maker(r) == n.out)
         if results:  # an op of several results: the first is its own name, the others name.i
             lines.append(f"    {_name(n.out)}_all = {_name(n.out)}")
             lines.append(f"    {_name(n.out)} = {_name(n.out)}_all[0]")
             lines += [f"    {_name(n.out)}_{k} = {_name(n.out)}_all[{k}]" for k in results]
-        elif n.op in _MULTI:
-            lines.append(f"    {_name(n.out)} = {_name(n.out)}[0]")
+        else:  # an aten op of several results (nll_loss_forward's loss and total weight): the first is the value
+            lines.append(f"    {_name(n.out)} = {_name(n.out)}[0] if isinstance({_name(n.out)}, (tuple, list)) else {_name(n.out)}")
     # Kernels read their inputs row-major: a view made here (a permute) goes on as a contiguous copy.
     lines.append(f"    return ({''.join(_name(r) + '.contiguous(), ' for r in part.makes)})")
     return "\n".join(lines) + "\n"
-
-
-# aten ops whose result is a tuple of which the graph names the first as the node's value
-_MULTI = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-                    "native_layer_norm", "native_group_norm", "max_pool2d_with_indices", "max_pool3d_with_indices",
-                    "max_pool1d_with_indices", "max", "min", "sort", "topk", "var_mean", "std_mean", "aminmax",
-                    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-                    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_cudnn_attention",
-                    "native_dropout", "lstm", "gru", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "kthvalue",
-                    "mode", "median", "nanmedian", "cummax", "cummin", "unique_dim", "_unique2", "split", "chunk",
-                    "unbind", "split_with_sizes", "unsafe_split", "unsafe_chunk", "frexp", "_embedding_bag",
-                    "embedding_bag", "max_lastdim", "min_lastdim"})
 
 
 # --------------------------------------------------------------------------------------- the family
