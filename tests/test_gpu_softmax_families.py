@@ -21,7 +21,7 @@ def check(sup, fam, p, n_random=3):
         assert ev.status == "ok", (p.graph, c, ev.status, ev.message)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape", [(7, 1), (33, 1000), (5, 4099), (64, 8192), (3, 50, 520)])
 def test_softmax_rows_plain_and_log(sup, tmp_path, dtype, shape):
     dims = ", ".join(map(str, shape))
@@ -82,3 +82,27 @@ def test_softmax_over_dims_a_view_merged_with_per_channel_and_per_width_operands
     init = MERGED[1].replace("randn(9)", f"randn({shape[-1]})")
     p = problem_from_expr(tmp_path, MERGED[0].replace("(2, 6, 5, 7, 9)", str(shape)), f"torch.randn{shape}", args="a", init=init)
     check(sup, family_for(p)[0], p, n_random=1)
+
+
+GPT2 = ("torch.softmax((q @ k.transpose(-2, -1) / 8.0).masked_fill(~self.mask, float('-inf')), dim=-1) @ v")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_causal_mask_the_model_holds_fuses_into_the_scores_kernels(sup, tmp_path, dtype):
+    """GPT-2's attention written out, its causal mask a bool buffer: the scale and the mask in the
+    scores GEMM's epilogue or the softmax's prologue (fp16: one GEMM + softmax kernel), every part
+    judged; then the models suite's problem at its full size."""
+    from cuforge.kernels.families import families_for
+    from template_helpers import assert_all_ok
+
+    init = "        self.register_buffer('mask', torch.tril(torch.ones(200, 200, dtype=torch.bool)), persistent=False)"
+    x = f"torch.randn(2, 3, 200, 64, dtype=torch.{dtype})"
+    p = problem_from_expr(tmp_path, GPT2, f"{x}, {x}, {x}", args="q, k, v", init=init, prefix="gpu")
+    fam = families_for(p)[0][0]
+    source = fam.render(fam.seeds(p)[0], p).source
+    assert "masked_fill" not in source and "bitwise_not" not in source, fam.name  # no PyTorch pass over the scores
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:3], what=(dtype,))
+    suffix = {"float32": "", "float16": "@fp16", "bfloat16": "@bf16"}[dtype]
+    full = load_problem(f"models/gpt2_attention{suffix}")
+    fam = families_for(full)[0][0]
+    assert_all_ok(sup, fam, full, fam.seeds(full)[:1], what=(dtype,))

@@ -50,10 +50,30 @@ def test_masks_chains_and_layouts(tmp_path):
     assert c.log and c.b_transposed and "c - (int)(r % 24) >= 1" in c.prologue.body
 
 
+@pytest.mark.parametrize("negate", [True, False])
+def test_a_mask_the_model_holds_or_is_given_fuses_into_the_softmax(tmp_path, negate):
+    """GPT-2's attention: scores / 8, masked_fill(~self.mask, -inf) with the causal mask a bool buffer
+    broadcast over batch and heads, then softmax: one kernel reading the buffer as bool (the negation
+    costs nothing); and a bool mask given as an input."""
+    init = "        self.register_buffer('mask', torch.tril(torch.ones(24, 24, dtype=torch.bool)), persistent=False)"
+    mask = "~self.mask" if negate else "self.mask"
+    p = problem_from_expr(tmp_path, f"torch.softmax((a / 8.0).masked_fill({mask}, float('-inf')), dim=-1)",
+                          f"torch.randn(2, 3, 24, 24, {H16})", args="a", init=init)
+    fam = SoftmaxRows()
+    assert fam.supports(p) is None, fam.supports(p)
+    pro = match_softmax(p).prologue
+    assert pro.masks == frozenset({0}) and pro.launch_args() == ("param0",) and "const bool* __restrict__ p0" in pro.params()
+    assert ("!p0[" in pro.body) == negate and "% 576LL" in pro.body  # the (24, 24) mask under (2, 3) rows
+    smoke_compile(fam, p, 1)
+    given = problem_from_expr(tmp_path, "torch.softmax(a.masked_fill(b, 0.0), -1)", "torch.randn(8, 8), torch.rand(8, 8) > 0.5")
+    assert fam.supports(given) is None and match_softmax(given).prologue.masks == frozenset({0})
+
+
 @pytest.mark.parametrize("expr, inputs, why", [
     ("torch.softmax(a, dim=0)", "torch.randn(8, 8), torch.randn(1)", "not one softmax"),
-    ("torch.softmax(a.masked_fill(b, 0.0), -1)", "torch.randn(8, 8), torch.rand(8, 8) > 0.5",
-     "not made inside the forward"),
+    ("torch.softmax(a.masked_fill(b > 0.5, 0.0), -1)", "torch.randn(8, 8), torch.rand(8, 8)", "gt after the anchor"),
+    ("torch.softmax(a.masked_fill(b, 0.0), -1) + b", "torch.randn(8, 8), torch.rand(8, 8) > 0.5",
+     "reads in1 of dtype bool"),
     ("torch.softmax(a.masked_fill(torch.arange(8, device=a.device)[None, :] > torch.arange(8, device=a.device)[:, None], 0.0), -1)",
      "torch.randn(8, 8), torch.randn(1)", "not from triu/tril"),
     ("torch.softmax(a.masked_fill(torch.ones(1, 8, dtype=torch.bool, device=a.device).triu(), 0.0), -1)", "torch.randn(8, 8), torch.randn(1)",

@@ -26,10 +26,12 @@ class Epilogue:
     # The body needs the real row and column (per-row/column operands, masks); else it reads r and c
     # only as r * cols + c, and an elementwise kernel may pass r = 0, c = the flat index.
     indexed: bool = False
+    masks: frozenset[int] = frozenset()  # indices of the tensors that are bool masks (read as bool)
 
     def params(self) -> str:
         """The extra parameters of a kernel (and of its epilogue function)."""
-        return "".join(f", const {self.ctype}* __restrict__ {self.prefix}{i}" for i in range(len(self.tensors)))
+        return "".join(f", const {'bool' if i in self.masks else self.ctype}* __restrict__ {self.prefix}{i}"
+                       for i in range(len(self.tensors)))
 
     def args(self) -> str:
         return "".join(f", {self.prefix}{i}" for i in range(len(self.tensors)))
@@ -203,6 +205,27 @@ def _masked_fill(problem: Problem, node: OpNode, x: str, full: tuple[int, ...]) 
     return f"(({cond.replace('{i}', f'(int)(r % {rows})')}) ? {literal(value)} : {x})", ""
 
 
+def mask_negations(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[str, bool]]:
+    """The nodes of a chain that only negate a bool input or buffer (~mask, logical_not) and are read
+    by nothing but a masked_fill's mask or another such node, as {out: (the bool leaf, negated)}: the
+    masked_fill reads the leaf itself, so the negation costs nothing and makes no tensor."""
+    found: dict[str, tuple[str, bool]] = {}
+    for n in nodes:
+        if n.op not in ("bitwise_not", "logical_not") or not n.args or not is_ref(n.args[0]):
+            continue
+        src = n.args[0]
+        if src in found:
+            leaf, neg = found[src]
+            found[n.out] = (leaf, not neg)
+        elif (spec := leaf_spec(problem, src)) is not None and spec.dtype == "bool":
+            found[n.out] = (src, True)
+    readers = [(n, r) for n in problem.graph for r in _refs(n) if r in found]
+    return {ref: v for ref, v in found.items()
+            if all((n.op == "masked_fill" and len(n.args) > 1 and n.args[1] == ref and n.args[0] != ref)
+                   or n.out in found for n, r in readers if r == ref)
+            and ref not in problem.graph_outputs}
+
+
 def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
     """The spec of an input or parameter ref (None for anything else, transposed views included)."""
     for prefix, specs in (("in", problem.inputs), ("param", problem.params)):
@@ -251,6 +274,9 @@ def broadcast_index(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None
     if any(d != 1 and d != f for d, f in zip(padded, full)):
         return None
     flat = "(r * (long long)cols + c)"
+    lead = next((d for d, size in enumerate(padded) if size != 1), len(padded))
+    if lead > 0 and tuple(padded[lead:]) == tuple(full[lead:]):  # full's trailing dims: one modulo
+        return f"({flat} % {math.prod(full[lead:])}LL)"
     terms = []
     for d, (size, whole) in enumerate(zip(padded, full)):
         if size == 1:
@@ -316,9 +342,39 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     rowsum = keepdim = False
     indexed = bias is not None
     views = leaf_views(problem, nodes)
+    negations = mask_negations(problem, nodes)
+    masks: set[int] = set()
+
+    def tensor_at(a: str, shape: tuple[int, ...]) -> tuple[int, str] | str:
+        """The index of leaf `a` among the kernel's tensors and the C index of its element, or why not."""
+        how = kind(shape)
+        if how is not None:
+            at = index[how]
+        else:
+            # Any other broadcast: the operand's index computed from the flat one, which an unindexed
+            # kernel's r = 0, c = flat gives as well as real rows and columns do.
+            at = broadcast_index(shape, full)
+            if at is None:
+                return f"{a} of shape {list(shape)} does not broadcast to {list(full)}"
+            how = "b" + "x".join(map(str, shape))
+        if (a, how) not in tensors:
+            tensors.append((a, how))
+        return tensors.index((a, how)), at
+
+    def regrouped(shape: tuple[int, ...]) -> bool:
+        """The chain's elements in the same order with the leading dims split or merged (a bmm's
+        [48, S, S] viewed as [4, 12, S, S]): every operand still broadcasts over the last two dims,
+        which stay, so the chain is computed over `full` as it is."""
+        return (not channels and not flat and len(shape) >= 2 and len(full) >= 2 and shape[-2:] == full[-2:]
+                and math.prod(shape) == math.prod(full))
+
     for k, node in enumerate(nodes):
-        if node.out in views:
-            continue  # a view of a leaf: read through the leaf where it is used
+        if node.out in views or node.out in negations:
+            continue  # a view of a leaf, a negated mask: read through the leaf where it is used
+        if node.op in LEAF_VIEWS and node.args and is_ref(node.args[0]) and node.args[0] in env \
+                and regrouped(tuple(node.shape)):
+            env[node.out] = env[node.args[0]]
+            continue
         if allow_rowsum and _is_row_sum(node, full) and node.args[0] in env:
             # The sum may only be scaled by constants after it: folded in before the sum (it is linear).
             value, prev = env[node.args[0]], node.out
@@ -352,7 +408,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             continue
         if node.op not in ELEMENTWISE:
             return f"{node.op} after the anchor is not an elementwise epilogue op"
-        if kind(tuple(node.shape)) is None:
+        if kind(tuple(node.shape)) is None and not regrouped(tuple(node.shape)):
             # A value that broadcasts to the output (an op on a per-column operand, say) is computed
             # per output element: the same value at every element it broadcasts to.
             return f"{node.op} changes the shape to {list(node.shape)}"
@@ -372,6 +428,21 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         if node.op == "masked_fill":
             if not is_ref(node.args[0]) or node.args[0] not in env:
                 return "masked_fill of something other than the chain's value"
+            mask, value = node.args[1] if len(node.args) > 1 else None, node.args[2] if len(node.args) > 2 else None
+            leaf, negated = negations.get(mask, (mask, False)) if is_ref(mask) else (None, False)
+            spec = leaf_spec(problem, leaf) if leaf is not None else None
+            if spec is not None and spec.dtype == "bool" and isinstance(value, (int, float)) and not is_ref(value):
+                # A mask the model holds (GPT-2's causal buffer) or is given: read as bool where it broadcasts.
+                found = tensor_at(leaf, tuple(spec.shape))
+                if isinstance(found, str):
+                    return f"masked_fill's mask {found}"
+                i, at = found
+                masks.add(i)
+                indexed = indexed or tensors[i][1] in ("r", "c", "ch")
+                cond = f"{'!' if negated else ''}{prefix}{i}[{at}]"
+                lines.append(f"const float x{k} = {cond} ? {literal(value)} : {env[node.args[0]]};")
+                env[node.out] = f"x{k}"
+                continue
             expr, why = _masked_fill(problem, node, env[node.args[0]], full)
             indexed = True
             if why:
@@ -397,20 +468,11 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             if spec.dtype != dtype:
                 return f"{node.op} reads {a} of dtype {spec.dtype} (the kernel computes {dtype})"
             shape = view_shape if view_shape is not None else tuple(spec.shape)
-            how = kind(shape)
-            if how is not None:
-                at = index[how]
-            else:
-                # Any other broadcast: the operand's index computed from the flat one, which an unindexed
-                # kernel's r = 0, c = flat gives as well as real rows and columns do.
-                at = broadcast_index(shape, full)
-                if at is None:
-                    return f"{node.op} reads {a} of shape {list(shape)}, which does not broadcast to {list(full)}"
-                how = "b" + "x".join(map(str, shape))
-            if (a, how) not in tensors:
-                tensors.append((a, how))
-            indexed = indexed or how in ("r", "c", "ch")
-            i = tensors.index((a, how))
+            found = tensor_at(a, shape)
+            if isinstance(found, str):
+                return f"{node.op} reads {found}"
+            i, at = found
+            indexed = indexed or tensors[i][1] in ("r", "c", "ch")
             operands.append(load(f"{prefix}{i}[{at}]"))
         if not tensor_args:
             return f"{node.op} reads no tensor"
@@ -421,7 +483,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         lines.append(f"const float {name} = {expr};")
         env[node.out] = name
     last = nodes[-1].out if nodes else anchor_out
-    if nodes and not rowsum and tuple(nodes[-1].shape) != full:
+    if nodes and not rowsum and tuple(nodes[-1].shape) != full and not regrouped(tuple(nodes[-1].shape)):
         return f"the chain's result has shape {list(nodes[-1].shape)}, not the anchor's {list(full)}"
     if result is None:
         outs = problem.graph_outputs
@@ -433,7 +495,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         return "the chain ends in a view of an input, not in a computed value"
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
-    return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"), indexed)
+    return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"), indexed, frozenset(masks))
 
 
 def _refs(node: OpNode) -> list[str]:

@@ -31,6 +31,9 @@ class GemmSoftmaxMatch:
     log: bool
     prologue: Epilogue
     epilogue: Epilogue
+    # The output's shape where the chain views the product with its leading dims regrouped (GPT-2's
+    # [B * H, S, S] scores as [B, H, S, S]); None: the product's own.
+    out_shape: tuple[int, ...] | None = None
 
 
 def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
@@ -73,7 +76,9 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
         return f"after the softmax: {epi}"
     if not problem.outputs or problem.outputs[0].dtype != "float16":
         return "the output is not fp16"
-    return GemmSoftmaxMatch(a, b_leaf, bt, ndim == 3, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi)
+    shape = tuple(problem.outputs[0].shape)
+    return GemmSoftmaxMatch(a, b_leaf, bt, ndim == 3, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi,
+                            None if shape == full else shape)
 
 
 @family(130)
@@ -124,7 +129,7 @@ class GemmSoftmax(Family):
         dims = (("M", f"{f.a}.shape[-2]"), ("K", f"{f.a}.shape[-1]"),
                 ("N", f"{f.b}.shape[-2]" if f.b_transposed else f"{f.b}.shape[-1]"),
                 ("BATCH", f"{f.a}.shape[0]" if f.batched else "1"))
-        out_shape = "(BATCH, M, N)" if f.batched else "(M, N)"
+        out_shape = repr(f.out_shape) if f.out_shape else "(BATCH, M, N)" if f.batched else "(M, N)"
         bm = 16 * c["MW"] * c["WARPS"]
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {bm}), BATCH)", block=f"({32 * c['WARPS']},)",
                           shared_mem=self.smem_expr(c, f.b_transposed),

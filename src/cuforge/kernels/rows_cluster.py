@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
-from cuforge.kernels.chains import CTYPES, Epilogue
+from cuforge.kernels.chains import CTYPES, Epilogue, per_16_bytes
 from cuforge.kernels.normalize import NormalizeMatch, match_normalize
 from cuforge.kernels.softmax import MAX_CACHED, SoftmaxMatch, match_softmax
 from cuforge.problems.problem import Problem
@@ -96,8 +96,7 @@ class RowsCluster(Family):
         f = match_rows(problem)
         if isinstance(f, str):
             return False
-        size = 2 if f.dtype == "float16" else 4
-        if c["VEC"] > 1 and c["VEC"] * size != 16:
+        if c["VEC"] > 1 and c["VEC"] != per_16_bytes(f.dtype):  # one 16-byte load
             return False
         if c["ONLINE"] and (f.mode != "softmax" or not c["RESIDENT"]):
             return False  # a norm's sums are already taken while loading; a row read twice is summed online
@@ -106,7 +105,7 @@ class RowsCluster(Family):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         f = match_rows(problem)
         assert not isinstance(f, str)
-        vec = 8 if f.dtype == "float16" else 4
+        vec = per_16_bytes(f.dtype)
 
         def smallest(limit: int) -> int:  # the fewest blocks whose slices fit `limit` bytes each
             return next((cl for cl in CLUSTERS if slice_elements(f.cols, cl, vec) * 4 <= limit), max(CLUSTERS))

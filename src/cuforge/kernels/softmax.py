@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import Family
-from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec, per_16_bytes
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -129,13 +129,13 @@ class SoftmaxRows(Family):
         f = match_softmax(problem)
         if isinstance(f, str):
             return False
-        width = 8 if f.in_dtype == "float16" else 4  # elements in 16 bytes
+        width = per_16_bytes(f.in_dtype)
         return c["VEC"] <= width and c["ITEMS"] * c["VEC"] <= MAX_CACHED
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         f = match_softmax(problem)
         assert not isinstance(f, str)
-        vec = 8 if f.in_dtype == "float16" else 4
+        vec = per_16_bytes(f.in_dtype)
 
         def items(threads: int) -> int:  # vectors per thread to cache the whole row (0 if too many)
             need = -(-f.cols // (threads * vec))
