@@ -17,6 +17,7 @@ AFFINE = "\n        nn.init.normal_({0}.weight)\n        nn.init.normal_({0}.bia
 @pytest.mark.parametrize("expr, inputs, init", [
     ("torch.softmax(a * 0.5, dim=-1)", "torch.randn(6, 393216) * 4", "        pass"),
     ("torch.log_softmax(a, dim=-1)", "torch.randn(3, 70001, dtype=torch.float16) * 4", "        pass"),
+    ("torch.softmax(a * 0.5, dim=-1)", "torch.randn(4, 131072, dtype=torch.bfloat16) * 4", "        pass"),
     ("torch.softmax(a, dim=-1)", "torch.randn(5, 100003)", "        pass"),
     ("a / torch.mean(torch.abs(a), dim=1, keepdim=True)", "torch.randn(64, 65535)", "        pass"),
     ("a / torch.norm(a, p=2, dim=1, keepdim=True)", "torch.randn(16, 20001)", "        pass"),
