@@ -194,3 +194,21 @@ def test_softmax_over_dims_a_view_merged(tmp_path, shape, family):
 def test_softmax_over_merged_dims_refusals(tmp_path, expr, why):
     p = problem_from_expr(tmp_path, expr, "torch.randn(2, 6, 5, 7, 9)", args="a")
     assert why in str(match_softmax(p))
+
+
+def test_gpt2s_scores_fuse_and_a_kernel_s_output_keeps_its_own_shape():
+    """GPT-2's attention in fp16: the scores GEMM, its [B, H, S, S] view, the scale, ~mask and the
+    softmax are one gemm_softmax kernel (a run ending in a view or a negation does not end the search);
+    a kernel whose chain would end in a regrouped view leaves that view to PyTorch, so an op after it
+    (GPT-2's transpose of [B, H, S, D]) reads the shape it expects."""
+    from cuforge.kernels.families import one_kernel
+    from cuforge.kernels.partition import partition
+
+    p = load_problem("models/gpt2_attention@fp16")
+    parts = [(q.family.name if q.family else "torch", q.start, q.end) for q in partition(p, one_kernel)]
+    assert ("gemm_softmax", 2, 9) in parts, parts
+    for q in partition(p, one_kernel):
+        if q.family is not None:
+            assert tuple(q.problem.outputs[0].shape) == tuple(q.problem.graph[-1].shape)
+            assert q.problem.graph[-1].op not in ("view", "_unsafe_view") or q.family.name == "gemm_softmax"
+    assert parts[-1] == ("torch", 11, 12)  # the product's view to [B, H, S, D]

@@ -310,7 +310,7 @@ def leaf_views(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[s
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
                   dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
                   prefix: str = "e", result: str | None = None, channels: bool = False,
-                  flat: bool = False, casts: bool = False) -> Epilogue | str:
+                  flat: bool = False, casts: bool = False, ends_inside: bool = False) -> Epilogue | str:
     """The chain after an anchor as an Epilogue, or why it is not one. `nodes` are the graph's nodes
     after the anchor; `full` is the anchor's output shape; leaf tensors must have `dtype`; a `bias`
     (a per-column vector, addmm's) is added first. The chain must end in the forward's output, or, for
@@ -483,7 +483,12 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         lines.append(f"const float {name} = {expr};")
         env[node.out] = name
     last = nodes[-1].out if nodes else anchor_out
-    if nodes and not rowsum and tuple(nodes[-1].shape) != full and not regrouped(tuple(nodes[-1].shape)):
+    # A chain may pass through a regrouped view, but one that makes the kernel's output ends in the
+    # anchor's shape: the output is declared in it, and an op after the kernel (a transpose of the
+    # [B, H, S, D] view) reads that shape. `ends_inside`: the end feeds the kernel's next step (a
+    # softmax over the same rows, a whole-tensor sum), where the grouping of leading dims is moot.
+    end = tuple(nodes[-1].shape) if nodes else full
+    if nodes and not rowsum and end != full and not (ends_inside and regrouped(end)):
         return f"the chain's result has shape {list(nodes[-1].shape)}, not the anchor's {list(full)}"
     if result is None:
         outs = problem.graph_outputs

@@ -31,9 +31,6 @@ class GemmSoftmaxMatch:
     log: bool
     prologue: Epilogue
     epilogue: Epilogue
-    # The output's shape where the chain views the product with its leading dims regrouped (GPT-2's
-    # [B * H, S, S] scores as [B, H, S, S]); None: the product's own.
-    out_shape: tuple[int, ...] | None = None
 
 
 def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
@@ -66,7 +63,7 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
     full = tuple(gemm.shape)
     si = soft[0]
     pro = compile_chain(problem, nodes[1:si], gemm.out, full, "float16", allow_rowsum=False, prefix="p",
-                        result=nodes[si].args[0])
+                        result=nodes[si].args[0], ends_inside=True)
     if isinstance(pro, str):
         return f"between the GEMM and the softmax: {pro}"
     if len(nodes[si].args) > 2 and nodes[si].args[2] is True:
@@ -76,9 +73,7 @@ def match_gemm_softmax(problem: Problem) -> GemmSoftmaxMatch | str:
         return f"after the softmax: {epi}"
     if not problem.outputs or problem.outputs[0].dtype != "float16":
         return "the output is not fp16"
-    shape = tuple(problem.outputs[0].shape)
-    return GemmSoftmaxMatch(a, b_leaf, bt, ndim == 3, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi,
-                            None if shape == full else shape)
+    return GemmSoftmaxMatch(a, b_leaf, bt, ndim == 3, batch, m, n, k, SOFTMAX_OPS[nodes[si].op], pro, epi)
 
 
 @family(130)
@@ -129,7 +124,7 @@ class GemmSoftmax(Family):
         dims = (("M", f"{f.a}.shape[-2]"), ("K", f"{f.a}.shape[-1]"),
                 ("N", f"{f.b}.shape[-2]" if f.b_transposed else f"{f.b}.shape[-1]"),
                 ("BATCH", f"{f.a}.shape[0]" if f.batched else "1"))
-        out_shape = repr(f.out_shape) if f.out_shape else "(BATCH, M, N)" if f.batched else "(M, N)"
+        out_shape = "(BATCH, M, N)" if f.batched else "(M, N)"
         bm = 16 * c["MW"] * c["WARPS"]
         return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {bm}), BATCH)", block=f"({32 * c['WARPS']},)",
                           shared_mem=self.smem_expr(c, f.b_transposed),

@@ -228,8 +228,11 @@ Cover = Callable[[Problem], "Family | None"]
 
 # Runs one op longer than the longest covered so far are tried until this many in a row are not
 # covered: a fused chain grows op by op (a convolution, + bias, + ReLU), and asking the families about
-# every run up to MAX_RUN at every op would take minutes on a network of a thousand ops.
-GIVE_UP_AFTER = 3
+# every run up to MAX_RUN at every op would take minutes on a network of a thousand ops. A run ending in
+# a view or a mask's negation is not counted: no kernel ends there, but one may go on past it (the
+# scores GEMM, its [B, H, S, S] view, scale, ~mask, masked_fill, softmax and the view back are one).
+GIVE_UP_AFTER = 4
+PASSING = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "bitwise_not", "logical_not"})
 
 
 def kernel_run(problem: Problem, start: int, last: dict[str, int], cover: Cover) -> Part | None:
@@ -242,7 +245,7 @@ def kernel_run(problem: Problem, start: int, last: dict[str, int], cover: Cover)
     for end in range(start + 1, min(len(graph), start + MAX_RUN) + 1):
         run = _run(problem, start, end, last, cover)
         if run is None:
-            misses += 1
+            misses += graph[end - 1].op not in PASSING
             # An op no kernel takes alone ends the search from it.
             if not cast and (misses >= GIVE_UP_AFTER or end == start + 1):
                 break

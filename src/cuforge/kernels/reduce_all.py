@@ -92,7 +92,7 @@ def match_reduce_all(problem: Problem) -> ReduceAllMatch | str:
         odd = sorted({n.op for n in pre if n.op not in ELEMENTWISE + LEAF_VIEWS})
         if odd:
             return f"not only elementwise ops before the reduction ({', '.join(odd)})"
-        chain = compile_chain(problem, tuple(pre), anchor, full, dtype, allow_rowsum=False, result=red.args[0],
+        chain = compile_chain(problem, tuple(pre), anchor, full, dtype, allow_rowsum=False, result=red.args[0], ends_inside=True,
                               casts=dtype != "float32")
         if isinstance(chain, str):
             return chain

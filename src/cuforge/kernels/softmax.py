@@ -76,7 +76,8 @@ def match_softmax(problem: Problem) -> SoftmaxMatch | str:
     if rows >= 2**31 or cols >= 2**31 or cols == 0:
         return "rows and columns must fit in 32-bit ints (and a row must not be empty)"
     if merged is None:
-        pro = compile_chain(problem, before, x, full, spec.dtype, allow_rowsum=False, prefix="p", result=node.args[0])
+        pro = compile_chain(problem, before, x, full, spec.dtype, allow_rowsum=False, prefix="p", result=node.args[0],
+                             ends_inside=True)
         if isinstance(pro, str):
             return f"before the softmax: {pro}"
         epi = compile_chain(problem, after, node.out, full, spec.dtype, allow_rowsum=False)
