@@ -136,6 +136,36 @@ def models_table(name: str = "models_coverage") -> list[str]:
     return out
 
 
+def models_search_table(name: str, *later: str) -> list[str]:
+    """level_suites.py's search of the models suite: each problem's best kernel re-timed beside eager and
+    torch.compile; rows of `later` runs (a re-measure of some problems after a fix) replace the first's."""
+    from cuforge.rewards import geomean
+
+    d = load(name)
+    suite = next(iter(d["suites"].values()))
+    rows = {r["problem"]: (r, name) for r in suite["rows"]}
+    for other in later:
+        for r in next(iter(load(other)["suites"].values()))["rows"]:
+            if r["evaluations"]:
+                rows[r["problem"]] = (r, other)
+    fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
+    eager = [r["vs_torch"] for r, _ in rows.values()]
+    compiled = [r["vs_torch_compile"] for r, _ in rows.values()]
+    faster = sum(1 for v in eager if v and v >= 1.0)
+    faster_c = sum(1 for v in compiled if v and v >= 1.0)
+    out = [f"{len(rows)} problems under the `{suite['precision']}` contract: faster than eager on {faster} "
+           f"({100 * faster / len(rows):.0f}%), than torch.compile on {faster_c} ({100 * faster_c / len(rows):.0f}%); "
+           f"geomean {geomean(v for v in eager if v):.2f}x eager, {geomean(v for v in compiled if v):.2f}x torch.compile "
+           f"over the {sum(1 for v in eager if v)} with a correct kernel ({stamp(d)})", "",
+           *header("problem", "vs eager", "vs torch.compile", "correct / evaluated", "run", "why none is correct")]
+    for problem in sorted(rows):
+        r, run = rows[problem]
+        why = "" if r["correct"] else (r["failures"][0][:110] if r.get("failures") else "no evaluation")
+        out.append(row(problem, fmt(r["vs_torch"]), fmt(r["vs_torch_compile"]), f"{r['correct']} / {r['evaluations']}",
+                       run, why.replace("|", "/")))
+    return out
+
+
 def dtype_coverage_table(name: str = "kernelbench_dtype_coverage") -> list[str]:
     d = load(name)
     out = [*header("dtype", "files", "covered by the offline search", "by family (first choice)")]
@@ -217,6 +247,7 @@ TABLES: dict[str, Callable[..., list[str]]] = {
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
     "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
+    "models_search": models_search_table,
 }
 
 
