@@ -193,6 +193,8 @@ def test_constraints_of_the_new_families():
 @pytest.mark.parametrize("shape, full", [
     ((64, 1, 1), (2, 64, 5, 7)), ((1, 64, 1, 1, 1), (3, 64, 4, 5, 6)), ((5, 1), (2, 3, 5, 7)), ((7,), (2, 3, 5, 7)),
     ((3, 1, 7), (2, 3, 5, 7)), ((2, 1, 1, 1), (2, 3, 5, 7)), ((1,), (4, 9)), ((), (4, 9)), ((4, 9), (4, 9)),
+    # full's trailing dims (a causal mask under batch and heads): one modulo
+    ((5, 7), (2, 3, 5, 7)), ((1, 3, 5, 7), (2, 3, 5, 7)), ((3, 5, 7), (2, 3, 5, 7)),
 ])
 def test_the_general_broadcast_index_reads_what_torch_broadcasts(shape, full):
     # The C expression, evaluated here at every flat index (r = 0, c = the index, as unindexed kernels pass
@@ -216,3 +218,29 @@ def test_an_operand_broadcast_per_channel_after_a_pooling_is_read_by_its_index(t
     p = problem(tmp_path, "(a + b) * 0.5", "torch.randn(2, 16, 4, 5, 6), torch.randn(16, 1, 1, 1)")
     assert PointwiseChain().supports(p) is None, PointwiseChain().supports(p)
     smoke_compile(PointwiseChain(), p, 2)
+
+
+def test_a_negated_mask_that_is_also_read_as_a_value_is_refused_with_the_reason(tmp_path):
+    # ~mask multiplies the output too: the negation is a bool value, which no chain computes
+    from cuforge.kernels.softmax import SoftmaxRows
+
+    p = problem_from_expr(tmp_path, "(lambda x, m: torch.softmax(x.masked_fill(m, 0.0), -1) * m)(a * 2.0, ~self.mask)",
+                          "torch.randn(2, 3, 24, 24)", args="a",
+                          init="        self.register_buffer('mask', torch.rand(24, 24) > 0.5)")
+    assert "bitwise_not after the anchor is not an elementwise" in (SoftmaxRows().supports(p) or ""), SoftmaxRows().supports(p)
+
+
+def test_a_product_viewed_with_its_leading_dims_regrouped_keeps_the_view_outside_the_kernel(tmp_path):
+    """A bmm's [8, S, D] viewed as [2, 4, S, D] is the forward's output: a GEMM kernel may not declare
+    its output in the view's shape, so no family takes the view, and the partition leaves it to PyTorch."""
+    from cuforge.kernels.families import one_kernel
+    from cuforge.kernels.partition import partition
+
+    p = problem_from_expr(tmp_path, "torch.bmm(a, b).view(2, 4, 32, 16) * 2.0",
+                          "torch.randn(8, 32, 64), torch.randn(8, 64, 16)", cuforge='CUFORGE = {"policy": "any"}')
+    parts = partition(p, one_kernel)
+    assert not isinstance(parts, str), parts
+    for q in parts:
+        if q.family is not None:
+            assert tuple(q.problem.outputs[0].shape) == tuple(q.problem.graph[-1].shape)
+            assert q.problem.graph[-1].op not in ("view", "_unsafe_view")
