@@ -1,7 +1,10 @@
 """Shared by the template-family tests: writing a KernelBench-format problem file around one forward
-expression, compiling a family's seeds plus random valid configs with NVRTC, and judging them on a GPU."""
+expression, compiling a family's seeds plus random valid configs with NVRTC, running an fp32 chain's
+C body on the CPU, and judging kernels on a GPU."""
 
 import random
+
+import pytest
 
 from cuforge.problems.loader import load_files
 from cuforge.runtime import compile_cuda
@@ -114,3 +117,49 @@ def half_linear_problem(tmp_path, m, n, k, expr="self.linear(x)", dtype="bfloat1
     """`expr` over x [M, K] and self.linear, an nn.Linear(K, N) of `dtype` with a bias."""
     return problem_from_expr(tmp_path, expr, f"torch.randn({m}, {k}, dtype=torch.{dtype})", "x",
                              f"        self.linear = nn.Linear({k}, {n}, dtype=torch.{dtype})")
+
+
+HOST_CHAIN = r"""
+#include <math.h>
+#include <string.h>
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+extern "C" void run(long long n, long long cols, const float* x, float* out, const void* const* t) {
+    for (long long i = 0; i < n; ++i) {
+        const long long r = i / cols, c = i % cols;
+        float v = x ? x[i] : 0.f;
+PARAMS
+BODY
+        out[i] = v;
+    }
+}
+"""
+
+
+def chain_on_host(tmp_path, chain, anchor, operands):
+    """An fp32 chain's C body compiled with the host's C++ compiler and run on the CPU over every element
+    of `anchor` (row and column as an indexed kernel passes them), reading `operands` (the chain's
+    tensors, in its order): the values the GPU kernel computes, checked without a GPU."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    import torch
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    params = "\n".join(f"        const {'bool' if i in chain.masks else 'float'}* {chain.prefix}{i} = "
+                       f"(const {'bool' if i in chain.masks else 'float'}*)t[{i}];" for i in range(len(chain.tensors)))
+    src = tmp_path / "chain.cpp"
+    body = "\n".join("        " + line for line in chain.body.splitlines())
+    src.write_text(HOST_CHAIN.replace("PARAMS", params).replace("BODY", body))
+    lib = tmp_path / "chain.so"
+    r = subprocess.run([cxx, "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    x = anchor.contiguous()
+    held = [o.contiguous() for o in operands]
+    out = torch.empty_like(x)
+    ptrs = (ctypes.c_void_p * max(1, len(held)))(*[o.data_ptr() for o in held])
+    ctypes.CDLL(str(lib)).run(ctypes.c_longlong(x.numel()), ctypes.c_longlong(x.shape[-1]), ctypes.c_void_p(x.data_ptr()),
+                              ctypes.c_void_p(out.data_ptr()), ptrs)
+    return out

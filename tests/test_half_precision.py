@@ -101,14 +101,15 @@ def test_half_precision_pointwise_chains(tmp_path, name):
 
 
 @pytest.mark.parametrize("suffix", ["@bf16", "@fp16"])
-def test_rotary_embeddings_in_half_precision_are_partitioned(suffix):
+def test_rotary_embeddings_in_half_precision_are_one_kernel_or_partitioned(suffix):
+    # rotate_half is one pointwise kernel; the interleaved form (strided slices, stack) a partition
     from cuforge.problems.suites import load_problem
 
-    for name in ("rotary_half", "rotary_interleaved"):
-        p = load_problem(f"models/{name}{suffix}")
-        fams = families_for(p)[0]
-        assert fams and fams[0].name == "partition", families_for(p)[1][-300:]
-        assert "kernels over" in fams[0].describe(p) and "pointwise x2" in fams[0].describe(p)
+    assert [f.name for f in families_for(load_problem(f"models/rotary_half{suffix}"))[0]] == ["pointwise"]
+    p = load_problem(f"models/rotary_interleaved{suffix}")
+    fams = families_for(p)[0]
+    assert fams and fams[0].name == "partition", families_for(p)[1][-300:]
+    assert "kernels over" in fams[0].describe(p) and "pointwise x2" in fams[0].describe(p)
 
 
 def test_the_dtypes_a_partition_reads_follow_the_casts(tmp_path):
@@ -261,3 +262,44 @@ def test_a_dtype_follows_pytorch_s_promotion_or_no_kernel_reads_the_value(tmp_pa
     mask = next(n for n in p.graph if n.op == "tril")
     after = next(i for i, n in enumerate(p.graph) if n.out == mask.out) + 1
     assert "not floating point" in kernel_problem(p, after - 1, after, [mask.args[0]], mask.out)  # the bool mask
+
+
+ROTATE_HALF = "q * cos + torch.cat((-q[..., {h}:], q[..., :{h}]), dim=-1) * sin"
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_rotary_embeddings_rotate_half_is_one_pointwise_kernel(tmp_path, name):
+    """LLaMA's rotate_half (cat(-x[..., h:], x[..., :h])) read in place: column c of the concatenation is
+    the input at c + h (negated) or c - h, so the kernel reads q once and makes no sliced or concatenated
+    copy. The fp32 chain's body, run on the CPU, is PyTorch's result; every dtype compiles."""
+    import torch
+
+    from cuforge.kernels.pointwise import PointwiseChain, match_pointwise
+    from template_helpers import chain_on_host
+
+    dt = f"dtype=torch.{name}"
+    p = problem_from_expr(tmp_path, ROTATE_HALF.format(h=8), f"torch.randn(2, 3, 5, 16, {dt}), torch.randn(5, 16, {dt}), "
+                          f"torch.randn(5, 16, {dt})", args="q, cos, sin")
+    m = match_pointwise(p)
+    assert not isinstance(m, str), m
+    assert m.chain.indexed and sorted(ref for ref, _ in m.chain.tensors) == ["in0", "in1", "in2"]
+    smoke_compile(PointwiseChain(), p, 1)
+    if name == "float32":
+        g = torch.Generator().manual_seed(0)
+        q, cos, sin = torch.randn(2, 3, 5, 16, generator=g), torch.randn(5, 16, generator=g), torch.randn(5, 16, generator=g)
+        want = q * cos + torch.cat((-q[..., 8:], q[..., :8]), dim=-1) * sin
+        given = {"in0": q, "in1": cos, "in2": sin}
+        got = chain_on_host(tmp_path, m.chain, q, [given[ref] for ref, _ in m.chain.tensors])
+        assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("torch.cat((-q[..., 8:], q[..., :4]), dim=-1) * 2.0", "slice"),  # pieces narrower than the input's row
+    ("torch.cat((q[..., 8:].exp(), q[..., :8]), dim=-1) + q[..., :8].sum()", "sum"),  # a piece's slice read elsewhere
+    ("torch.cat((q[..., 1::2], q[..., ::2]), dim=-1) * 2.0", "slice"),  # strided slices
+])
+def test_concatenations_the_chain_cannot_read_in_place_are_refused(tmp_path, expr, why):
+    from cuforge.kernels.pointwise import match_pointwise
+
+    p = problem_from_expr(tmp_path, expr, "torch.randn(2, 3, 5, 16)", args="q")
+    assert why in str(match_pointwise(p)), match_pointwise(p)

@@ -67,6 +67,16 @@ def test_a_mask_the_model_holds_or_is_given_fuses_into_the_softmax(tmp_path, neg
     smoke_compile(fam, p, 1)
     given = problem_from_expr(tmp_path, "torch.softmax(a.masked_fill(b, 0.0), -1)", "torch.randn(8, 8), torch.rand(8, 8) > 0.5")
     assert fam.supports(given) is None and match_softmax(given).prologue.masks == frozenset({0})
+    # The fp32 prologue's body run on the CPU: the mask read where it broadcasts, negated or not.
+    import torch
+
+    from template_helpers import chain_on_host
+
+    p32 = problem_from_expr(tmp_path, f"torch.softmax((a / 8.0).masked_fill({mask}, float('-inf')), dim=-1)",
+                            "torch.randn(2, 3, 24, 24)", args="a", init=init)
+    scores, causal = torch.randn(2, 3, 24, 24), torch.tril(torch.ones(24, 24, dtype=torch.bool))
+    got = chain_on_host(tmp_path, match_softmax(p32).prologue, scores, [causal])
+    assert torch.equal(got, (scores / 8.0).masked_fill(~causal if negate else causal, float("-inf")))
 
 
 @pytest.mark.parametrize("expr, inputs, why", [

@@ -226,6 +226,73 @@ def mask_negations(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tup
             and ref not in problem.graph_outputs}
 
 
+@dataclass(frozen=True)
+class Rotation:
+    """A last-dim concatenation of pieces, each an elementwise function of a slice of an input along its
+    last dim (LLaMA's rotate_half: cat(-x[..., h:], x[..., :h])): computed per element by reading the
+    input at the column the piece takes it from, so the sliced and concatenated copies are never made."""
+
+    pieces: tuple[tuple[str, int], ...]  # (the piece's value, its width), in order
+    nodes: frozenset[str]  # the values computed only for the pieces (slices and what follows them)
+
+
+def _last_dim_slice(problem: Problem, node: OpNode, full: tuple[int, ...]) -> tuple[str, int, int] | None:
+    """(input, first column, width) for x[..., a:b] of an input shaped as the chain's output."""
+    x, dim, start, end = (tuple(node.args) + (None,) * 4)[:4]
+    step = node.args[4] if len(node.args) > 4 else 1
+    spec = leaf_spec(problem, x) if is_ref(x) else None
+    if spec is None or tuple(spec.shape) != full or step != 1 or not all(isinstance(v, int) for v in (dim, start, end)):
+        return None
+    if dim % len(full) != len(full) - 1:
+        return None
+    n = full[-1]
+    lo, hi = (min(n, max(0, v + n if v < 0 else v)) for v in (start, end))
+    return (x, lo, hi - lo) if hi > lo else None
+
+
+def rotations(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, ...]) -> dict[str, Rotation]:
+    """The chain's last-dim concatenations whose pieces are elementwise functions (one-operand ops and
+    ops with a constant) of last-dim slices of inputs, each piece's values read by nothing else."""
+    made = {n.out: n for n in nodes}
+    readers: dict[str, set[str]] = {}
+    for n in problem.graph:
+        for r in _refs(n):
+            readers.setdefault(r, set()).add(n.out)
+    found: dict[str, Rotation] = {}
+    for cat in nodes:
+        if cat.op != "cat" or not cat.args or not isinstance(cat.args[0], tuple) or tuple(cat.shape) != full:
+            continue
+        dim = cat.args[1] if len(cat.args) > 1 else cat.kwarg("dim", 0)
+        if not isinstance(dim, int) or dim % len(full) != len(full) - 1:
+            continue
+        inner: set[str] = set()
+        pieces: list[tuple[str, int]] = []
+
+        def walk(ref: str) -> int | None:
+            """The piece's width, collecting the values it is made of; None if it is not one."""
+            node = made.get(ref)
+            if node is None:
+                return None
+            inner.add(ref)
+            if node.op == "slice":
+                s = _last_dim_slice(problem, node, full)
+                return None if s is None else s[2]
+            refs = [a for a in node.args if is_ref(a)]
+            if len(refs) != 1 or node.op not in UNARY + BINARY or len(node.args) > 2 and node.op not in UNARY:
+                return None
+            return walk(refs[0])
+
+        for piece in cat.args[0]:
+            width = walk(piece) if is_ref(piece) else None
+            if width is None:
+                break
+            pieces.append((piece, width))
+        else:
+            if sum(w for _, w in pieces) == full[-1] and all(readers.get(r, set()) <= inner | {cat.out} for r in inner):
+                found[cat.out] = Rotation(tuple(pieces), frozenset(inner))
+    return found
+
+
 def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
     """The spec of an input or parameter ref (None for anything else, transposed views included)."""
     for prefix, specs in (("in", problem.inputs), ("param", problem.params)):
@@ -343,6 +410,8 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     indexed = bias is not None
     views = leaf_views(problem, nodes)
     negations = mask_negations(problem, nodes)
+    rotated = rotations(problem, nodes, full)
+    inside = frozenset().union(*(rot.nodes for rot in rotated.values()))
     masks: set[int] = set()
 
     def tensor_at(a: str, shape: tuple[int, ...]) -> tuple[int, str] | str:
@@ -368,9 +437,40 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         return (not channels and not flat and len(shape) >= 2 and len(full) >= 2 and shape[-2:] == full[-2:]
                 and math.prod(shape) == math.prod(full))
 
+    producers = {n.out: n for n in nodes}
+
+    def at_column(ref: str, col: str) -> str:
+        """A piece's value (see rotations) at column `col` of its row, as a C expression."""
+        node = producers[ref]
+        if node.op == "slice":
+            leaf, start, _ = _last_dim_slice(problem, node, full)  # type: ignore[misc]
+            i, _ = tensor_at(leaf, full)  # type: ignore[misc]
+            return load(f"{prefix}{i}[r * (long long)cols + ({col} + {start})]")
+        inner_ref = next(a for a in node.args if is_ref(a))
+        inner = at_column(inner_ref, col)
+        if node.op in UNARY:
+            return _unary(node.op, node, inner) or ""
+        x, y = (literal(a) if not is_ref(a) else inner for a in node.args[:2])
+        return _binary(node.op, node, x, y) or ""
+
     for k, node in enumerate(nodes):
-        if node.out in views or node.out in negations:
-            continue  # a view of a leaf, a negated mask: read through the leaf where it is used
+        if node.out in views or node.out in negations or node.out in inside:
+            continue  # a view of a leaf, a negated mask, a rotation's piece: read where it is used
+        if node.out in rotated:  # column c of the concatenation: the piece it falls in, at its own column
+            expr, offset = "0.f", 0
+            parts = []
+            for piece, width in rotated[node.out].pieces:
+                parts.append((offset, width, at_column(piece, "c" if offset == 0 else f"(c - {offset})")))
+                offset += width
+            if any(not e for _, _, e in parts):
+                return "a concatenated piece with an op no chain computes"
+            expr = parts[-1][2]
+            for start, width, e in reversed(parts[:-1]):
+                expr = f"(c < {start + width} ? {e} : {expr})"
+            indexed = True
+            lines.append(f"const float x{k} = {expr};")
+            env[node.out] = f"x{k}"
+            continue
         if node.op in LEAF_VIEWS and node.args and is_ref(node.args[0]) and node.args[0] in env \
                 and regrouped(tuple(node.shape)):
             env[node.out] = env[node.args[0]]
