@@ -140,3 +140,18 @@ def test_training_batch_norm(sup, tmp_path, dtype):
     for layer, shape, tail in (("nn.BatchNorm2d(64)", "(16, 64, 32, 32)", "torch.relu(y)"), ("nn.BatchNorm1d(24, eps=1e-3)", "(8, 24, 7)", "torch.tanh(y)"),
                                ("nn.BatchNorm3d(8, affine=False)", "(2, 8, 3, 4, 5)", "y * 3")):
         judge_seeds(sup, fam, bn_problem(tmp_path, layer, shape, tail, dtype=dtype), None, (layer, dtype))
+
+
+@pytest.mark.parametrize("suffix", ["", "@bf16", "@fp16"])
+def test_rotary_embeddings_rotate_half_in_one_kernel(sup, tmp_path, suffix):
+    """LLaMA's rotary embedding (rotate_half read in place) as one pointwise kernel: the models suite's
+    problem at full size, every seed, and an odd head size whose halves are not 16-byte aligned."""
+    from cuforge.kernels.pointwise import PointwiseChain
+    from cuforge.problems.suites import load_problem
+
+    judge_seeds(sup, PointwiseChain(), load_problem(f"models/rotary_half{suffix}"), None, suffix)
+    dt = {"": "torch.float32", "@bf16": "torch.bfloat16", "@fp16": "torch.float16"}[suffix]
+    p = problem_from_expr(tmp_path, "q * cos + torch.cat((-q[..., 37:], q[..., :37]), dim=-1) * sin",
+                          f"torch.randn(3, 4, 33, 74, dtype={dt}), torch.randn(33, 74, dtype={dt}), "
+                          f"torch.randn(33, 74, dtype={dt})", args="q, cos, sin", prefix="gpu")
+    judge_seeds(sup, PointwiseChain(), p, None, suffix)
