@@ -201,7 +201,7 @@ def test_the_general_broadcast_index_reads_what_torch_broadcasts(shape, full):
     # them; an indexed kernel's r * cols + c is the same number), against torch's own broadcast.
     import torch
 
-    from cuforge.kernels.chains import broadcast_index
+    from cuforge.kernels.leaves import broadcast_index
 
     expr = broadcast_index(shape, full).replace("(long long)", "").replace("LL", "").replace("/", "//")
     want = torch.arange(max(1, torch.Size(shape).numel())).reshape(shape).expand(full).flatten().tolist()

@@ -61,12 +61,16 @@ SCANS = [("torch.cumsum(x, dim=-1)", "torch.randn(8, 4099, dtype=D)", "x"),
          ("torch.cumsum(x * m, dim=-1)", "torch.randn(8, 999, dtype=D), torch.rand(8, 999) > 0.5", "x, m")]
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_scans(sup, tmp_path, dtype):
-    fam = ScanRows()
-    for expr, inputs, args in SCANS:
+def judge_cases(sup, tmp_path, fam, cases, dtype):
+    """Each (expr, inputs with D for the dtype, args) case covered by `fam`, every seed judged ok."""
+    for expr, inputs, args in cases:
         p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args, prefix="gpu")
         judge_seeds(sup, fam, p, None, (expr, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_scans(sup, tmp_path, dtype):
+    judge_cases(sup, tmp_path, ScanRows(), SCANS, dtype)
 
 
 CONVS = [("nn.Conv2d(32, 32, 3, padding=1, groups=32)", "2, 32, 33, 47", "y"),
@@ -126,10 +130,7 @@ LOSSES = [("torch.mean((a - b) ** 2)", "torch.randn(4096, 1001, dtype=D), torch.
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_whole_tensor_losses(sup, tmp_path, dtype):
-    fam = ReduceAll()
-    for expr, inputs, args in LOSSES:
-        p = problem_from_expr(tmp_path, expr, inputs.replace("D", f"torch.{dtype}"), args, prefix="gpu")
-        judge_seeds(sup, fam, p, None, (expr, dtype))
+    judge_cases(sup, tmp_path, ReduceAll(), LOSSES, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

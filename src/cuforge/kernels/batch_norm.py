@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, GraphFamily
-from cuforge.kernels.chains import CTYPES, DTYPE_NAMES, Epilogue, compile_chain, leaf_spec, per_16_bytes
+from cuforge.kernels.chains import CTYPES, DTYPE_NAMES, Epilogue, compile_chain, per_16_bytes
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
-from cuforge.problems.problem import Problem, TensorSpec
+from cuforge.kernels.leaves import (LEAF_VIEWS, broadcast_index, broadcast_kind, channel_kind, leaf_spec, leaf_views,
+                                    producer, refs_in)
+from cuforge.problems.problem import Problem
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,10 @@ ROUND_TO = {"torch.float32": "{}", "torch.float16": "__half2float(__float2half_r
             "torch.bfloat16": "__bfloat162float(__float2bfloat16_rn({}))"}
 
 
-def _producer(problem: Problem, ref: str) -> OpNode | None:
-    return next((n for n in problem.graph if n.out == ref), None)
-
-
 def structural_mask(problem: Problem, ref: str) -> tuple[int, int, str] | str:
     """A mask the forward builds from nothing (triu/tril of ones, possibly negated) as (R, C, a C
     condition on c and {i}, the row within the last two dims), or why `ref` is not one."""
-    node = _producer(problem, ref)
+    node = producer(problem, ref)
     if node is None:
         return f"the mask {ref} is not made inside the forward"
     if node.op == "_to_copy" and is_ref(node.args[0]):  # .bool() / .float() of a 0/1 mask keeps it
@@ -179,7 +177,7 @@ def structural_mask(problem: Problem, ref: str) -> tuple[int, int, str] | str:
         inner = structural_mask(problem, node.args[0]) if is_ref(node.args[0]) else "not a tensor"
         return inner if isinstance(inner, str) else (inner[0], inner[1], f"!({inner[2]})")
     if node.op in ("triu", "tril") and len(node.shape) == 2 and is_ref(node.args[0]):
-        src = _producer(problem, node.args[0])
+        src = producer(problem, node.args[0])
         diag = node.args[1] if len(node.args) > 1 else node.kwarg("diagonal", 0)
         filled = src is not None and (src.op == "ones" or (src.op == "full" and len(src.args) > 1
                                                            and not is_ref(src.args[1]) and bool(src.args[1])))
@@ -219,7 +217,7 @@ def mask_negations(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tup
             found[n.out] = (leaf, not neg)
         elif (spec := leaf_spec(problem, src)) is not None and spec.dtype == "bool":
             found[n.out] = (src, True)
-    readers = [(n, r) for n in problem.graph for r in _refs(n) if r in found]
+    readers = [(n, r) for n in problem.graph for r in refs_in(n) if r in found]
     return {ref: v for ref, v in found.items()
             if all((n.op == "masked_fill" and len(n.args) > 1 and n.args[1] == ref and n.args[0] != ref)
                    or n.out in found for n, r in readers if r == ref)
@@ -256,7 +254,7 @@ def rotations(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, ...]
     made = {n.out: n for n in nodes}
     readers: dict[str, set[str]] = {}
     for n in problem.graph:
-        for r in _refs(n):
+        for r in refs_in(n):
             readers.setdefault(r, set()).add(n.out)
     found: dict[str, Rotation] = {}
     for cat in nodes:
@@ -291,87 +289,6 @@ def rotations(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, ...]
             if sum(w for _, w in pieces) == full[-1] and all(readers.get(r, set()) <= inner | {cat.out} for r in inner):
                 found[cat.out] = Rotation(tuple(pieces), frozenset(inner))
     return found
-
-
-def leaf_spec(problem: Problem, ref: str) -> TensorSpec | None:
-    """The spec of an input or parameter ref (None for anything else, transposed views included)."""
-    for prefix, specs in (("in", problem.inputs), ("param", problem.params)):
-        if ref.startswith(prefix) and ref[len(prefix):].isdigit():
-            i = int(ref[len(prefix):])
-            return specs[i] if i < len(specs) else None
-    return None
-
-
-def broadcast_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
-    """"rc", "c", "r" or "s" (a single value) for a shape that broadcasts simply to `full`, else None."""
-    if len(shape) <= len(full) and all(d == 1 for d in shape) and shape != full:
-        return "s"
-    if shape == full:
-        return "rc"
-    if shape in ((full[-1],), (1, full[-1])) and len(full) >= 1:
-        return "c"
-    if len(full) >= 2 and shape == full[:-1] + (1,):
-        return "r"
-    return None
-
-
-def channel_kind(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
-    """For an NC... output (a convolution's): "rc", "s", or "ch" (one value per channel: (C, 1, 1),
-    (1, C, 1, 1), ...) for a shape that broadcasts so to `full`, else None."""
-    if all(d == 1 for d in shape) and len(shape) <= len(full) and shape != full:
-        return "s"
-    if shape == full:
-        return "rc"
-    per_channel = (full[1],) + (1,) * (len(full) - 2)
-    trimmed = shape[next((i for i, d in enumerate(shape) if d != 1), len(shape)):]
-    if len(shape) <= len(full) and len(full) >= 3 and trimmed and trimmed == per_channel[:len(trimmed)] \
-            and shape[-(len(full) - 2):] == (1,) * (len(full) - 2):
-        return "ch"
-    return None
-
-
-def broadcast_index(shape: tuple[int, ...], full: tuple[int, ...]) -> str | None:
-    """The C index into an operand of `shape` that broadcasts to `full` (numpy's rules: dims aligned
-    from the right, each 1 or full's) at the flat index r * cols + c of `full`, or None where it does
-    not broadcast. The general case behind the per-row / per-column / per-channel kinds (a bias of
-    shape (C, 1, 1, 1) after a pooling, say)."""
-    if len(shape) > len(full):
-        return None
-    padded = (1,) * (len(full) - len(shape)) + tuple(shape)
-    if any(d != 1 and d != f for d, f in zip(padded, full)):
-        return None
-    flat = "(r * (long long)cols + c)"
-    lead = next((d for d, size in enumerate(padded) if size != 1), len(padded))
-    if lead > 0 and tuple(padded[lead:]) == tuple(full[lead:]):  # full's trailing dims: one modulo
-        return f"({flat} % {math.prod(full[lead:])}LL)"
-    terms = []
-    for d, (size, whole) in enumerate(zip(padded, full)):
-        if size == 1:
-            continue
-        inner_full, inner_op = math.prod(full[d + 1:]), math.prod(padded[d + 1:])
-        coord = flat if inner_full == 1 else f"({flat} / {inner_full}LL)"
-        if d > 0:
-            coord = f"({coord} % {whole}LL)"
-        terms.append(coord if inner_op == 1 else f"{coord} * {inner_op}LL")
-    return " + ".join(terms) or "0"
-
-
-LEAF_VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "_unsafe_view")
-
-
-def leaf_views(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Views of inputs and parameters that only add or drop size-1 dims (x.unsqueeze(1), w.view(1, -1, 1)):
-    ref -> (the leaf, the view's shape). The leaf's memory order is the view's, so indexing it by the
-    view's broadcast is indexing the leaf."""
-    views: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for n in nodes:
-        if n.op not in LEAF_VIEWS or not n.args or not is_ref(n.args[0]):
-            continue
-        leaf = views[n.args[0]][0] if n.args[0] in views else n.args[0]
-        spec = leaf_spec(problem, leaf)
-        if spec is not None and [d for d in n.shape if d != 1] == [d for d in spec.shape if d != 1]:
-            views[n.out] = (leaf, tuple(n.shape))
-    return views
 
 
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
@@ -496,7 +413,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
             env[node.out] = f"x{k}"
             continue
         if node.op == "empty" and node.out.startswith("c") and not any(
-                node.out in (a.partition(".")[0] for a in _refs(n)) for n in nodes[k + 1:]):
+                node.out in (a.partition(".")[0] for a in refs_in(n)) for n in nodes[k + 1:]):
             continue  # a placeholder the trace records beside a batch norm, read by nothing
         if node.op == "native_batch_norm" and node.args and node.args[0] in env:
             # Eval mode (running statistics): per channel (dim 1), (v - mean) / sqrt(var + eps) * w + b.
@@ -601,22 +518,6 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     value = env[last]
     body = "\n".join(lines + ([f"v = {value};"] if value != "v" else []))
     return Epilogue(body, tuple(tensors), rowsum, keepdim, prefix, CTYPES.get(dtype, "float"), indexed, frozenset(masks))
-
-
-def _refs(node: OpNode) -> list[str]:
-    """The tensor refs a node reads (in its args and kwargs, nested)."""
-    out: list[str] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, (tuple, list)):
-            for v in x:
-                walk(v)
-        elif is_ref(x):
-            out.append(x)
-
-    walk(node.args)
-    walk(tuple(v for _, v in node.kwargs))
-    return out
 
 
 def _eval_batch_norm(problem: Problem, node: OpNode, value: str, full: tuple[int, ...], dtype: str, channels: bool,

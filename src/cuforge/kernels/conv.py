@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, sm_count
-from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, constant_scale, leaf_spec, literal, per_16_bytes
+from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, constant_scale, literal, per_16_bytes
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

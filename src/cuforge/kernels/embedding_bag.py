@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import CTYPES, leaf_spec, per_16_bytes
+from cuforge.kernels.chains import CTYPES, per_16_bytes
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
-from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import DTYPE_NAMES, Epilogue, compile_chain
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.kernels.layouts import VIEW_OPS, apply_view, contiguous, is_dense, layout
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, fills_gpu, tiles
-from cuforge.kernels.chains import leaf_spec
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.kernels.registry import family
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
-from cuforge.kernels.chains import Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import Epilogue, compile_chain
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.kernels.softmax import SAFE_OPS, SOFTMAX_OPS, depends_on_inputs
 from cuforge.op_graph import is_ref
 from cuforge.problems.problem import Problem

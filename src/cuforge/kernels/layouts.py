@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from cuforge.kernels.chains import leaf_spec
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 

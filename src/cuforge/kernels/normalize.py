@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.chains import CTYPES, LEAF_VIEWS, Epilogue, compile_chain, leaf_spec
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain
+from cuforge.kernels.leaves import LEAF_VIEWS, leaf_spec
 from cuforge.op_graph import OpNode, constant_dims, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
-from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec, literal
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, literal
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

@@ -108,21 +108,18 @@ def value_dtypes(problem: Problem) -> dict[str, str]:
     half), one dtype stays, and fp32 beside a half or fp16 beside bf16 makes fp32. Boolean and integer
     values (masks, indices, NOT_FLOAT's results) are no operands of that promotion. A value whose
     operands' dtypes are not all known is left out: nothing guesses it."""
-    floats = set(FLOAT_CASTS.values())
-    known: dict[str, str] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    other: set[str] = set()  # values known not to be floating point
-    for prefix, specs in (("in", problem.inputs), ("param", problem.params)):
-        for i, spec in enumerate(specs):
-            ref = f"{prefix}{i}"
-            shapes[ref] = tuple(spec.shape)
-            (known.__setitem__(ref, spec.dtype) if spec.dtype in floats else other.add(ref))
+    leaves = {f"{prefix}{i}": spec for prefix, specs in (("in", problem.inputs), ("param", problem.params))
+              for i, spec in enumerate(specs)}
+    # Every leaf keeps its own dtype in the result; only floating ones take part in a promotion.
+    known = {ref: spec.dtype for ref, spec in leaves.items()}
+    other = {ref for ref, spec in leaves.items() if spec.dtype not in FLOAT_CASTS.values()}  # not floating point
+    shapes = {ref: tuple(spec.shape) for ref, spec in leaves.items()}
     makers: dict[str, str] = {}
     for n in problem.graph:
         shapes[n.out] = tuple(n.shape)
         makers[n.out] = n.op
         asked = n.kwarg("dtype")
-        if asked is not None and (n.op in FACTORIES or n.op in ("_to_copy", "to") or n.op not in NOT_FLOAT):
+        if asked is not None and (n.op not in NOT_FLOAT or n.op in FACTORIES or n.op in ("_to_copy", "to")):
             if asked in FLOAT_CASTS:
                 known[n.out] = FLOAT_CASTS[asked]
             else:
@@ -146,8 +143,7 @@ def value_dtypes(problem: Problem) -> dict[str, str]:
         if None in operands:
             continue
         known[n.out] = operands.pop() if len(operands) == 1 else "float32"
-    return {r: d for r, d in known.items() if not r.startswith(("in", "param"))} | \
-        {f"in{i}": s.dtype for i, s in enumerate(problem.inputs)} | {f"param{i}": s.dtype for i, s in enumerate(problem.params)}
+    return known
 
 
 Facts = tuple[dict[str, str], dict[str, tuple[int, ...]], dict[str, str]]

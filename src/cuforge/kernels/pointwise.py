@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
-from cuforge.kernels.chains import CTYPES, ELEMENTWISE, LEAF_VIEWS, Epilogue, compile_chain
+from cuforge.kernels.chains import CTYPES, ELEMENTWISE, Epilogue, compile_chain
+from cuforge.kernels.leaves import LEAF_VIEWS
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.kernels.registry import family

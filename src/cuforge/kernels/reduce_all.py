@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
-from cuforge.kernels.chains import CTYPES, ELEMENTWISE, LEAF_VIEWS, TO_FLOAT, Epilogue, compile_chain, leaf_spec, literal, per_16_bytes
+from cuforge.kernels.chains import CTYPES, ELEMENTWISE, TO_FLOAT, Epilogue, compile_chain, literal, per_16_bytes
+from cuforge.kernels.leaves import LEAF_VIEWS, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

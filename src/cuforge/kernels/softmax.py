@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import Family
-from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, leaf_spec, per_16_bytes
+from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, per_16_bytes
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily
-from cuforge.kernels.chains import CTYPES, leaf_spec
+from cuforge.kernels.chains import CTYPES
+from cuforge.kernels.leaves import leaf_spec
 from cuforge.kernels.registry import family
 from cuforge.op_graph import is_last_dim, is_ref
 from cuforge.problems.problem import Problem
