@@ -140,6 +140,23 @@ def test_bf16_elementwise_configs_compile_with_nvrtc():
             smoke_compile(fam, p, SMOKE)
 
 
+def test_half_pointwise_chains_load_16_bytes_and_index_operands_by_a_constant_row_length():
+    """fp16/bf16 chains are seeded with 8-element (16-byte) loads, never wider, and the row length the
+    per-row and per-column operands divide by is a compile-time constant (rotary's cos/sin tables)."""
+    from cuforge.kernels.pointwise import PointwiseChain
+
+    fam = PointwiseChain()
+    for dtype in ("bf16", "fp16"):
+        p = load_in_dtype(load_problem("models/rotary_half"), dtype)
+        assert fam.supports(p) is None
+        seeds = fam.seeds(p)
+        assert seeds[0]["VEC"] == 8 and all(fam.valid(c, p) for c in seeds)
+        assert "constexpr long long cols = 128LL;" in fam.render(seeds[0], p).source
+        smoke_compile(fam, p, SMOKE)
+    fp32 = load_problem("models/rotary_half")
+    assert not fam.valid(dict(VEC=8, BLOCK=128, WAVES=0, UNROLL=1), fp32)  # 32 bytes: no such load
+
+
 def test_gemm_sm90_seeds_split_k_only_where_tiles_are_few_and_k_is_long():
     g = GemmSm90()
     seeds = g.seeds(hgemm_problem(64, 64, 16384))

@@ -426,7 +426,9 @@ def torch_part_code(problem: Problem, part: Part) -> str:
         else:  # an aten op of several results (nll_loss_forward's loss and total weight): the first is the value
             lines.append(f"    {_name(n.out)} = {_name(n.out)}[0] if isinstance({_name(n.out)}, (tuple, list)) else {_name(n.out)}")
     # Kernels read their inputs row-major: a view made here (a permute) goes on as a contiguous copy.
-    lines.append(f"    return ({''.join(_name(r) + '.contiguous(), ' for r in part.makes)})")
+    # They load up to 16 bytes at once, so a contiguous view starting mid-vector (a chunk) is copied too.
+    lines.append(f"    made = ({''.join(_name(r) + '.contiguous(), ' for r in part.makes)})")
+    lines.append("    return tuple(t if t.data_ptr() % 16 == 0 else t.clone() for t in made)")
     return "\n".join(lines) + "\n"
 
 

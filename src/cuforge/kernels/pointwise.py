@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
-from cuforge.kernels.chains import CTYPES, ELEMENTWISE, Epilogue, compile_chain
+from cuforge.kernels.chains import CTYPES, ELEMENTWISE, Epilogue, compile_chain, per_16_bytes
 from cuforge.kernels.leaves import LEAF_VIEWS
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -65,7 +65,7 @@ class PointwiseChain(GraphFamily):
     anchor), grid-stride loop; row and column are only computed when an operand is per-row or per-column."""
 
     def __init__(self) -> None:
-        super().__init__("pointwise", {"VEC": (1, 2, 4), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0),
+        super().__init__("pointwise", {"VEC": (1, 2, 4, 8), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0),
                                        "UNROLL": (1, 2, 4, 8)})
 
     DEFAULTS = {"UNROLL": 1}  # vectors a thread loads per step: configs stored before the knob loaded one
@@ -74,11 +74,17 @@ class PointwiseChain(GraphFamily):
         return match_pointwise(problem)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        return self.matched(problem).anchor is not None or c["VEC"] == 1  # no anchor: no vector to load
+        m = self.matched(problem)
+        if c["VEC"] > per_16_bytes(m.dtype):  # one load is at most 16 bytes
+            return False
+        return m.anchor is not None or c["VEC"] == 1  # no anchor: no vector to load
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         if self.matched(problem).anchor is None:
             return [dict(VEC=1, BLOCK=256, WAVES=0), dict(VEC=1, BLOCK=512, WAVES=8), dict(VEC=1, BLOCK=128, WAVES=0)]
+        if self.matched(problem).dtype != "float32":  # 16-byte loads of eight fp16/bf16 elements
+            return [dict(VEC=8, BLOCK=128, WAVES=0, UNROLL=2), dict(VEC=8, BLOCK=256, WAVES=0, UNROLL=1),
+                    dict(VEC=4, BLOCK=256, WAVES=0, UNROLL=2)]
         # As the elementwise family's: eager's kernel shape first (two float4 a thread, 128 threads).
         return [dict(VEC=4, BLOCK=128, WAVES=0, UNROLL=2), dict(VEC=4, BLOCK=256, WAVES=0, UNROLL=4),
                 dict(VEC=4, BLOCK=256, WAVES=0, UNROLL=1)]
@@ -86,7 +92,7 @@ class PointwiseChain(GraphFamily):
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
         return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph),
-                "ANCHOR": m.anchor is not None, "DTYPE": m.dtype, "CTYPE": CTYPES[m.dtype]}
+                "ANCHOR": m.anchor is not None, "COLS": m.shape[-1], "DTYPE": m.dtype, "CTYPE": CTYPES[m.dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
