@@ -96,11 +96,10 @@ def cell_on_host(tmp_path, p, acc_sets, biases, rows_in):
         held = [t.float().contiguous() for t in ts]
         return held, (ctypes.c_void_p * max(1, len(held)))(*[t.data_ptr() for t in held])
 
-    (a_held, a_ptrs), (b_held, b_ptrs), (x_held, x_ptrs) = table(acc_sets), table(biases), table(rows_in)
     outs = [torch.empty(m.batch, m.hidden) for _ in m.results]
-    o_held, o_ptrs = table(outs)
-    ctypes.CDLL(str(lib)).run(ctypes.c_int(m.batch), a_ptrs, b_ptrs, x_ptrs, o_ptrs)
-    return o_held
+    tables = [table(ts) for ts in (acc_sets, biases, rows_in, outs)]  # the tensors live until the call returns
+    ctypes.CDLL(str(lib)).run(ctypes.c_int(m.batch), *(ptrs for _, ptrs in tables))
+    return tables[3][0]
 
 
 def test_the_lstm_and_gru_chains_give_pytorch_s_cells(tmp_path):

@@ -209,30 +209,38 @@ class GatedCell(GraphFamily):
     anchors = frozenset(SPLITS)
 
     def __init__(self) -> None:
-        super().__init__("gated_cell", {"BM": (16, 32, 64, 128), "BN": (8, 16, 32), "BK": (32, 64),
-                                        "WM": (1, 2, 4), "WN": (1, 2), "STAGES": (2, 3, 4)})
+        super().__init__("gated_cell", {"BM": (16, 32, 64, 128), "BN": (8, 16, 32), "BK": (32, 64, 128),
+                                        "WM": (1, 2, 4), "WN": (1, 2), "KS": (1, 2, 4), "STAGES": (2, 3, 4)})
 
     def match(self, problem: Problem) -> CellMatch | str:
         return match_gated_cell(problem)
 
     @staticmethod
     def smem_bytes(c: dict[str, Any], m: CellMatch) -> int:
-        return c["STAGES"] * (c["BM"] + m.gates * c["BN"]) * (c["BK"] + 8) * (4 if m.dtype == "float32" else 2)
+        """The pipeline's stages, or the k-step groups' sums handed over at the end if more."""
+        pipeline = c["STAGES"] * (c["BM"] + m.gates * c["BN"]) * (c["BK"] + 8) * (4 if m.dtype == "float32" else 2)
+        handover = (c["KS"] - 1) * c["BM"] * c["BN"] * m.gates * 4
+        return max(pipeline, handover)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         m = self.matched(problem)
-        if c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]):
+        step = 8 if m.dtype == "float32" else 16  # the mma's k
+        if c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]) or c["BK"] % (step * c["KS"]):
+            return False
+        if c["WM"] * c["WN"] * c["KS"] > 16:  # 512 threads a block at most
             return False
         accumulators = len(m.sets) * m.gates * (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
         return accumulators <= 128 and self.smem_bytes(c, m) <= SMEM_LIMIT
 
     PRESETS: tuple[dict[str, Any], ...] = (
-        dict(BM=64, BN=8, BK=64, WM=4, WN=1, STAGES=4),
-        dict(BM=64, BN=16, BK=64, WM=4, WN=2, STAGES=3),
-        dict(BM=32, BN=16, BK=64, WM=2, WN=2, STAGES=4),
-        dict(BM=32, BN=8, BK=64, WM=2, WN=1, STAGES=4),
-        dict(BM=16, BN=8, BK=64, WM=1, WN=1, STAGES=4),
-        dict(BM=128, BN=16, BK=32, WM=4, WN=2, STAGES=3),
+        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=3),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=4),
+        dict(BM=64, BN=16, BK=128, WM=4, WN=2, KS=2, STAGES=3),
+        dict(BM=32, BN=8, BK=128, WM=2, WN=1, KS=4, STAGES=4),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=1, STAGES=4),
+        dict(BM=32, BN=16, BK=64, WM=2, WN=2, KS=1, STAGES=4),
+        dict(BM=16, BN=8, BK=64, WM=1, WN=1, KS=4, STAGES=4),
+        dict(BM=128, BN=16, BK=32, WM=4, WN=2, KS=1, STAGES=3),
     )
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
@@ -254,6 +262,6 @@ class GatedCell(GraphFamily):
         args = [r for p in m.projections for r in (p.a, p.w, *((p.bias,) if p.bias else ()))]
         args += [*m.rows_in, *(f"out{i}" for i in range(len(m.results))), "M"]
         return LaunchSpec(entry=self.name, grid=f"(cdiv({m.hidden}, {c['BN']}), cdiv(M, {c['BM']}))",
-                          block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c, m)),
+                          block=f"({c['WM'] * c['WN'] * c['KS'] * 32},)", shared_mem=str(self.smem_bytes(c, m)),
                           args=tuple(args), outputs=tuple((f"({m.batch}, {m.hidden})", m.dtype) for _ in m.results),
                           bindings=(("M", f"{m.projections[0].a}.shape[0]"),))
