@@ -210,7 +210,7 @@ class GatedCell(GraphFamily):
 
     def __init__(self) -> None:
         super().__init__("gated_cell", {"BM": (16, 32, 64, 128), "BN": (8, 16, 32), "BK": (32, 64, 128),
-                                        "WM": (1, 2, 4), "WN": (1, 2), "KS": (1, 2, 4), "STAGES": (2, 3, 4)})
+                                        "WM": (1, 2, 4), "WN": (1, 2), "KS": (1, 2, 4), "STAGES": (2, 3, 4, 5, 6)})
 
     def match(self, problem: Problem) -> CellMatch | str:
         return match_gated_cell(problem)
@@ -232,7 +232,11 @@ class GatedCell(GraphFamily):
         accumulators = len(m.sets) * m.gates * (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
         return accumulators <= 128 and self.smem_bytes(c, m) <= SMEM_LIMIT
 
+    # Deep pipelines first: a block's share of the weights is a few hundred KB streamed once, so the
+    # bytes in flight per SM bound the speed (the fp32 ones do not fit and drop out).
     PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=6),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=6),
         dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=3),
         dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=4),
         dict(BM=64, BN=16, BK=128, WM=4, WN=2, KS=2, STAGES=3),
