@@ -150,10 +150,12 @@ def chain_on_host(tmp_path, chain, anchor, operands):
         pytest.skip("no host C++ compiler")
     params = "\n".join(f"        const {'bool' if i in chain.masks else 'float'}* {chain.prefix}{i} = "
                        f"(const {'bool' if i in chain.masks else 'float'}*)t[{i}];" for i in range(len(chain.tensors)))
-    src = tmp_path / "chain.cpp"
     body = "\n".join("        " + line for line in chain.body.splitlines())
-    src.write_text(HOST_CHAIN.replace("PARAMS", params).replace("BODY", body))
-    lib = tmp_path / "chain.so"
+    text = HOST_CHAIN.replace("PARAMS", params).replace("BODY", body)
+    # One file per source: the loader hands back a library already loaded from the same path.
+    name = f"chain{abs(hash(text)) % 10**12}"
+    src, lib = tmp_path / f"{name}.cpp", tmp_path / f"{name}.so"
+    src.write_text(text)
     r = subprocess.run([cxx, "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     x = anchor.contiguous()

@@ -156,3 +156,19 @@ def test_rotary_embeddings_rotate_half_in_one_kernel(sup, tmp_path, suffix):
                           f"torch.randn(3, 4, 33, 74, dtype={dt}), torch.randn(33, 74, dtype={dt}), "
                           f"torch.randn(33, 74, dtype={dt})", args="q, cos, sin", prefix="gpu")
     judge_seeds(sup, PointwiseChain(), p, None, suffix)
+
+
+@pytest.mark.parametrize("suffix", ["", "@bf16", "@fp16"])
+def test_rotary_embeddings_interleaved_in_one_kernel(sup, tmp_path, suffix):
+    """The interleaved rotary embedding (even and odd columns rotated, stacked and flattened back) as
+    one pointwise kernel: the models suite's problem at full size, every seed, and a stack of three
+    pieces whose rows are no whole 16-byte vectors."""
+    from cuforge.kernels.pointwise import PointwiseChain
+    from cuforge.problems.suites import load_problem
+
+    judge_seeds(sup, PointwiseChain(), load_problem(f"models/rotary_interleaved{suffix}"), None, suffix)
+    dt = {"": "torch.float32", "@bf16": "torch.bfloat16", "@fp16": "torch.float16"}[suffix]
+    p = problem_from_expr(tmp_path, "(lambda a, b: torch.stack((a * 2.0, b + w.unsqueeze(0), a - b), dim=-1)"
+                          ".view(q.shape))(q[..., 0::3], q[..., 1::3])",
+                          f"torch.randn(3, 33, 21, dtype={dt}), torch.randn(33, 7, dtype={dt})", args="q, w", prefix="gpu")
+    judge_seeds(sup, PointwiseChain(), p, None, suffix)

@@ -101,15 +101,12 @@ def test_half_precision_pointwise_chains(tmp_path, name):
 
 
 @pytest.mark.parametrize("suffix", ["@bf16", "@fp16"])
-def test_rotary_embeddings_in_half_precision_are_one_kernel_or_partitioned(suffix):
-    # rotate_half is one pointwise kernel; the interleaved form (strided slices, stack) a partition
+def test_rotary_embeddings_in_half_precision_are_one_kernel(suffix):
+    # rotate_half (slices side by side) and the interleaved form (strided slices, stack) alike
     from cuforge.problems.suites import load_problem
 
-    assert [f.name for f in families_for(load_problem(f"models/rotary_half{suffix}"))[0]] == ["pointwise"]
-    p = load_problem(f"models/rotary_interleaved{suffix}")
-    fams = families_for(p)[0]
-    assert fams and fams[0].name == "partition", families_for(p)[1][-300:]
-    assert "kernels over" in fams[0].describe(p) and "pointwise x2" in fams[0].describe(p)
+    for name in ("rotary_half", "rotary_interleaved"):
+        assert [f.name for f in families_for(load_problem(f"models/{name}{suffix}"))[0]] == ["pointwise"]
 
 
 def test_the_dtypes_a_partition_reads_follow_the_casts(tmp_path):
@@ -290,6 +287,49 @@ def test_rotary_embeddings_rotate_half_is_one_pointwise_kernel(tmp_path, name):
         want = q * cos + torch.cat((-q[..., 8:], q[..., :8]), dim=-1) * sin
         given = {"in0": q, "in1": cos, "in2": sin}
         got = chain_on_host(tmp_path, m.chain, q, [given[ref] for ref, _ in m.chain.tensors])
+        assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
+
+
+INTERLEAVED = ("(lambda e, o: torch.stack((e * cos - o * sin, e * sin + o * cos), dim=-1).flatten(-2))"
+               "(q[..., 0::2], q[..., 1::2])")
+TRIPLES = "(lambda a, b: torch.stack((a * 2.0, b + w.unsqueeze(0), a - b), dim=-1).view(q.shape))(q[..., 0::3], q[..., 1::3])"
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_interleaved_pairs_are_read_in_place(tmp_path, name):
+    """GPT-J/NeoX's interleaved rotary embedding (even and odd columns rotated, stacked and flattened
+    back) as one pointwise kernel: column c is piece c % 2 at column c // 2 of the half grid, read from q
+    at 2 (c // 2) + 0 or 1 and from the (S, D/2) tables at their own index. A stack of three pieces with
+    an operand viewed to one more dim works the same. The fp32 chain, run on the CPU, is PyTorch's."""
+    import torch
+
+    from cuforge.kernels.pointwise import PointwiseChain, match_pointwise
+    from template_helpers import chain_on_host
+
+    dt = f"dtype=torch.{name}"
+    p = problem_from_expr(tmp_path, INTERLEAVED, f"torch.randn(2, 3, 5, 16, {dt}), torch.randn(5, 8, {dt}), "
+                          f"torch.randn(5, 8, {dt})", args="q, cos, sin")
+    m = match_pointwise(p)
+    assert not isinstance(m, str), m
+    assert m.chain.indexed and sorted(ref for ref, _ in m.chain.tensors) == ["in0", "in1", "in2"]
+    assert families_for(p)[0][0].name == "pointwise"
+    smoke_compile(PointwiseChain(), p, 1)
+    triples = problem_from_expr(tmp_path, TRIPLES, f"torch.randn(4, 7, 12, {dt}), torch.randn(7, 4, {dt})", args="q, w")
+    t = match_pointwise(triples)
+    assert not isinstance(t, str), t
+    if name == "float32":
+        g = torch.Generator().manual_seed(0)
+        q, cos, sin = torch.randn(2, 3, 5, 16, generator=g), torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g)
+        e, o = q[..., 0::2], q[..., 1::2]
+        want = torch.stack((e * cos - o * sin, e * sin + o * cos), dim=-1).flatten(-2)
+        given = {"in0": q, "in1": cos, "in2": sin}
+        got = chain_on_host(tmp_path, m.chain, q, [given[ref] for ref, _ in m.chain.tensors])
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+        x, w = torch.randn(4, 7, 12, generator=g), torch.randn(7, 4, generator=g)
+        a, b = x[..., 0::3], x[..., 1::3]
+        want = torch.stack((a * 2.0, b + w.unsqueeze(0), a - b), dim=-1).view(x.shape)
+        given = {"in0": x, "in1": w}
+        got = chain_on_host(tmp_path, t.chain, x, [given[ref] for ref, _ in t.chain.tensors])
         assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
 
 

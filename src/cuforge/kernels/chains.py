@@ -11,6 +11,7 @@ from typing import Any
 from cuforge.op_graph import OpNode, is_last_dim, is_ref
 from cuforge.kernels.leaves import (LEAF_VIEWS, broadcast_index, broadcast_kind, channel_kind, leaf_spec, leaf_views,
                                     producer, refs_in)
+from cuforge.kernels.pieces import Interleave, interleavings, last_dim_slice, rotations, strided_slice
 from cuforge.problems.problem import Problem
 
 
@@ -224,73 +225,6 @@ def mask_negations(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tup
             and ref not in problem.graph_outputs}
 
 
-@dataclass(frozen=True)
-class Rotation:
-    """A last-dim concatenation of pieces, each an elementwise function of a slice of an input along its
-    last dim (LLaMA's rotate_half: cat(-x[..., h:], x[..., :h])): computed per element by reading the
-    input at the column the piece takes it from, so the sliced and concatenated copies are never made."""
-
-    pieces: tuple[tuple[str, int], ...]  # (the piece's value, its width), in order
-    nodes: frozenset[str]  # the values computed only for the pieces (slices and what follows them)
-
-
-def _last_dim_slice(problem: Problem, node: OpNode, full: tuple[int, ...]) -> tuple[str, int, int] | None:
-    """(input, first column, width) for x[..., a:b] of an input shaped as the chain's output."""
-    x, dim, start, end = (tuple(node.args) + (None,) * 4)[:4]
-    step = node.args[4] if len(node.args) > 4 else 1
-    spec = leaf_spec(problem, x) if is_ref(x) else None
-    if spec is None or tuple(spec.shape) != full or step != 1 or not all(isinstance(v, int) for v in (dim, start, end)):
-        return None
-    if dim % len(full) != len(full) - 1:
-        return None
-    n = full[-1]
-    lo, hi = (min(n, max(0, v + n if v < 0 else v)) for v in (start, end))
-    return (x, lo, hi - lo) if hi > lo else None
-
-
-def rotations(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, ...]) -> dict[str, Rotation]:
-    """The chain's last-dim concatenations whose pieces are elementwise functions (one-operand ops and
-    ops with a constant) of last-dim slices of inputs, each piece's values read by nothing else."""
-    made = {n.out: n for n in nodes}
-    readers: dict[str, set[str]] = {}
-    for n in problem.graph:
-        for r in refs_in(n):
-            readers.setdefault(r, set()).add(n.out)
-    found: dict[str, Rotation] = {}
-    for cat in nodes:
-        if cat.op != "cat" or not cat.args or not isinstance(cat.args[0], tuple) or tuple(cat.shape) != full:
-            continue
-        dim = cat.args[1] if len(cat.args) > 1 else cat.kwarg("dim", 0)
-        if not isinstance(dim, int) or dim % len(full) != len(full) - 1:
-            continue
-        inner: set[str] = set()
-        pieces: list[tuple[str, int]] = []
-
-        def walk(ref: str) -> int | None:
-            """The piece's width, collecting the values it is made of; None if it is not one."""
-            node = made.get(ref)
-            if node is None:
-                return None
-            inner.add(ref)
-            if node.op == "slice":
-                s = _last_dim_slice(problem, node, full)
-                return None if s is None else s[2]
-            refs = [a for a in node.args if is_ref(a)]
-            if len(refs) != 1 or node.op not in UNARY + BINARY or len(node.args) > 2 and node.op not in UNARY:
-                return None
-            return walk(refs[0])
-
-        for piece in cat.args[0]:
-            width = walk(piece) if is_ref(piece) else None
-            if width is None:
-                break
-            pieces.append((piece, width))
-        else:
-            if sum(w for _, w in pieces) == full[-1] and all(readers.get(r, set()) <= inner | {cat.out} for r in inner):
-                found[cat.out] = Rotation(tuple(pieces), frozenset(inner))
-    return found
-
-
 def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, full: tuple[int, ...],
                   dtype: str = "float32", allow_rowsum: bool = True, bias: str | None = None,
                   prefix: str = "e", result: str | None = None, channels: bool = False,
@@ -327,8 +261,9 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     indexed = bias is not None
     views = leaf_views(problem, nodes)
     negations = mask_negations(problem, nodes)
-    rotated = rotations(problem, nodes, full)
-    inside = frozenset().union(*(rot.nodes for rot in rotated.values()))
+    rotated = rotations(problem, nodes, full, UNARY, BINARY)
+    interleaved = interleavings(problem, nodes, full, UNARY, BINARY)
+    inside = frozenset().union(*(rot.nodes for rot in rotated.values()), *(il.nodes for il in interleaved.values()))
     masks: set[int] = set()
 
     def tensor_at(a: str, shape: tuple[int, ...]) -> tuple[int, str] | str:
@@ -360,7 +295,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         """A piece's value (see rotations) at column `col` of its row, as a C expression."""
         node = producers[ref]
         if node.op == "slice":
-            leaf, start, _ = _last_dim_slice(problem, node, full)  # type: ignore[misc]
+            leaf, start, _ = last_dim_slice(problem, node, full)  # type: ignore[misc]
             i, _ = tensor_at(leaf, full)  # type: ignore[misc]
             return load(f"{prefix}{i}[r * (long long)cols + ({col} + {start})]")
         inner_ref = next(a for a in node.args if is_ref(a))
@@ -370,7 +305,44 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
         x, y = (literal(a) if not is_ref(a) else inner for a in node.args[:2])
         return _binary(node.op, node, x, y) or ""
 
+    def at_half(ref: str, il: Interleave, col: str) -> str:
+        """An interleaved piece's value at column `col` of row r of its half grid, as C ("" if not one)."""
+        step, width = len(il.pieces), il.half[-1]
+        node = producers.get(ref)
+        if node is None or ref in views:  # a leaf (or a view of one) broadcast to the half grid
+            leaf, shape = views.get(ref, (ref, None))
+            spec = leaf_spec(problem, leaf)
+            at = broadcast_index(tuple(shape or spec.shape), il.half) if spec is not None else None
+            if at is None or spec.dtype != dtype:
+                return ""
+            how = "h" + "x".join(map(str, shape or spec.shape))  # indexed on the half grid, not the output
+            if (leaf, how) not in tensors:
+                tensors.append((leaf, how))
+            at = at.replace("(r * (long long)cols + c)", f"(r * {width}LL + {col})")
+            return load(f"{prefix}{tensors.index((leaf, how))}[{at}]")
+        if node.op == "slice":
+            leaf, start = strided_slice(problem, node, full, step)  # type: ignore[misc]
+            i, _ = tensor_at(leaf, full)  # type: ignore[misc]
+            return load(f"{prefix}{i}[r * (long long)cols + ({step} * {col} + {start})]")
+        args = node.args[:1] if node.op in UNARY else node.args[:2]
+        values = [at_half(a, il, col) if is_ref(a) else literal(a) for a in args]
+        if not all(values):
+            return ""
+        return (_unary(node.op, node, values[0]) if node.op in UNARY else _binary(node.op, node, *values)) or ""
+
     for k, node in enumerate(nodes):
+        if node.out in interleaved:  # column c: piece c % P at column c / P of the half grid
+            il = interleaved[node.out]
+            parts = [at_half(piece, il, f"(c / {len(il.pieces)})") for piece in il.pieces]
+            if not all(parts):
+                return "an interleaved piece with an op or operand no chain computes"
+            expr = parts[-1]
+            for p in reversed(range(len(parts) - 1)):
+                expr = f"(c % {len(parts)} == {p} ? {parts[p]} : {expr})"
+            indexed = True
+            lines.append(f"const float x{k} = {expr};")
+            env[node.out] = f"x{k}"
+            continue
         if node.out in views or node.out in negations or node.out in inside:
             continue  # a view of a leaf, a negated mask, a rotation's piece: read where it is used
         if node.out in rotated:  # column c of the concatenation: the piece it falls in, at its own column

@@ -38,7 +38,7 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
         return "no traced graph"
     # An eval-mode batch norm is a per-channel affine (compile_chain refuses one in training mode).
     odd = sorted({n.op for n in graph if n.op not in ELEMENTWISE + LEAF_VIEWS + ("_to_copy", "native_batch_norm", "empty",
-                                                                                "slice", "cat")})
+                                                                                "slice", "cat", "stack")})
     if odd:
         return f"not only elementwise ops ({', '.join(odd)})"
     if len(problem.outputs) != 1 or problem.outputs[0].dtype not in DTYPES:
