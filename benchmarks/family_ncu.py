@@ -4,6 +4,8 @@ memory-bound kernel's time goes when its timing alone does not say.
 
     python benchmarks/family_ncu.py .kb/level1/40_LayerNorm.py layer_norm_team \
         --config '{"BLOCK": 512, "UNROLL": 2, "BACK": 1, "PREFETCH": 0, "KEEP_ROW": 1}' --name ln_ncu
+    python benchmarks/family_ncu.py src/cuforge/problems/builtin/models/lstm_cell.py gated_cell --dtype bf16 \
+        --name lstm_bf16_ncu
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -22,6 +24,7 @@ def main() -> None:
     ap.add_argument("file", help="a KernelBench problem file")
     ap.add_argument("family")
     ap.add_argument("--config", action="append", default=[], help="a config (JSON); default: the family's seeds")
+    ap.add_argument("--dtype", default=None, help="run the fp32 problem in bf16 or fp16 (as --dtype does)")
     ap.add_argument("--name", default="family_ncu")
     a = ap.parse_args()
     from cuforge.kernels.families import FAMILIES
@@ -31,7 +34,14 @@ def main() -> None:
     fam = next((f for f in FAMILIES if f.name == a.family), None)
     if fam is None:
         raise SystemExit(f"no family named {a.family!r}")
-    (problem,), skipped = load_files([Path(a.file)])
+    problems, skipped = load_files([Path(a.file)])
+    if not problems:
+        raise SystemExit(f"{a.file} did not load: {skipped}")
+    problem = problems[0]  # a file that names several dtypes loads once per dtype, its own first
+    if a.dtype:
+        from cuforge.problems.loader import load_in_dtype
+
+        problem = next((p for p in problems if p.id.endswith(f"@{a.dtype}")), None) or load_in_dtype(problem, a.dtype)
     why = fam.supports(problem)
     if why is not None:
         raise SystemExit(f"{a.family} does not cover {a.file}: {why}")
@@ -41,7 +51,7 @@ def main() -> None:
         summary = ncu_profile(problem, fam.render(config, problem))
         rows.append({"config": config, "ncu": summary})
         print(config, json.dumps(summary), flush=True)
-    write_result(a.name, {"file": a.file, "family": a.family, "rows": rows})
+    write_result(a.name, {"file": a.file, "family": a.family, "dtype": a.dtype, "rows": rows})
 
 
 if __name__ == "__main__":
