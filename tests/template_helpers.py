@@ -135,33 +135,41 @@ BODY
 """
 
 
+def host_library(tmp_path, text):
+    """C++ source `text` built with the host's compiler into a shared library and loaded (skips the test
+    where there is no compiler). One file per source: the loader hands back a library already loaded
+    from the same path, whatever the file now holds."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    name = f"host{abs(hash(text)) % 10**12}"
+    src, lib = tmp_path / f"{name}.cpp", tmp_path / f"{name}.so"
+    src.write_text(text)
+    r = subprocess.run([cxx, "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return ctypes.CDLL(str(lib))
+
+
 def chain_on_host(tmp_path, chain, anchor, operands):
     """An fp32 chain's C body compiled with the host's C++ compiler and run on the CPU over every element
     of `anchor` (row and column as an indexed kernel passes them), reading `operands` (the chain's
     tensors, in its order): the values the GPU kernel computes, checked without a GPU."""
     import ctypes
-    import shutil
-    import subprocess
 
     import torch
 
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
     params = "\n".join(f"        const {'bool' if i in chain.masks else 'float'}* {chain.prefix}{i} = "
                        f"(const {'bool' if i in chain.masks else 'float'}*)t[{i}];" for i in range(len(chain.tensors)))
     body = "\n".join("        " + line for line in chain.body.splitlines())
-    text = HOST_CHAIN.replace("PARAMS", params).replace("BODY", body)
-    # One file per source: the loader hands back a library already loaded from the same path.
-    name = f"chain{abs(hash(text)) % 10**12}"
-    src, lib = tmp_path / f"{name}.cpp", tmp_path / f"{name}.so"
-    src.write_text(text)
-    r = subprocess.run([cxx, "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    lib = host_library(tmp_path, HOST_CHAIN.replace("PARAMS", params).replace("BODY", body))
     x = anchor.contiguous()
     held = [o.contiguous() for o in operands]
     out = torch.empty_like(x)
     ptrs = (ctypes.c_void_p * max(1, len(held)))(*[o.data_ptr() for o in held])
-    ctypes.CDLL(str(lib)).run(ctypes.c_longlong(x.numel()), ctypes.c_longlong(x.shape[-1]), ctypes.c_void_p(x.data_ptr()),
+    lib.run(ctypes.c_longlong(x.numel()), ctypes.c_longlong(x.shape[-1]), ctypes.c_void_p(x.data_ptr()),
                               ctypes.c_void_p(out.data_ptr()), ptrs)
     return out

@@ -6,8 +6,6 @@ accumulator, the biases and the output order)."""
 
 import ctypes
 import re
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from cuforge.kernels.families import families_for
 from cuforge.kernels.gated_cell import GatedCell
 from cuforge.problems.loader import load_in_dtype
 from cuforge.problems.suites import load_problem
-from template_helpers import problem_from_expr, smoke_compile
+from template_helpers import host_library, problem_from_expr, smoke_compile
 
 HAND_WRITTEN = ("(lambda g: torch.sigmoid(g[0]) * h + (1 - torch.sigmoid(g[0])) * torch.tanh(g[1]))"
                 "((self.ih(x) + self.hh(h)).chunk(2, 1))")
@@ -73,9 +71,6 @@ def cell_on_host(tmp_path, p, acc_sets, biases, rows_in):
     """The match's generated chain run on the CPU: `acc_sets` are each accumulator's (batch, gates *
     hidden) sums as the kernel's tensor cores would leave them; biases and (batch, hidden) tensors as
     the kernel reads them."""
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
     m = GatedCell().match(p)
     width = m.gates * m.hidden
     body = re.sub(r"acc(\d+)\[(\d+)\]\[i\]\[jn\]\[q\]", lambda g: f"acc[{g[1]}][o / HIDDEN * {width} + {g[2]} * HIDDEN + j]",
@@ -85,12 +80,7 @@ def cell_on_host(tmp_path, p, acc_sets, biases, rows_in):
     stores = [f"out[{i}][o] = {r};" for i, r in enumerate(m.results)]
     text = (HOST.replace("H_", str(m.hidden)).replace("DECLS", "\n".join(decls)).replace("BODY", body)
             .replace("STORES", "\n".join(stores)))
-    # One file per source: the loader hands back a library already loaded from the same path.
-    name = f"cell{abs(hash(text)) % 10**12}"
-    src, lib = tmp_path / f"{name}.cpp", tmp_path / f"{name}.so"
-    src.write_text(text)
-    r = subprocess.run([cxx, "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    lib = host_library(tmp_path, text)
 
     def table(ts):
         held = [t.float().contiguous() for t in ts]
@@ -98,7 +88,7 @@ def cell_on_host(tmp_path, p, acc_sets, biases, rows_in):
 
     outs = [torch.empty(m.batch, m.hidden) for _ in m.results]
     tables = [table(ts) for ts in (acc_sets, biases, rows_in, outs)]  # the tensors live until the call returns
-    ctypes.CDLL(str(lib)).run(ctypes.c_int(m.batch), *(ptrs for _, ptrs in tables))
+    lib.run(ctypes.c_int(m.batch), *(ptrs for _, ptrs in tables))
     return tables[3][0]
 
 

@@ -16,9 +16,9 @@ from typing import Any
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily, fills_gpu, tiles
 from cuforge.kernels.chains import literal
 from cuforge.kernels.gemm import HALF_ELEMENTS
-from cuforge.kernels.leaves import leaf_spec, refs_in
+from cuforge.kernels.leaves import leaf_spec, readers_of
 from cuforge.kernels.registry import family
-from cuforge.op_graph import is_ref
+from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
@@ -57,7 +57,7 @@ def _plain(op: str) -> str:
     return op[:-1] if op.endswith("_") and not op.startswith("_") else op
 
 
-def _projection(problem: Problem, node: Any, dtype: str) -> tuple[str, str, str | None] | str:
+def _projection(problem: Problem, node: OpNode, dtype: str) -> tuple[str, str, str | None] | str:
     """(input, weight, bias) of x @ W^T (+ b) with W stored as nn.Linear keeps it, or why not."""
     if node.op == "linear":
         a, w, bias = (tuple(node.args) + (None, None, None))[:3]
@@ -91,10 +91,7 @@ def match_gated_cell(problem: Problem) -> CellMatch | str:
     dtype, (batch, hidden) = outs[0].dtype, tuple(outs[0].shape)
     if any(o.dtype != dtype or tuple(o.shape) != (batch, hidden) for o in outs):
         return "the outputs differ in shape or dtype"
-    readers: dict[str, list[Any]] = {}
-    for n in graph:
-        for r in refs_in(n):
-            readers.setdefault(r, []).append(n)
+    readers = readers_of(problem)
 
     projections: dict[str, tuple[str, str, str | None]] = {}
     for n in graph:

@@ -110,3 +110,12 @@ def refs_in(node: OpNode) -> list[str]:
     walk(node.args)
     walk(tuple(v for _, v in node.kwargs))
     return out
+
+
+def readers_of(problem: Problem) -> dict[str, set[str]]:
+    """Each ref the forward reads -> the results (outs) of the nodes that read it."""
+    readers: dict[str, set[str]] = {}
+    for n in problem.graph:
+        for r in refs_in(n):
+            readers.setdefault(r, set()).add(n.out)
+    return readers

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cuforge.kernels.leaves import LEAF_VIEWS, leaf_spec, refs_in
+from cuforge.kernels.leaves import LEAF_VIEWS, leaf_spec, readers_of
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
 
@@ -42,10 +42,7 @@ def rotations(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, ...]
     """The chain's last-dim concatenations whose pieces are elementwise functions (one-operand ops and
     ops with a constant) of last-dim slices of inputs, each piece's values read by nothing else."""
     made = {n.out: n for n in nodes}
-    readers: dict[str, set[str]] = {}
-    for n in problem.graph:
-        for r in refs_in(n):
-            readers.setdefault(r, set()).add(n.out)
+    readers = readers_of(problem)
     found: dict[str, Rotation] = {}
     for cat in nodes:
         if cat.op != "cat" or not cat.args or not isinstance(cat.args[0], tuple) or tuple(cat.shape) != full:
@@ -109,10 +106,7 @@ def interleavings(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, 
     """The chain's views of a last-dim stack back to the output's shape whose pieces are elementwise
     functions of step-P slices, broadcast inputs and constants, each value read by nothing else."""
     made = {n.out: n for n in nodes}
-    readers: dict[str, set[str]] = {}
-    for n in problem.graph:
-        for r in refs_in(n):
-            readers.setdefault(r, set()).add(n.out)
+    readers = readers_of(problem)
     found: dict[str, Interleave] = {}
     for view in nodes:
         src = made.get(view.args[0]) if view.op in LEAF_VIEWS and view.args and is_ref(view.args[0]) else None
