@@ -9,6 +9,7 @@ from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
 from cuforge.kernels.chains import Epilogue, compile_chain
+from cuforge.kernels.gemm import HALF_ELEMENTS
 from cuforge.kernels.leaves import leaf_spec
 from cuforge.kernels.softmax import SAFE_OPS, SOFTMAX_OPS, depends_on_inputs
 from cuforge.op_graph import is_ref
@@ -117,7 +118,8 @@ class GemmSoftmax(Family):
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = match_gemm_softmax(problem)
         assert not isinstance(f, str)
-        return {"BT": f.b_transposed, "LOG": f.log, "PRO": f.prologue, "EPI": f.epilogue}
+        return {"BT": f.b_transposed, "LOG": f.log, "PRO": f.prologue, "EPI": f.epilogue, "HALF": True,
+                "ELEM": HALF_ELEMENTS["float16"]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_gemm_softmax(problem)

@@ -1,0 +1,48 @@
+"""fp16/bf16 attention as one flash kernel on a real GPU, judged against the float64 reference at the
+bound PyTorch's own half-precision attention sets: the models suite's grouped-query SDPA and GPT-2's
+written-out attention with every seed, and ragged forms (rows and keys that fill no tile, a causal
+diagonal inside a tile, a bool mask, a float mask, a scale, scores cast to fp32 by hand)."""
+
+import pytest
+
+from cuforge.kernels.families import families_for
+from cuforge.kernels.flash_attention import FlashAttention
+from cuforge.problems.loader import load_in_dtype
+from cuforge.problems.suites import load_problem
+from template_helpers import assert_all_ok, problem_from_expr
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("ref", ["models/gqa_attention", "models/gpt2_attention"])
+def test_the_models_suite_s_attention(sup, ref, dtype):
+    fam = FlashAttention()
+    p = load_in_dtype(load_problem(ref), dtype)
+    assert fam.supports(p) is None
+    assert_all_ok(sup, fam, p, fam.seeds(p), what=(ref, dtype))
+
+
+def _qkv(q, k, v, dt, extra=""):
+    return ", ".join(f"torch.randn{s[:-1]}, dtype={dt})" for s in (q, k, v)) + extra
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16"])
+def test_ragged_and_masked_forms(sup, tmp_path, dtype):
+    fam = FlashAttention()
+    cases = [
+        ("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
+         _qkv("(2, 6, 77, 64)", "(2, 2, 77, 64)", "(2, 2, 77, 64)", dtype)),
+        ("F.scaled_dot_product_attention(q, k, v, scale=0.3)", _qkv("(5, 100, 32)", "(5, 72, 32)", "(5, 72, 32)", dtype)),
+        ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+         _qkv("(2, 3, 64, 128)", "(2, 3, 96, 128)", "(2, 3, 96, 128)", dtype, ", torch.rand(64, 96) > 0.3")),
+        ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+         _qkv("(2, 3, 50, 96)", "(2, 3, 130, 96)", "(2, 3, 130, 96)", dtype, f", torch.randn(50, 130, dtype={dtype})")),
+        ("torch.softmax((q @ k.transpose(-2, -1)).float() * 0.125, -1).to(q.dtype) @ v",
+         _qkv("(3, 200, 64)", "(3, 200, 64)", "(3, 200, 64)", dtype)),
+    ]
+    for expr, inputs in cases:
+        args = "q, k, v, m" if "attn_mask" in expr else "q, k, v"
+        p = problem_from_expr(tmp_path, expr, inputs, args=args, prefix="gpu")
+        assert families_for(p)[0][0].name == "flash_attention", (expr, families_for(p))
+        assert_all_ok(sup, fam, p, fam.seeds(p)[:3], what=(expr, dtype))
