@@ -23,9 +23,10 @@ def test_the_models_suite_s_grouped_query_attention_is_one_kernel(dtype):
     assert fams[0] == "flash_attention", fams
     m = match_attention(p)
     # 32 query heads over 8 key/value heads: each K/V head read in place for 4 query heads, the causal
-    # mask applied by index (and its hidden tiles skipped), the scale 1/sqrt(128) in the score chain.
+    # mask applied by index (and its hidden tiles skipped), the scale 1/sqrt(128) folded into the
+    # exponent: no score chain is left.
     assert (m.heads, m.sq, m.sk, m.d, m.group, m.mask, m.diag, m.safe) == (32, 2048, 2048, 128, 4, "causal", 0, True)
-    assert "0.0883883476" in m.scores.body and m.scores.tensors == ()
+    assert m.scale == pytest.approx(128 ** -0.5) and m.scores.body.strip() == "" and m.scores.tensors == ()
     smoke_compile(FlashAttention(), p, 1)
 
 
@@ -35,6 +36,8 @@ def test_gpt2_s_written_out_attention_reads_its_mask_buffer():
     assert not isinstance(m, str), m
     assert (m.heads, m.d, m.group, m.mask, m.safe) == (48, 64, 1, "none", False)  # softmax: a masked row is NaN
     assert [ref for ref, _ in m.scores.tensors] == ["param0"] and m.scores.masks == frozenset({0})
+    # The division by sqrt(64) moves into the exponent past the masked_fill with -inf; the mask stays.
+    assert m.scale == 0.125 and "/ 8" not in m.scores.body and "p0[" in m.scores.body
     smoke_compile(FlashAttention(), p, 1)
 
 
@@ -62,6 +65,19 @@ def test_forms_of_attention_it_covers(tmp_path, expr, inputs, want):
     if m.mask == "keep":
         assert m.keep == "in3"
     smoke_compile(FlashAttention(), p, 1)
+
+
+@pytest.mark.parametrize("expr, scale, left", [
+    ("torch.softmax(q @ k.transpose(-2, -1) * -0.5, -1) @ v", 1.0, "-0.5"),  # the max would be the min
+    ("torch.softmax(torch.tanh(q @ k.transpose(-2, -1) * 0.5), -1) @ v", 1.0, "tanh"),
+    ("torch.softmax(q @ k.transpose(-2, -1) * 0.5 + 1.0, -1) @ v", 1.0, "0.5"),
+    ("torch.softmax(q @ k.transpose(-2, -1) / 4.0, -1) @ v", 0.25, ""),
+])
+def test_only_a_positive_factor_and_minus_infinity_masks_fold_into_the_exponent(tmp_path, expr, scale, left):
+    p = problem_from_expr(tmp_path, expr, qkv("(2, 8, 64)", "(2, 8, 64)", "(2, 8, 64)"), args="q, k, v")
+    m = match_attention(p)
+    assert not isinstance(m, str), m
+    assert m.scale == scale and left in m.scores.body
 
 
 @pytest.mark.parametrize("expr, inputs, why", [

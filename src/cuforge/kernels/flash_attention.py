@@ -10,7 +10,7 @@ flash and cuDNN kernels round them."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily
@@ -52,6 +52,7 @@ class AttentionMatch:
     keep: str | None
     safe: bool  # a row masked throughout comes out 0 (scaled_dot_product_attention), not NaN
     out_shape: tuple[int, ...]
+    scale: float = 1.0  # a positive factor of the scores taken out of the chain into the exponent
 
 
 def _shape(problem: Problem, ref: str) -> tuple[int, ...] | None:
@@ -191,6 +192,7 @@ def match_attention(problem: Problem) -> AttentionMatch | str:
             (mask, diag, keep), score_end = found, x
             anc = _ancestors(problem, x, between[:-1])
             between = tuple(n for n in between[:-1] if n.out in anc)
+    scale, between, score_end = _fold_scale(between, first.out, score_end)
     scores = compile_chain(problem, between, first.out, tuple(first.shape), dtype, allow_rowsum=False, prefix="p",
                            result=score_end, ends_inside=True, casts=True)
     if isinstance(scores, str):
@@ -206,7 +208,33 @@ def match_attention(problem: Problem) -> AttentionMatch | str:
     if tuple(spec.shape[-2:]) != (sq, d) or math.prod(spec.shape) != heads * sq * d:
         return "the output's shape is not Q's"
     return AttentionMatch(q.leaf, k.leaf, v.leaf, dtype, heads, sq, sk, d, k.group, scores, mask, diag, keep,
-                          sm.op in SAFE_OPS, tuple(spec.shape))
+                          sm.op in SAFE_OPS, tuple(spec.shape), scale)
+
+
+def _fold_scale(nodes: tuple[OpNode, ...], start: str, end: str) -> tuple[float, tuple[OpNode, ...], str]:
+    """(s, the chain without it, its end) where the chain is views, one multiply or divide by a constant
+    s > 0 of the raw scores, and masked_fills with -inf: the kernel then scales inside the exponent, as
+    exp2((x - max) * s * log2(e)), and takes the max of the unscaled scores (a positive factor keeps the
+    order, and -inf stays -inf). Otherwise (1, the chain, its end) unchanged."""
+    scaled = [n for n in nodes if n.op in ("mul", "div")]
+    if len(scaled) != 1 or any(n.op not in (*VIEWS, "mul", "div", "masked_fill", "bitwise_not", "logical_not")
+                               for n in nodes):
+        return 1.0, nodes, end
+    node = scaled[0]
+    x, c = node.args[:2] if len(node.args) == 2 else (None, None)
+    if node.op == "mul" and is_ref(c) and not is_ref(x):
+        x, c = c, x
+    reads = {r for n in nodes for r in refs_in(n)}
+    if not is_ref(x) or is_ref(c) or not isinstance(c, (int, float)) or isinstance(c, bool) or not c > 0 \
+            or not math.isfinite(c) or node.kwargs or (x != start and x not in {n.out for n in nodes if n.op in VIEWS}):
+        return 1.0, nodes, end
+    for n in nodes:
+        if n.op == "masked_fill" and (len(n.args) < 3 or n.args[2] != -math.inf):
+            return 1.0, nodes, end
+    if node.out not in reads and node.out != end:
+        return 1.0, nodes, end
+    rest = tuple(replace(n, args=tuple(x if a == node.out else a for a in n.args)) for n in nodes if n is not node)
+    return (float(c) if node.op == "mul" else 1.0 / float(c)), rest, (x if end == node.out else end)
 
 
 def _passes(problem: Problem, start: str, end: str, dtype: str) -> bool:
@@ -240,12 +268,14 @@ def _ancestors(problem: Problem, ref: str, nodes: tuple[OpNode, ...]) -> set[str
 @family(125)
 class FlashAttention(GraphFamily):
     """A block: WARPS warps of 16 * MW query rows each; BN-key tiles of K and V through a STAGES-deep
-    cp.async pipeline."""
+    cp.async pipeline; QREG keeps the warp's query fragments in registers instead of re-reading them
+    from shared memory for every tile."""
 
     anchors = frozenset(SOFTMAX_OPS)
 
     def __init__(self) -> None:
-        super().__init__("flash_attention", {"WARPS": (4, 8), "MW": (1, 2), "BN": (32, 64, 128), "STAGES": (2, 3)})
+        super().__init__("flash_attention", {"WARPS": (4, 8), "MW": (1, 2), "BN": (32, 64, 128), "STAGES": (2, 3),
+                                             "QREG": (0, 1)})
 
     def match(self, problem: Problem) -> AttentionMatch | str:
         return self.memo_match(problem)
@@ -262,13 +292,15 @@ class FlashAttention(GraphFamily):
         m = self.match(problem)
         if isinstance(m, str):
             return False
-        accumulators = c["MW"] * (m.d + c["BN"]) // 2  # per thread: the output rows and one tile's scores
-        return accumulators <= 192 and self.smem_bytes(c, m.d) <= SMEM_LIMIT
+        # Per thread: the output rows, one tile's scores and (QREG) the query fragments.
+        registers = c["MW"] * (m.d + c["BN"]) // 2 + c["QREG"] * c["MW"] * m.d // 4
+        return registers <= 192 and self.smem_bytes(c, m.d) <= SMEM_LIMIT
 
     PRESETS: tuple[dict[str, Any], ...] = (
-        dict(WARPS=4, MW=1, BN=64, STAGES=2), dict(WARPS=8, MW=1, BN=64, STAGES=2),
-        dict(WARPS=4, MW=2, BN=64, STAGES=2), dict(WARPS=4, MW=1, BN=128, STAGES=2),
-        dict(WARPS=8, MW=1, BN=32, STAGES=3), dict(WARPS=4, MW=2, BN=32, STAGES=3),
+        dict(WARPS=4, MW=2, BN=64, STAGES=2, QREG=0), dict(WARPS=4, MW=1, BN=64, STAGES=2, QREG=1),
+        dict(WARPS=4, MW=1, BN=64, STAGES=2, QREG=0), dict(WARPS=8, MW=1, BN=64, STAGES=2, QREG=1),
+        dict(WARPS=4, MW=1, BN=128, STAGES=2, QREG=1), dict(WARPS=4, MW=2, BN=32, STAGES=3, QREG=0),
+        dict(WARPS=8, MW=1, BN=32, STAGES=3, QREG=0),
     )
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
@@ -277,7 +309,7 @@ class FlashAttention(GraphFamily):
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
         return {"HALF": True, "ELEM": HALF_ELEMENTS[m.dtype], "D": m.d, "GROUP": m.group, "MASK": m.mask, "DIAG": m.diag,
-                "SAFE": m.safe, "PRO": m.scores}
+                "SAFE": m.safe, "PRO": m.scores, "SCALE": repr(m.scale)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
