@@ -11,7 +11,7 @@ Each generated table in the page sits between two markers naming the command tha
     python benchmarks/docs_tables.py NAME RESULT...   # print one table (the commands the markers name)
 
 The tables printed here (NAME): compile, throughput, repeatability, jail, hgemm, level3, gpu_checks, conv_half,
-models, dtype_coverage, conv_tf32, replay, skinny.
+models, dtype_coverage, conv_tf32, replay, skinny, models_search, attention.
 Commands run from the repository root; the KernelBench search tables come from
 kernelbench_search_summary.py.
 """
@@ -242,12 +242,32 @@ def skinny_table(name: str = "skinny_gemm") -> list[str]:
     return out + ["", f"copy bandwidth {d['copy_gbs']:.0f} GB/s ({stamp(d)})"]
 
 
+def attention_table(name: str) -> list[str]:
+    """flash_attention.py: the family's fastest kernel per shape against each SDPA backend, side by side."""
+    d = load(name)
+    out = [*header("shape (batch, heads / kv heads, seq, head dim)", "backend", "kernel ms (p20-p80)", "backend ms",
+                   "vs backend", "kernel TFLOP/s", "backend TFLOP/s", "fastest config")]
+    for r in d["rows"]:
+        s = r["shape"]
+        shape = f"{s['batch']}, {s['heads']}/{s['kv_heads']}, {s['seq']}, {s['head_dim']}{', causal' if s['causal'] else ''}"
+        ok = [k for k in r.get("kernels", []) if k["status"] == "ok" and k["ms"]]
+        if not ok:
+            out.append(row(shape, r["backend"], "-", "-", "-", "-", "-", r.get("why", "no ok kernel")[:80]))
+            continue
+        k = min(ok, key=lambda k: k["ms"])
+        cfg = ", ".join(f"{n}={v}" for n, v in k["config"].items())
+        out.append(row(shape, r["backend"], f"{k['ms']:.3f} ({k['p20_ms']:.3f}-{k['p80_ms']:.3f})",
+                       f"{r['backend_ms']:.3f}", f"{r['vs_backend']:.2f}x", f"{r['kernel_tflops']:.0f}",
+                       f"{r['backend_tflops']:.0f}", cfg))
+    return out + ["", f"contract `{d['contract']}`, {d['dtype']}; baseline: {d['baseline']} ({stamp(d)})"]
+
+
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
     "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
-    "models_search": models_search_table,
+    "models_search": models_search_table, "attention": attention_table,
 }
 
 

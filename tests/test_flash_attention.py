@@ -99,3 +99,17 @@ def test_what_it_refuses_and_why(tmp_path, expr, inputs, why):
     got = match_attention(p)
     assert isinstance(got, str) and why in got, got
     assert "flash_attention" not in [f.name for f in families_for(p)[0]]
+
+
+@pytest.mark.parametrize("inputs", [
+    # q as a (batch, seq, heads, d) tensor viewed (batch, heads, seq, d): rows not where the kernel reads them
+    "torch.randn(2, 64, 8, 64, dtype=torch.bfloat16).transpose(1, 2), torch.randn(2, 8, 64, 64, dtype=torch.bfloat16), "
+    "torch.randn(2, 8, 64, 64, dtype=torch.bfloat16)",
+    qkv("(2, 8, 0, 64)", "(2, 8, 64, 64)", "(2, 8, 64, 64)"),  # no query rows
+])
+def test_inputs_off_the_common_path_are_refused_by_name(tmp_path, inputs):
+    p = problem_from_expr(tmp_path, "F.scaled_dot_product_attention(q, k, v)", inputs, args="q, k, v")
+    fams, why = families_for(p)
+    assert "flash_attention" not in [f.name for f in fams]
+    assert fams or "not covered offline" in why  # another family's kernel, or a refusal naming why
+    assert isinstance(match_attention(p), str) or "not covered offline" in why
