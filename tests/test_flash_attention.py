@@ -93,6 +93,10 @@ def test_only_a_positive_factor_and_minus_infinity_masks_fold_into_the_exponent(
     ("torch.relu(torch.softmax(q @ k.transpose(-2, -1), -1)) @ v", qkv("(2, 8, 64)", "(2, 8, 64)", "(2, 8, 64)"),
      "between the softmax and the product with V"),
     ("torch.softmax(q @ k, -1) @ v", qkv("(2, 8, 64)", "(2, 64, 8)", "(2, 8, 64)"), "laid out"),
+    # K and V tiled over the batch (not repeated per head): head h of batch b does not read b's head h // 2
+    ("F.scaled_dot_product_attention(q, k.unsqueeze(1).expand(1, 2, 4, 16, 32).reshape(2, 4, 16, 32), "
+     "v.unsqueeze(1).expand(1, 2, 4, 16, 32).reshape(2, 4, 16, 32))",
+     qkv("(2, 4, 16, 32)", "(1, 4, 16, 32)", "(1, 4, 16, 32)"), "K: "),
 ])
 def test_what_it_refuses_and_why(tmp_path, expr, inputs, why):
     p = problem_from_expr(tmp_path, expr, inputs, args="q, k, v")

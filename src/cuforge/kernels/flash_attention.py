@@ -111,7 +111,9 @@ def _repeat_of(problem: Problem, src: str, shape: tuple[int, ...]) -> tuple[str,
     if unsq is None or unsq.op != "unsqueeze" or len(unsq.args) < 2 or not is_ref(unsq.args[0]):
         return None
     dim, before, after = unsq.args[1], tuple(unsq.shape), tuple(expand.shape)
-    if not isinstance(dim, int) or dim < 1 or dim >= len(before) - 2 or len(after) != len(before):
+    # The repeated dim must be the last before (rows, d): then query head h reads key/value head h // g
+    # of the flattened leading dims. A repeat of an outer dim (a batch tiled) maps heads otherwise.
+    if not isinstance(dim, int) or dim != len(before) - 3 or dim < 1 or len(after) != len(before):
         return None
     g = after[dim]
     merged = before[:dim - 1] + (before[dim - 1] * g,) + before[dim + 1:]
@@ -132,7 +134,7 @@ def _needed(problem: Problem) -> set[str]:
 def _mask_of(problem: Problem, node: OpNode, x: str) -> tuple[str, int, str | None] | str:
     """An additive mask as the kernel applies it: add(x, where(m, 0, -inf)) with m the causal tril of
     ones ("causal", its diagonal) or a (sq, sk) bool tensor ("keep", the tensor)."""
-    w = next((a for a in node.args if is_ref(a) and a != x), None)
+    w = next((a for a in node.args if is_ref(a) and a != x), None) if not node.kwargs else None
     where = producer(problem, w) if w is not None else None
     if where is None or where.op != "where" or len(where.args) != 3:
         return "the scores' last addend is not a mask"
@@ -148,6 +150,8 @@ def _mask_of(problem: Problem, node: OpNode, x: str) -> tuple[str, int, str | No
     ones = producer(problem, tril.args[0]) if tril is not None and tril.args and is_ref(tril.args[0]) else None
     if tril is None or tril.op != "tril" or ones is None or ones.op != "ones":
         return "an additive mask that is neither a bool tensor nor tril of ones"
+    if len(tril.shape) != 2 or tuple(tril.shape) != tuple(node.shape[-2:]):
+        return "a causal mask that does not span the scores' last two dims"
     diag = tril.args[1] if len(tril.args) > 1 else tril.kwarg("diagonal", 0)
     if not isinstance(diag, int) or isinstance(diag, bool) or diag < 0:
         return "a causal mask with a diagonal below the main one"
