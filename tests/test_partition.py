@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cuforge.kernels.families import PARTITION, families_for, one_kernel
+from cuforge.kernels.leaves import refs_in
 from cuforge.kernels.partition import MAX_NODES, as_pytorch, parts_module, torch_part_code
 from cuforge.problems.loader import load_files
 from cuforge.runtime import compile_cuda
@@ -117,6 +118,27 @@ def test_what_is_not_cut_says_why(tmp_path):
     opaque = replace(p, graph=(p.graph[0], OpNode(n.op, ("c9x",) + n.args[1:], n.kwargs, n.out, n.shape)) + p.graph[2:])
     found = partition(opaque)
     assert isinstance(found, str) and "captured global" in found, found
+
+
+def test_a_captured_tensor_overwritten_whole_is_the_tensor_copied_into_it(tmp_path, cpu_sup):
+    # KernelBench's VanillaRNN: self.hidden (a plain attribute, made outside the forward) takes the
+    # given hidden state by copy_, then feeds cat and a linear layer. What it held before is never read.
+    init = ("        self.hidden = torch.randn(16, 24)\n        self.i2h = nn.Linear(56, 24)\n"
+            "        self.h2o = nn.Linear(24, 8)")
+    expr = "(self.hidden.copy_(h), self.h2o(torch.tanh(self.i2h(torch.cat((a, self.hidden), dim=1)))))[1]"
+    p = problem_from_expr(tmp_path, expr, "torch.randn(16, 32), torch.randn(16, 24)", args="a, h", init=init,
+                          cuforge=ANY)
+    assert not any(r.endswith("x") for n in p.graph for r in refs_in(n)), p.graph
+    assert p.graph[0].op == "cat" and p.graph[0].args[0] == ("in0", "in1")
+    parts = partition(p)
+    assert not isinstance(parts, str), parts
+    source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+    # A copy of another shape (broadcast into the tensor) keeps the tensor opaque: still refused by name.
+    q = problem_from_expr(tmp_path, expr.replace("copy_(h)", "copy_(h[:1])"), "torch.randn(16, 32), torch.randn(16, 24)",
+                          args="a, h", init=init, cuforge=ANY)
+    assert "captured global" in partition(q)
 
 
 def test_policy_custom_allows_no_pytorch_part(tmp_path):

@@ -105,6 +105,11 @@ class OpRecorder(TorchDispatchMode):
             self._literals[id(first)] = self._literals[id(args[0])]  # a copy of a literal is the literal
             self._alive.append(first)
             return
+        if self._overwrites_captured(name, args, first):
+            # A tensor made outside the forward, overwritten whole (self.hidden.copy_(h0)): from here on it
+            # is the copied tensor; what it held before is never read.
+            self._bind(first, self.ref(args[1]))
+            return
         src = self.ref(args[0]) if args and isinstance(args[0], torch.Tensor) else None
         if src is not None and self._passes_through(name, args, first):
             self._bind(first, src if name in _SAME_VALUES or first.dim() < 2 or not self._swaps(name, args, first)
@@ -118,6 +123,15 @@ class OpRecorder(TorchDispatchMode):
             for i, o in enumerate(out[1:], 1):
                 if isinstance(o, torch.Tensor):
                     self._bind(o, f"{ref}.{i}")
+
+    def _overwrites_captured(self, name: str, args: tuple[Any, ...], out: Any) -> bool:
+        """copy_ into a tensor the graph never saw made, from a traced tensor of its shape and dtype."""
+        import torch
+
+        return (name == "copy_" and len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2])
+                and self.ref(args[0]) is None and id(args[0]) not in self._literals and self.ref(args[1]) is not None
+                and tuple(args[0].shape) == tuple(args[1].shape) and args[0].dtype == args[1].dtype
+                and out is args[0])
 
     @staticmethod
     def _swaps(name: str, args: tuple[Any, ...], out: Any) -> bool:
