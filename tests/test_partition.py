@@ -141,6 +141,32 @@ def test_a_captured_tensor_overwritten_whole_is_the_tensor_copied_into_it(tmp_pa
     assert "captured global" in partition(q)
 
 
+@pytest.mark.parametrize("layer, call, op, inputs", [
+    ("nn.LSTM(12, 16, 2, batch_first=True)",
+     "self.rnn(a, (torch.randn(2, 3, 16, device=a.device), torch.randn(2, 3, 16, device=a.device)))[0]", "lstm",
+     "torch.randn(3, 5, 12)"),
+    ("nn.GRU(12, 16, 2, batch_first=True, bidirectional=True)", "self.rnn(a, torch.randn(4, 3, 16, device=a.device))[0]",
+     "gru", "torch.randn(3, 5, 12)"),
+    ("nn.RNN(12, 16, 1, nonlinearity='relu')", "self.rnn(a)[0][-1]", "rnn_relu", "torch.randn(5, 3, 12)"),
+])
+def test_a_recurrent_layer_is_one_pytorch_call_and_the_parts_compute_the_forward(tmp_path, cpu_sup, layer, call, op,
+                                                                                inputs):
+    # Traced step by step, nn.LSTM over 5 steps is ~100 ops (KernelBench's are 40k-86k); traced whole it is
+    # one node that PyTorch's part calls (cuDNN's kernel on a GPU), and the ops after it kernels. A hidden
+    # state drawn in the forward is drawn by the parts in the same order.
+    width = 32 if "bidirectional" in layer else 16
+    init = f"        self.rnn = {layer}\n        self.fc = nn.Linear({width}, 8)"
+    p = problem_from_expr(tmp_path, f"self.fc(torch.relu({call}))", inputs, args="a", init=init, cuforge=ANY)
+    assert [n.op for n in p.graph].count(op) == 1 and len(p.graph) < 12, [n.op for n in p.graph]
+    parts = partition(p)
+    assert not isinstance(parts, str), parts
+    assert any(q.family is None and op in [n.op for n in q.nodes] for q in parts)
+    assert parts[-1].family is not None  # the linear layer after it is a kernel
+    source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+
+
 def test_policy_custom_allows_no_pytorch_part(tmp_path):
     p = mixed(tmp_path, cuforge='CUFORGE = {"policy": "custom"}')
     assert FAM.supports(p) is not None and "custom" in FAM.supports(p)

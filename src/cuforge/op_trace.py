@@ -71,6 +71,32 @@ class OpRecorder(TorchDispatchMode):
         self._literals[id(t)] = value
         self._alive.append(t)
 
+    def whole(self, name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run `func` (a recurrent layer: aten's lstm, gru, rnn_tanh or rnn_relu) as one node `name`
+        over its arguments, its results `out`, `out.1`, ...: traced op by op it is a graph of thousands
+        of steps, each a few ops, that no partition is searched over; whole, PyTorch's own call (cuDNN's
+        on a GPU) runs it in a partition's PyTorch part. What it dispatches inside is not recorded."""
+        import torch
+
+        ops, graph = len(self.ops), self.graph
+        self.graph = False
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.graph = graph
+            del self.ops[ops:]
+        self.ops.append(name)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        if graph and isinstance(first, torch.Tensor):
+            ref = f"t{len(self.nodes)}"
+            self.nodes.append(OpNode(name, tuple(self._const(a) for a in args),
+                                     tuple((k, self._const(v)) for k, v in sorted(kwargs.items())), ref, tuple(first.shape)))
+            self._bind(first, ref)
+            for i, o in enumerate(out[1:] if isinstance(out, (tuple, list)) else (), 1):
+                if isinstance(o, torch.Tensor):
+                    self._bind(o, f"{ref}.{i}")
+        return out
+
     def collapse(self, start: int, ref: str | None, p: float, out: Any) -> None:
         """The nodes recorded since `start` are one training-mode dropout, of the tensor named `ref` before
         the call (an in-place dropout renames it), with drop probability `p`: they become the one node
@@ -196,6 +222,16 @@ def _dropout_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     return (bound["input"], float(p)) if 0 < p < 1 else None
 
 
+def _recurrent_layer(func: Any) -> str | None:
+    """The aten name of `func` where it is a whole recurrent layer (what nn.LSTM, nn.GRU and nn.RNN call)."""
+    import torch
+
+    for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+        if func is getattr(torch._C._VariableFunctions, name, None):
+            return name
+    return None
+
+
 class LiteralCapture(TorchFunctionMode):
     """Tells a graph recorder the value of each 0-dim tensor the forward makes from a Python number
     (torch.tensor(0.5), torch.tensor(0.0, device=x.device)), which dispatch alone never sees; and which
@@ -209,6 +245,9 @@ class LiteralCapture(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         import torch
 
+        layer = _recurrent_layer(func)
+        if layer is not None:
+            return self.recorder.whole(layer, func, args, kwargs or {})
         dropout = _dropout_call(func, args, kwargs or {})
         start, src = len(self.recorder.nodes), None if dropout is None else self.recorder.ref(dropout[0])
         out = func(*args, **(kwargs or {}))

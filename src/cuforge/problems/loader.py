@@ -45,7 +45,7 @@ def cache_dir() -> Path:
 
 def _cache_key(mode: str, source: bytes) -> str:
     h = hashlib.sha256()
-    h.update(f"{mode}|{__version__}|{_torch_version()}|v12|".encode())  # bumped whenever the inspector's reply changes (v12: copy_ into a captured tensor)
+    h.update(f"{mode}|{__version__}|{_torch_version()}|v13|".encode())  # bumped whenever the inspector's reply changes (v13: recurrent layers as one node)
     h.update(source)
     return h.hexdigest()
 
