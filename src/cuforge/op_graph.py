@@ -100,13 +100,17 @@ _OPERAND_VIEWS = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squ
 _INDEX = re.compile(r"^[tc](\d+)")
 
 
-def _scalar_factor(node: OpNode) -> tuple[str, float] | None:
-    """(tensor ref, number) when the node multiplies one tensor by a Python number."""
-    if node.op != "mul" or len(node.args) != 2 or node.kwargs:
+def scalar_factor(node: OpNode, division: bool = False) -> tuple[str, float] | None:
+    """(tensor ref, number) when the node multiplies one tensor by a Python number, or (`division`)
+    divides one by a nonzero number (the factor is then its reciprocal)."""
+    if node.op not in ("mul", "div") or (node.op == "div" and not division) or len(node.args) != 2 or node.kwargs:
         return None
-    for x, s in (node.args, node.args[::-1]):
+    pairs = (node.args,) if node.op == "div" else (node.args, node.args[::-1])
+    for x, s in pairs:
         if is_ref(x) and isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s):
-            return x, float(s)
+            if node.op == "mul":
+                return x, float(s)
+            return (x, 1.0 / float(s)) if s != 0 else None
     return None
 
 
@@ -130,7 +134,7 @@ def fold_operand_scales(nodes: tuple[OpNode, ...], outputs: tuple[str, ...]) -> 
         for ref in p.args[:2]:
             while is_ref(ref) and ref.split(".")[0] in by_out and uses.get(ref.split(".")[0]) == 1:
                 n = by_out[ref.split(".")[0]]
-                scaled = _scalar_factor(n)
+                scaled = scalar_factor(n)
                 if scaled is not None:
                     dropped[n.out] = scaled[0]
                     factor[p.out] = factor.get(p.out, 1.0) * scaled[1]

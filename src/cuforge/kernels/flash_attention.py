@@ -19,7 +19,7 @@ from cuforge.kernels.gemm import HALF_ELEMENTS
 from cuforge.kernels.leaves import leaf_spec, producer, refs_in
 from cuforge.kernels.registry import family
 from cuforge.kernels.softmax import SAFE_OPS, SOFTMAX_OPS, depends_on_inputs
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import OpNode, is_ref, scalar_factor
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
@@ -122,15 +122,6 @@ def _repeat_of(problem: Problem, src: str, shape: tuple[int, ...]) -> tuple[str,
     return unsq.args[0], g
 
 
-def _needed(problem: Problem) -> set[str]:
-    """Refs the forward's outputs depend on (a cast PyTorch makes and drops is not among them)."""
-    need = {o for o in problem.graph_outputs if o}
-    for n in reversed(problem.graph):
-        if n.out in need:
-            need.update(r[:-2] if r.endswith(".T") else r for r in refs_in(n))
-    return need
-
-
 def _mask_of(problem: Problem, node: OpNode, x: str) -> tuple[str, int, str | None] | str:
     """An additive mask as the kernel applies it: add(x, where(m, 0, -inf)) with m the causal tril of
     ones ("causal", its diagonal) or a (sq, sk) bool tensor ("keep", the tensor)."""
@@ -159,7 +150,8 @@ def _mask_of(problem: Problem, node: OpNode, x: str) -> tuple[str, int, str | No
 
 
 def match_attention(problem: Problem) -> AttentionMatch | str:
-    live, need = depends_on_inputs(problem.graph), _needed(problem)
+    # What the outputs depend on (a cast PyTorch makes and drops is not among it).
+    live, need = depends_on_inputs(problem.graph), _ancestors(problem.graph_outputs, problem.graph)
     nodes = tuple(n for n in problem.graph if n.out in live and n.out in need)
     prods = [i for i, n in enumerate(nodes) if n.op in PRODUCTS]
     soft = [i for i, n in enumerate(nodes) if n.op in SOFTMAX_OPS]
@@ -186,7 +178,7 @@ def match_attention(problem: Problem) -> AttentionMatch | str:
         return f"head dim {d}: needs a multiple of 16 up to {MAX_HEAD_DIM}"
     if heads > 65535:
         return "more than 65535 batch x heads (the grid's y limit)"
-    anc = _ancestors(problem, sm.args[0], nodes[prods[0] + 1:soft[0]])
+    anc = _ancestors((sm.args[0],), nodes[prods[0] + 1:soft[0]])
     between = tuple(n for n in nodes[prods[0] + 1:soft[0]] if n.out in anc)
     mask, diag, keep, score_end = "none", 0, None, sm.args[0]
     if between and between[-1].op == "add" and between[-1].out == sm.args[0]:
@@ -194,7 +186,7 @@ def match_attention(problem: Problem) -> AttentionMatch | str:
         found = _mask_of(problem, between[-1], x) if x is not None else "no chain value"
         if not isinstance(found, str):
             (mask, diag, keep), score_end = found, x
-            anc = _ancestors(problem, x, between[:-1])
+            anc = _ancestors((x,), between[:-1])
             between = tuple(n for n in between[:-1] if n.out in anc)
     scale, between, score_end = _fold_scale(between, first.out, score_end)
     scores = compile_chain(problem, between, first.out, tuple(first.shape), dtype, allow_rowsum=False, prefix="p",
@@ -225,20 +217,20 @@ def _fold_scale(nodes: tuple[OpNode, ...], start: str, end: str) -> tuple[float,
                                for n in nodes):
         return 1.0, nodes, end
     node = scaled[0]
-    x, c = node.args[:2] if len(node.args) == 2 else (None, None)
-    if node.op == "mul" and is_ref(c) and not is_ref(x):
-        x, c = c, x
-    reads = {r for n in nodes for r in refs_in(n)}
-    if not is_ref(x) or is_ref(c) or not isinstance(c, (int, float)) or isinstance(c, bool) or not c > 0 \
-            or not math.isfinite(c) or node.kwargs or (x != start and x not in {n.out for n in nodes if n.op in VIEWS}):
+    found = scalar_factor(node, division=True)
+    if found is None or not found[1] > 0:
         return 1.0, nodes, end
+    x, factor = found
+    if x != start and x not in {n.out for n in nodes if n.op in VIEWS}:
+        return 1.0, nodes, end
+    reads = {r for n in nodes for r in refs_in(n)}
     for n in nodes:
         if n.op == "masked_fill" and (len(n.args) < 3 or n.args[2] != -math.inf):
             return 1.0, nodes, end
     if node.out not in reads and node.out != end:
         return 1.0, nodes, end
     rest = tuple(replace(n, args=tuple(x if a == node.out else a for a in n.args)) for n in nodes if n is not node)
-    return (float(c) if node.op == "mul" else 1.0 / float(c)), rest, (x if end == node.out else end)
+    return factor, rest, (x if end == node.out else end)
 
 
 def _passes(problem: Problem, start: str, end: str, dtype: str) -> bool:
@@ -257,9 +249,10 @@ def _passes(problem: Problem, start: str, end: str, dtype: str) -> bool:
     return True
 
 
-def _ancestors(problem: Problem, ref: str, nodes: tuple[OpNode, ...]) -> set[str]:
-    """The outs among `nodes` that `ref` depends on."""
-    outs, found, todo = {n.out: n for n in nodes}, set(), [ref]
+def _ancestors(refs: tuple[str | None, ...], nodes: tuple[OpNode, ...]) -> set[str]:
+    """The outs among `nodes` that `refs` are or depend on."""
+    outs, found = {n.out: n for n in nodes}, set()
+    todo = [r for r in refs if r]
     while todo:
         r = todo.pop()
         r = r[:-2] if r.endswith(".T") else r
