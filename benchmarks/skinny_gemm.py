@@ -1,7 +1,7 @@
 """Decode-shaped products against eager PyTorch (cuBLAS): the models suite's decode GEMV (1 x 4096
 through LLaMA-7B's 11008 x 4096 up projection) and skinny GEMM (8 x 4096 through a 4096 x 4096
-projection), each in fp32, bf16 and fp16, every seed of the `gemm_skinny` family evaluated in one jailed
-worker beside eager, and each against the device-to-device copy bandwidth measured in the run (the
+projection), each in fp32, bf16 and fp16, every seed of the `gemm_skinny` family (CUDA cores) and, in
+bf16 and fp16, of `gemm_skinny_tc` (tensor cores) evaluated in one jailed worker beside eager, and each against the device-to-device copy bandwidth measured in the run (the
 product reads its weight once, so the copy bandwidth is its ceiling).
 
 fp32 runs under the fp32 contract (eager's matmul without TF32, PyTorch's default for matmuls too);
@@ -32,12 +32,12 @@ def main() -> None:
     ap.add_argument("--name", default="skinny_gemm")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
-    from cuforge.kernels.gemm_skinny import GemmSkinny
+    from cuforge.kernels.gemm_skinny import GemmSkinny, GemmSkinnyTC
     from cuforge.problems.suites import load_suite
     from cuforge.sandbox.driver.supervisor import Supervisor
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
-    fam = GemmSkinny()
+    families = (GemmSkinny(), GemmSkinnyTC())
     copy = copy_bandwidth_gbs()
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     suite = {p.id: p for p in load_suite("models").problems}
@@ -48,11 +48,11 @@ def main() -> None:
                 problem = suite[name + variant]
                 precision = "fp32" if not variant else "pytorch"
                 cfg = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False, precision=precision)
-                for config in fam.seeds(problem):
+                for fam, config in [(f, c) for f in families if f.supports(problem) is None for c in f.seeds(problem)]:
                     ev = sup.evaluate(problem, fam.render(config, problem), cfg)
                     t, eager = ev.timings.get("candidate"), ev.timings.get("torch")
                     gbs = problem_bytes(problem) / (t.median_ms * 1e-3) / 1e9 if t else None
-                    row = {"problem": problem.id, "precision": precision, "config": config, "status": ev.status,
+                    row = {"problem": problem.id, "precision": precision, "family": fam.name, "config": config, "status": ev.status,
                            "message": ev.message[:200] if ev.status != "ok" else "",
                            "ms": t.median_ms if t else None, "p20_ms": t.p20_ms if t else None,
                            "p80_ms": t.p80_ms if t else None, "eager_ms": eager.median_ms if eager else None,
@@ -65,7 +65,7 @@ def main() -> None:
         if r["status"] == "ok" and r["vs_eager"] and r["vs_eager"] > best.get(r["problem"], {}).get("vs_eager", 0):
             best[r["problem"]] = r
     write_result(a.name, {"copy_gbs": copy, "rows": rows,
-                          "best": {k: {"config": v["config"], "vs_eager": v["vs_eager"], "vs_copy": v["vs_copy"],
+                          "best": {k: {"family": v["family"], "config": v["config"], "vs_eager": v["vs_eager"], "vs_copy": v["vs_copy"],
                                        "ms": v["ms"], "eager_ms": v["eager_ms"]} for k, v in best.items()}})
 
 

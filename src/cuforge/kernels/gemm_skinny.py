@@ -13,6 +13,7 @@ from typing import Any
 from cuforge.kernels.base import SEED_SMS, Family
 from cuforge.kernels.chains import CTYPES, per_16_bytes
 from cuforge.kernels.fp32 import GemmMatch, match_gemm
+from cuforge.kernels.gemm import HALF_ELEMENTS
 from cuforge.kernels.registry import family
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -102,6 +103,72 @@ class GemmSkinny(Family):
         columns_a_block = (c["BLOCK"] // 32 // c["KSPLIT"]) * c["COLS"]
         out = repr(f.out_shape) if f.a_merged or f.out_shape != (f.m, f.n) else "(M, N)"
         return LaunchSpec(entry=self.name, grid=f"(cdiv(N, {columns_a_block}),)", block=f"({c['BLOCK']},)",
+                          args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
+                          outputs=((out, problem.inputs[0].dtype),),
+                          bindings=(("K", f"{f.b}.shape[1]"), ("N", f"{f.b}.shape[0]"), ("M", f"{f.a}.numel() // K")))
+
+
+def match_skinny_tc(problem: Problem) -> GemmMatch | str:
+    """The problem as gemm_skinny_tc takes it (fp16/bf16, K in whole 16-byte words), or why not."""
+    found = match_skinny(problem)
+    if isinstance(found, str):
+        return found
+    dtype = problem.inputs[0].dtype
+    if dtype not in HALF_ELEMENTS:
+        return f"inputs of {dtype}: the tensor-core skinny GEMM takes fp16 or bf16"
+    if found.k % 8:
+        return f"K = {found.k} is not a multiple of 8 (16-byte loads of fp16/bf16)"
+    return found
+
+
+@family(46)
+class GemmSkinnyTC(Family):
+    """Weight-streaming GEMM for 1-16 rows of fp16/bf16 on the tensor cores: W [N, K] is the m16n8k16
+    product's 16-row side and X the 8-column one, loaded as fragments straight from global memory;
+    WT 16-row tiles of W a warp, KSPLIT warps of a block over K, UNROLL chunks of 32 k in flight."""
+
+    anchors = frozenset({"mm", "addmm"})
+    template = "gemm_skinny_tc"
+
+    def __init__(self) -> None:
+        super().__init__("gemm_skinny_tc", {"WT": (1, 2), "UNROLL": (1, 2, 4), "KSPLIT": (4, 8, 16)})
+
+    def supports(self, problem: Problem) -> str | None:
+        found = match_skinny_tc(problem)
+        return found if isinstance(found, str) else None
+
+    def leads(self, problem: Problem) -> bool:
+        # From 2 rows up the CUDA-core kernel converts and multiplies each W element once a row and
+        # becomes bound by its arithmetic (8 half rows: 0.7x cuBLAS); the tensor cores are not.
+        found = match_skinny_tc(problem)
+        return not isinstance(found, str) and found.m > 1
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        # Registers: the loads in flight (UNROLL x (2 WT + TILES) 16-byte words) and the sums.
+        return not isinstance(match_skinny_tc(problem), str) and c["UNROLL"] * c["WT"] <= 4
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        found = match_skinny_tc(problem)
+        assert not isinstance(found, str)
+        # Warps enough to keep every SM's loads in flight: K split 8 ways over 16-row tiles; where the
+        # tiles alone fill the GPU several times over (a wide weight), fewer slices.
+        tiles = -(-found.n // 16)
+        first = (dict(WT=1, UNROLL=4, KSPLIT=8) if tiles < 8 * SEED_SMS else dict(WT=1, UNROLL=4, KSPLIT=4))
+        others = [dict(WT=1, UNROLL=2, KSPLIT=16), dict(WT=2, UNROLL=2, KSPLIT=8), dict(WT=1, UNROLL=4, KSPLIT=16),
+                  dict(WT=1, UNROLL=4, KSPLIT=4), dict(WT=2, UNROLL=1, KSPLIT=16), dict(WT=1, UNROLL=4, KSPLIT=8)]
+        return [c for c in [first, *[o for o in others if o != first]] if self.valid(c, problem)]
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        found = match_skinny_tc(problem)
+        assert not isinstance(found, str)
+        return {"EPI": found.epilogue, "ELEM": HALF_ELEMENTS[problem.inputs[0].dtype], "HALF": True,
+                "TILES": -(-found.m // 8)}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = match_skinny_tc(problem)
+        assert not isinstance(f, str)
+        out = repr(f.out_shape) if f.a_merged or f.out_shape != (f.m, f.n) else "(M, N)"
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(N, {16 * c['WT']}),)", block=f"({32 * c['KSPLIT']},)",
                           args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
                           outputs=((out, problem.inputs[0].dtype),),
                           bindings=(("K", f"{f.b}.shape[1]"), ("N", f"{f.b}.shape[0]"), ("M", f"{f.a}.numel() // K")))
