@@ -9,6 +9,7 @@ bf16 and fp16 under the `pytorch` contract (PyTorch's default flags, reduced-pre
 allowed to cuBLAS; the kernel sums in fp32 either way).
 
     python benchmarks/skinny_gemm.py --name skinny_gemm
+    python benchmarks/skinny_gemm.py --sweep --name skinny_gemm_sweep   # every tensor-core config in bf16
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -16,6 +17,7 @@ Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import tempfile
 
@@ -26,10 +28,20 @@ PROBLEMS = ("models/decode_gemv", "models/skinny_gemm")
 DTYPES = ("", "@bf16", "@fp16")
 
 
+def configs(fam, problem, sweep: bool) -> list[dict]:
+    """The family's seeds, or with `sweep` (the tensor-core family on a bf16 problem) every valid config."""
+    if not (sweep and fam.name == "gemm_skinny_tc" and problem.id.endswith("@bf16")):
+        return fam.seeds(problem)
+    points = [dict(zip(fam.knobs, values)) for values in itertools.product(*fam.knobs.values())]
+    return [c for c in points if fam.valid(c, problem)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-timing", type=float, default=0.5)
     ap.add_argument("--name", default="skinny_gemm")
+    ap.add_argument("--sweep", action="store_true",
+                    help="every valid config of gemm_skinny_tc on the bf16 problems, not only its seeds")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.gemm_skinny import GemmSkinny, GemmSkinnyTC
@@ -48,7 +60,7 @@ def main() -> None:
                 problem = suite[name + variant]
                 precision = "fp32" if not variant else "pytorch"
                 cfg = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False, precision=precision)
-                for fam, config in [(f, c) for f in families if f.supports(problem) is None for c in f.seeds(problem)]:
+                for fam, config in [(f, c) for f in families if f.supports(problem) is None for c in configs(f, problem, a.sweep)]:
                     ev = sup.evaluate(problem, fam.render(config, problem), cfg)
                     t, eager = ev.timings.get("candidate"), ev.timings.get("torch")
                     gbs = problem_bytes(problem) / (t.median_ms * 1e-3) / 1e9 if t else None

@@ -87,7 +87,7 @@ def test_tensor_core_family_takes_half_rows_and_compiles_every_seed(tmp_path, dt
         assert fam.supports(p) is None, (rows, k, n, expr, fam.supports(p))
         assert fam.leads(p) == (rows * (2 if lead else 1) > 1)
         seeds = fam.seeds(p)
-        assert len(seeds) >= 5 and all(fam.valid(c, p) for c in seeds)
+        assert len(seeds) >= 4 and all(fam.valid(c, p) for c in seeds)
         for c in seeds:
             cand = fam.render(c, p)
             assert cand.launch.outputs[0][1] == dtype.split(".")[1]

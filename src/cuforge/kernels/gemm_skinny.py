@@ -125,13 +125,15 @@ def match_skinny_tc(problem: Problem) -> GemmMatch | str:
 class GemmSkinnyTC(Family):
     """Weight-streaming GEMM for 1-16 rows of fp16/bf16 on the tensor cores: W [N, K] is the m16n8k16
     product's 16-row side and X the 8-column one, loaded as fragments straight from global memory;
-    WT 16-row tiles of W a warp, KSPLIT warps of a block over K, UNROLL chunks of 32 k in flight."""
+    WT 16-row tiles of W a warp, KSPLIT warps of a block over K, UNROLL chunks of 32 k in flight, OCC the
+    warps an SM should hold at once (the register budget; 0 leaves it to the compiler)."""
 
     anchors = frozenset({"mm", "addmm"})
     template = "gemm_skinny_tc"
 
     def __init__(self) -> None:
-        super().__init__("gemm_skinny_tc", {"WT": (1, 2), "UNROLL": (1, 2, 4), "KSPLIT": (4, 8, 16)})
+        super().__init__("gemm_skinny_tc", {"WT": (1, 2), "UNROLL": (1, 2, 4), "KSPLIT": (4, 8, 16),
+                                            "OCC": (0, 24, 32)})
 
     def supports(self, problem: Problem) -> str | None:
         found = match_skinny_tc(problem)
@@ -144,18 +146,25 @@ class GemmSkinnyTC(Family):
         return not isinstance(found, str) and found.m > 1
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        # Registers: the loads in flight (UNROLL x (2 WT + TILES) 16-byte words) and the sums.
-        return not isinstance(match_skinny_tc(problem), str) and c["UNROLL"] * c["WT"] <= 4
+        # Registers: the loads in flight (UNROLL x (2 WT + TILES) 16-byte words) and the sums, within
+        # the budget OCC warps an SM leave (64K registers an SM): 4 a word plus about 24.
+        found = match_skinny_tc(problem)
+        if isinstance(found, str) or c["UNROLL"] * c["WT"] > 4:
+            return False
+        needed = 4 * c["UNROLL"] * (2 * c["WT"] + -(-found.m // 8)) + 24
+        return c["OCC"] == 0 or needed <= 65536 // (32 * c["OCC"])
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         found = match_skinny_tc(problem)
         assert not isinstance(found, str)
-        # Warps enough to keep every SM's loads in flight: K split 8 ways over 16-row tiles; where the
-        # tiles alone fill the GPU several times over (a wide weight), fewer slices.
+        # Warps enough to keep every SM's loads in flight: on an H200, 8 x 4096 through a 4096 x 4096
+        # weight ran fastest with K split 16 ways over 16-row tiles (11.9 us against 14.1 at 8 ways);
+        # where the tiles alone fill the GPU several times over (a wide weight), fewer slices.
         tiles = -(-found.n // 16)
-        first = (dict(WT=1, UNROLL=4, KSPLIT=8) if tiles < 8 * SEED_SMS else dict(WT=1, UNROLL=4, KSPLIT=4))
-        others = [dict(WT=1, UNROLL=2, KSPLIT=16), dict(WT=2, UNROLL=2, KSPLIT=8), dict(WT=1, UNROLL=4, KSPLIT=16),
-                  dict(WT=1, UNROLL=4, KSPLIT=4), dict(WT=2, UNROLL=1, KSPLIT=16), dict(WT=1, UNROLL=4, KSPLIT=8)]
+        first = (dict(WT=1, UNROLL=4, KSPLIT=16, OCC=0) if tiles < 8 * SEED_SMS else dict(WT=1, UNROLL=4, KSPLIT=8, OCC=0))
+        others = [dict(WT=1, UNROLL=2, KSPLIT=16, OCC=0), dict(WT=1, UNROLL=4, KSPLIT=8, OCC=24),
+                  dict(WT=1, UNROLL=2, KSPLIT=16, OCC=32), dict(WT=2, UNROLL=1, KSPLIT=16, OCC=0),
+                  dict(WT=1, UNROLL=4, KSPLIT=16, OCC=0)]
         return [c for c in [first, *[o for o in others if o != first]] if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
