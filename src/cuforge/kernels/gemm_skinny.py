@@ -157,14 +157,15 @@ class GemmSkinnyTC(Family):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         found = match_skinny_tc(problem)
         assert not isinstance(found, str)
-        # Warps enough to keep every SM's loads in flight: on an H200, 8 x 4096 through a 4096 x 4096
-        # weight ran fastest with K split 16 ways over 16-row tiles (11.9 us against 14.1 at 8 ways);
-        # where the tiles alone fill the GPU several times over (a wide weight), fewer slices.
+        # Warps enough to keep every SM's loads in flight. On an H200 (benchmarks/results/skinny_gemm_s51b.json,
+        # every config): 8 x 4096 through a 4096 x 4096 weight ran fastest with K split 16 ways, two
+        # chunks in flight a lane and 32 warps an SM (11.2 us, 8-way 11.7); one row through 11008 x 4096
+        # with 4 ways (its 688 tiles fill the GPU alone).
         tiles = -(-found.n // 16)
-        first = (dict(WT=1, UNROLL=4, KSPLIT=16, OCC=0) if tiles < 8 * SEED_SMS else dict(WT=1, UNROLL=4, KSPLIT=8, OCC=0))
-        others = [dict(WT=1, UNROLL=2, KSPLIT=16, OCC=0), dict(WT=1, UNROLL=4, KSPLIT=8, OCC=24),
-                  dict(WT=1, UNROLL=2, KSPLIT=16, OCC=32), dict(WT=2, UNROLL=1, KSPLIT=16, OCC=0),
-                  dict(WT=1, UNROLL=4, KSPLIT=16, OCC=0)]
+        first = dict(WT=1, UNROLL=2, KSPLIT=16 if tiles < 4 * SEED_SMS else 4, OCC=32)
+        others = [dict(WT=1, UNROLL=2, KSPLIT=8, OCC=32), dict(WT=1, UNROLL=2, KSPLIT=4, OCC=32),
+                  dict(WT=1, UNROLL=2, KSPLIT=16, OCC=32), dict(WT=1, UNROLL=2, KSPLIT=8, OCC=24),
+                  dict(WT=1, UNROLL=2, KSPLIT=16, OCC=0), dict(WT=2, UNROLL=2, KSPLIT=16, OCC=32)]
         return [c for c in [first, *[o for o in others if o != first]] if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
