@@ -14,6 +14,7 @@ from cuforge.kernels.families import families_for
 from cuforge.kernels.gated_cell import GatedCell
 from cuforge.problems.loader import load_in_dtype
 from cuforge.problems.suites import load_problem
+from cuforge.runtime import compile_to_cubin
 from template_helpers import host_library, problem_from_expr, smoke_compile
 
 HAND_WRITTEN = ("(lambda g: torch.sigmoid(g[0]) * h + (1 - torch.sigmoid(g[0])) * torch.tanh(g[1]))"
@@ -132,3 +133,26 @@ def test_a_hand_written_cell_with_chunk_and_one_bias(tmp_path):
         g = (ih(x) + hh(h)).chunk(2, 1)
         torch.testing.assert_close(got, torch.sigmoid(g[0]) * h + (1 - torch.sigmoid(g[0])) * torch.tanh(g[1]),
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_a_cluster_splits_the_k_tiles_and_never_leaves_a_block_without_one(tmp_path):
+    """CL blocks of a cluster share the k tiles: the grid's z is the cluster, the kernel declares its
+    cluster dims and compiles in every dtype, the shared memory holds every set's sums for the hand-over,
+    and a cluster larger than the k tiles is not a valid config."""
+    fam = GatedCell()
+    for dtype in ("fp32", "bf16", "fp16"):
+        p = load_in_dtype(load_problem("models/gru_cell"), dtype) if dtype != "fp32" else load_problem("models/gru_cell")
+        c = dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=2, CL=4)
+        assert fam.valid(c, p)
+        cand = fam.render(c, p)
+        assert cand.launch.grid.endswith(", 4)") and "__cluster_dims__(1, 1, CL)" in cand.source
+        sets = len(fam.match(p).sets)
+        assert int(cand.launch.shared_mem) >= sets * 64 * 8 * 3 * 4
+        cubin, _, _ = compile_to_cubin(cand.source, "sm_90a", cand.launch.options)
+        assert cubin
+    small = problem_from_expr(tmp_path, "self.cell(x, h)", "torch.randn(5, 24), torch.randn(5, 40)", args="x, h",
+                              init="        self.cell = nn.GRUCell(24, 40)")
+    # 24 + 40 inputs at 32 a tile: 1 + 2 tiles, so 2 blocks may share them and 4 may not.
+    assert fam.valid(dict(BM=16, BN=8, BK=32, WM=1, WN=1, KS=1, STAGES=2, CL=2), small)
+    assert not fam.valid(dict(BM=16, BN=8, BK=32, WM=1, WN=1, KS=1, STAGES=2, CL=4), small)
+    assert "__cluster_dims__" not in fam.render(dict(BM=16, BN=8, BK=32, WM=1, WN=1, KS=1, STAGES=2, CL=1), small).source

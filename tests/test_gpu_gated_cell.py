@@ -1,6 +1,8 @@
 """Recurrent cells as one kernel on a real GPU: nn.LSTMCell and nn.GRUCell of the models suite in fp32
 (three TF32 products, judged at fp32's bound), bf16 and fp16 (mma.sync, fp32 accumulation), every
-seed; and odd sizes where the batch is no whole tile and the hidden size no whole block of units."""
+seed; and odd sizes where the batch is no whole tile and the hidden size no whole block of units, also
+with the k tiles split over clusters of 2 and 4 blocks (uneven slices that cross from one projection to
+the next)."""
 
 import pytest
 
@@ -12,6 +14,8 @@ from template_helpers import assert_all_ok, problem_from_expr
 pytestmark = pytest.mark.gpu
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+CLUSTER_CONFIGS = [dict(BM=16, BN=8, BK=32, WM=1, WN=1, KS=1, STAGES=2, CL=2),
+                   dict(BM=32, BN=8, BK=32, WM=2, WN=1, KS=2, STAGES=3, CL=4)]
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -38,4 +42,6 @@ def test_odd_batches_and_hidden_sizes(sup, tmp_path, dtype):
     for expr, args, inputs, init in cases:
         p = problem_from_expr(tmp_path, expr, inputs, args=args, init=init, prefix="gpu")
         assert fam.supports(p) is None, (expr, fam.supports(p))
-        assert_all_ok(sup, fam, p, fam.seeds(p)[:3], what=(expr, dtype))
+        clusters = [c for c in CLUSTER_CONFIGS if fam.valid(c, p)]
+        assert clusters, expr
+        assert_all_ok(sup, fam, p, fam.seeds(p)[:3] + clusters, what=(expr, dtype))

@@ -201,23 +201,29 @@ def match_gated_cell(problem: Problem) -> CellMatch | str:
 @family(235)
 class GatedCell(GraphFamily):
     """A block: BM batch rows x BN hidden units in every gate, WM x WN warps, BK-wide k tiles through a
-    STAGES-deep cp.async pipeline."""
+    STAGES-deep cp.async pipeline; KS groups of warps and CL blocks of a cluster (Hopper) split the k
+    tiles."""
 
     anchors = frozenset(SPLITS)
 
     def __init__(self) -> None:
         super().__init__("gated_cell", {"BM": (16, 32, 64, 128), "BN": (8, 16, 32), "BK": (32, 64, 128),
-                                        "WM": (1, 2, 4), "WN": (1, 2), "KS": (1, 2, 4), "STAGES": (2, 3, 4, 5, 6)})
+                                        "WM": (1, 2, 4), "WN": (1, 2), "KS": (1, 2, 4), "STAGES": (2, 3, 4, 5, 6),
+                                        "CL": (1, 2, 4)})
+
+    DEFAULTS = {"CL": 1}  # configs stored before the cluster split
 
     def match(self, problem: Problem) -> CellMatch | str:
         return match_gated_cell(problem)
 
     @staticmethod
     def smem_bytes(c: dict[str, Any], m: CellMatch) -> int:
-        """The pipeline's stages, or the k-step groups' sums handed over at the end if more."""
+        """The pipeline's stages, or the sums handed over at the end (between k-step groups, or every
+        set of a block for the cluster's first block) if more."""
         pipeline = c["STAGES"] * (c["BM"] + m.gates * c["BN"]) * (c["BK"] + 8) * (4 if m.dtype == "float32" else 2)
         handover = (c["KS"] - 1) * c["BM"] * c["BN"] * m.gates * 4
-        return max(pipeline, handover)
+        cluster = len(m.sets) * c["BM"] * c["BN"] * m.gates * 4 if c.get("CL", 1) > 1 else 0
+        return max(pipeline, handover, cluster)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         m = self.matched(problem)
@@ -226,29 +232,36 @@ class GatedCell(GraphFamily):
             return False
         if c["WM"] * c["WN"] * c["KS"] > 16:  # 512 threads a block at most
             return False
+        if c.get("CL", 1) > sum(-(-p.k // c["BK"]) for p in m.projections):  # a block with no k tile
+            return False
         accumulators = len(m.sets) * m.gates * (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
         return accumulators <= 128 and self.smem_bytes(c, m) <= SMEM_LIMIT
 
     # Deep pipelines first: a block's share of the weights is a few hundred KB streamed once, so the
-    # bytes in flight per SM bound the speed (the fp32 ones do not fit and drop out).
+    # bytes in flight per SM bound the speed (the fp32 ones do not fit and drop out). One block a tile
+    # of units left an H200 with about one block an SM on a 1024-unit LSTM (21% occupancy, 893 GB/s):
+    # clusters of 4 or 2 blocks splitting the k tiles come first.
     PRESETS: tuple[dict[str, Any], ...] = (
-        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=6),
-        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=6),
-        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=3),
-        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=4),
-        dict(BM=64, BN=16, BK=128, WM=4, WN=2, KS=2, STAGES=3),
-        dict(BM=32, BN=8, BK=128, WM=2, WN=1, KS=4, STAGES=4),
-        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=1, STAGES=4),
-        dict(BM=32, BN=16, BK=64, WM=2, WN=2, KS=1, STAGES=4),
-        dict(BM=16, BN=8, BK=64, WM=1, WN=1, KS=4, STAGES=4),
-        dict(BM=128, BN=16, BK=32, WM=4, WN=2, KS=1, STAGES=3),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=4, CL=4),
+        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=6, CL=1),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=1, STAGES=4, CL=4),
+        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=3, CL=2),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=6, CL=1),
+        dict(BM=64, BN=8, BK=128, WM=4, WN=1, KS=4, STAGES=3, CL=1),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=2, STAGES=4, CL=1),
+        dict(BM=64, BN=16, BK=128, WM=4, WN=2, KS=2, STAGES=3, CL=1),
+        dict(BM=32, BN=8, BK=128, WM=2, WN=1, KS=4, STAGES=4, CL=1),
+        dict(BM=64, BN=8, BK=64, WM=4, WN=1, KS=1, STAGES=4, CL=1),
+        dict(BM=32, BN=16, BK=64, WM=2, WN=2, KS=1, STAGES=4, CL=1),
+        dict(BM=16, BN=8, BK=64, WM=1, WN=1, KS=4, STAGES=4, CL=1),
+        dict(BM=128, BN=16, BK=32, WM=4, WN=2, KS=1, STAGES=3, CL=1),
     )
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         """The presets that fill the GPU with blocks first (the weights are read once per batch tile)."""
         m = self.matched(problem)
         valid = [c for c in self.PRESETS if self.valid(c, problem)]
-        full = [c for c in valid if fills_gpu(tiles(m.batch, m.hidden, c["BM"], c["BN"]))]
+        full = [c for c in valid if fills_gpu(c["CL"] * tiles(m.batch, m.hidden, c["BM"], c["BN"]))]
         return full + [c for c in valid if c not in full]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
@@ -262,7 +275,7 @@ class GatedCell(GraphFamily):
         m = self.matched(problem)
         args = [r for p in m.projections for r in (p.a, p.w, *((p.bias,) if p.bias else ()))]
         args += [*m.rows_in, *(f"out{i}" for i in range(len(m.results))), "M"]
-        return LaunchSpec(entry=self.name, grid=f"(cdiv({m.hidden}, {c['BN']}), cdiv(M, {c['BM']}))",
+        return LaunchSpec(entry=self.name, grid=f"(cdiv({m.hidden}, {c['BN']}), cdiv(M, {c['BM']}), {c['CL']})",
                           block=f"({c['WM'] * c['WN'] * c['KS'] * 32},)", shared_mem=str(self.smem_bytes(c, m)),
                           args=tuple(args), outputs=tuple((f"({m.batch}, {m.hidden})", m.dtype) for _ in m.results),
                           bindings=(("M", f"{m.projections[0].a}.shape[0]"),))
