@@ -138,16 +138,20 @@ def models_table(name: str = "models_coverage") -> list[str]:
 
 def models_search_table(name: str, *later: str) -> list[str]:
     """level_suites.py's search of the models suite: each problem's best kernel re-timed beside eager and
-    torch.compile; rows of `later` runs (a re-measure of some problems after a fix) replace the first's."""
+    torch.compile; rows of `later` runs (a re-measure of some problems after a fix) replace the first's.
+    A later run named `RUN:half` gives only its bf16/fp16 rows (where a change was kept for those alone)."""
     from cuforge.rewards import geomean
 
     d = load(name)
     suite = next(iter(d["suites"].values()))
     rows = {r["problem"]: (r, name) for r in suite["rows"]}
     for other in later:
-        for r in next(iter(load(other)["suites"].values()))["rows"]:
-            if r["evaluations"]:
-                rows[r["problem"]] = (r, other)
+        run, _, only = other.partition(":")
+        if only not in ("", "half"):
+            raise SystemExit(f"{other}: the only row filter is ':half' (bf16/fp16 rows)")
+        for r in next(iter(load(run)["suites"].values()))["rows"]:
+            if r["evaluations"] and (only != "half" or r["problem"].endswith(("@bf16", "@fp16"))):
+                rows[r["problem"]] = (r, run)
     fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
     eager = [r["vs_torch"] for r, _ in rows.values()]
     compiled = [r["vs_torch_compile"] for r, _ in rows.values()]
