@@ -266,6 +266,18 @@ def test_cpu_mode_shows_a_real_ok_for_a_pure_pytorch_candidate():
 
     ev = json.loads(r.stdout)
     assert ev["status"] == "ok" and ev["correctness"]["trials_passed"] == 5
+    # The problem names torch.compile; a CPU test evaluation times it only when --baselines names it.
+    assert "torch" in ev["timings"] and "torch.compile" not in ev["timings"]
+    r = cli(ROOT, "eval", "level1/relu", "tests/candidates/cpu_relu_ok.py", "--cpu")
+    assert r.returncode == 0 and "torch.compile is not timed" in r.stderr and "--baselines" in r.stderr, r.stderr
+
+
+def test_a_cpu_test_evaluation_times_torch_compile_only_where_named():
+    from cuforge.cli.eval_cmd import cpu_test_baselines
+
+    assert cpu_test_baselines(("torch", "torch.compile", "cublas"), named=False) == ("torch", "cublas")
+    assert cpu_test_baselines(("torch", "torch.compile"), named=True) == ("torch", "torch.compile")
+    assert cpu_test_baselines(("torch",), named=False) == ("torch",)
 
 
 def test_a_runaway_cpu_candidate_is_stopped_by_its_own_limit(tmp_path):

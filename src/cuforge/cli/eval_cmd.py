@@ -32,6 +32,13 @@ def _parse_baselines(value: Optional[str], problem: Any) -> tuple[str, ...]:
     return names
 
 
+def cpu_test_baselines(chosen: tuple[str, ...], named: bool) -> tuple[str, ...]:
+    """The baselines a CPU test evaluation times: the problem's own without torch.compile, as a CPU test
+    run's (inductor's C++ build of the reference takes longer than the whole evaluation of a small
+    problem, for a wall-clock time no GPU user reads); all of them where --baselines named them."""
+    return chosen if named else tuple(b for b in chosen if b != "torch.compile")
+
+
 @app.command("eval")
 def eval_cmd(
     problem_ref: str = typer.Argument(..., metavar="PROBLEM", help="hgemm/M_N_K, level1/NAME, or a problem file."),
@@ -92,6 +99,12 @@ def eval_cmd(
         problem = replace(problem, meta=replace(problem.meta, policy=policy))
     if cpu and problem.cpu_mode_refusal():
         fail(problem.cpu_mode_refusal() or "")
+    if cpu:
+        kept = cpu_test_baselines(chosen_baselines, named=baselines is not None)
+        if kept != chosen_baselines and not as_json:
+            err_console.print("CPU test mode: torch.compile is not timed (its C++ build would dominate); "
+                              "--baselines torch,torch.compile times it", highlight=False, soft_wrap=True)
+        chosen_baselines = kept
     if cpu and problem.meta.policy != "any":
         err_console.print(f"CPU test mode: {problem.id}'s policy {problem.meta.policy!r} is judged as 'any' (no custom "
                           "kernel runs without a GPU)", highlight=False, soft_wrap=True)
