@@ -227,6 +227,10 @@ def test_patience_ends_a_problem_without_a_new_best(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     s = json.loads(r.stdout)
     assert n == 3 and s["problems"]["hgemm/64_64_64"] == "no new best in 3 evaluations"
+    # "compiled" is not ok, and no candidate left a process behind: the candidate hosts' zygote, which the
+    # first evaluation started, is the worker's own, so one worker serves all three.
+    pids = {json.loads(d)["pid"] for (d,) in sqlite3.connect(db).execute("SELECT device FROM evaluations")}
+    assert len(pids) == 1, pids
 
 
 def test_wall_time_holds_against_a_stalled_server(tmp_path, suite_dir):

@@ -34,6 +34,11 @@ def host_pool(device: str) -> hosts.HostPool:
     return pool
 
 
+def helper_processes() -> set[int]:
+    """The pools' zygotes still running: the worker's own children, each serving every evaluation."""
+    return {pool.zygote.pid for pool in _POOLS.values() if pool.zygote.poll() is None}
+
+
 @dataclass
 class Context(context.Context):
     host: hosts.HostClient | None = None

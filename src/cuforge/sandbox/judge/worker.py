@@ -67,6 +67,16 @@ def evaluator(judge: str) -> Any:
     return evaluate_request
 
 
+def judge_helpers(judge: str) -> set[int]:
+    """The worker's own children that serve every evaluation (the split judge's host zygotes, started
+    by the first evaluation where no self-test started them): never a candidate's leftovers."""
+    if judge != "split":
+        return set()
+    from cuforge.sandbox.judge.in_host import helper_processes
+
+    return helper_processes()
+
+
 def self_test(device: str, info: dict[str, Any]) -> str:
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
@@ -289,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
                 if ev.ok:
                     ev.status, ev.message = "cheat:thread", (f"the candidate left {len(strays)} process(es) running "
                                                              "in the jail after its evaluation")
-            if not ev.ok and child_pids() - children_at_start:
+            if not ev.ok and child_pids() - children_at_start - judge_helpers(judge):
                 # A failed candidate (one that raised while loading, say) left processes behind; they
                 # would hold the jail's process and memory budget against the next candidate.
                 restart = True
