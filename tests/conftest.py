@@ -22,6 +22,14 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+def pytest_xdist_auto_num_workers(config):  # noqa: ANN001
+    """`-n auto` on a machine of up to 4 cores: one test process more than cores. Much of the suite
+    waits on processes it starts (jailed workers, inspectors, CLI runs) and on timeouts, so a process
+    a core leaves them idle: on CI's 2 cores, 3 processes ran the suite in 13 minutes against 15.5-16.5."""
+    cores = len(os.sched_getaffinity(0))
+    return cores + 1 if cores <= 4 else cores
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001
     if HAS_GPU:
         return

@@ -197,8 +197,9 @@ def test_a_reference_too_slow_for_the_cpu_still_validates(tmp_path):
         "        if x.device.type == 'cpu':\n            time.sleep(60)\n        return x * 2\n"
         "def get_inputs(): return [torch.randn(8)]\ndef get_init_inputs(): return []\n")
     (tmp_path / "hangs.py").write_text("import time\nwhile True:\n    time.sleep(1)\n")
-    results = {p.name: (ok, msg) for p, ok, msg, _ in validate_files(sorted(tmp_path.glob("*.py")), timeout_s=8)}
-    assert results["slow.py"][0] and "reference not run on the CPU: over 8 s" in results["slow.py"][1]
+    # The limit leaves a loaded machine time to start an inspector (import torch) twice over.
+    results = {p.name: (ok, msg) for p, ok, msg, _ in validate_files(sorted(tmp_path.glob("*.py")), timeout_s=15)}
+    assert results["slow.py"][0] and "reference not run on the CPU: over 15 s" in results["slow.py"][1], results
     assert not results["hangs.py"][0] and "hangs" in results["hangs.py"][1]
 
 
