@@ -146,6 +146,9 @@ def test_local_pool_spreads_compile_only_evaluations_over_its_workers(local_resu
 
 
 ray = pytest.importorskip("ray")
+# One test process runs every Ray test: `ray stop --force` (the CLI test's cleanup) ends every Ray
+# process on the machine, another test process's local cluster and its driver with it.
+ON_RAY = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +159,7 @@ def local_ray():
     ray.shutdown()
 
 
+@ON_RAY
 def test_ray_backend_gives_the_local_pools_results(local_ray, local_results):
     from cuforge.sandbox.driver.ray_executor import RayExecutor
 
@@ -178,6 +182,7 @@ def test_ray_backend_gives_the_local_pools_results(local_ray, local_results):
         ex.close()
 
 
+@ON_RAY
 def test_ray_backend_refuses_a_cluster_without_the_resource(local_ray):
     from cuforge.sandbox.driver.ray_executor import RayExecutor
 
@@ -193,6 +198,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@ON_RAY
 def test_cli_run_on_a_ray_cluster(tmp_path):
     """`cuforge run --executor ray --ray-address` against a cluster started with `ray start`: the
     driver keeps the store and population, the actors evaluate; cuforge is shipped to them."""
