@@ -63,8 +63,8 @@ class GemmSkinny(Family):
 
     def leads(self, problem: Problem) -> bool:
         # One row (decode's GEMV): measured 1.2x eager in fp32, bf16 and fp16 on an H200, ahead of the
-        # wgmma linear family's 64-row tiles. At 8 half-precision rows it lost to cuBLAS (0.6x), so there
-        # the tensor-core family stays first.
+        # wgmma linear family's 64-row tiles. At 8 half-precision rows it lost to cuBLAS (0.6x): there
+        # gemm_skinny_tc leads.
         found = match_skinny(problem)
         return not isinstance(found, str) and found.m == 1
 
@@ -101,11 +101,15 @@ class GemmSkinny(Family):
         f = match_skinny(problem)
         assert not isinstance(f, str)
         columns_a_block = (c["BLOCK"] // 32 // c["KSPLIT"]) * c["COLS"]
-        out = repr(f.out_shape) if f.a_merged or f.out_shape != (f.m, f.n) else "(M, N)"
-        return LaunchSpec(entry=self.name, grid=f"(cdiv(N, {columns_a_block}),)", block=f"({c['BLOCK']},)",
-                          args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
-                          outputs=((out, problem.inputs[0].dtype),),
-                          bindings=(("K", f"{f.b}.shape[1]"), ("N", f"{f.b}.shape[0]"), ("M", f"{f.a}.numel() // K")))
+        return skinny_launch(self.name, f, problem, f"(cdiv(N, {columns_a_block}),)", f"({c['BLOCK']},)")
+
+
+def skinny_launch(entry: str, f: GemmMatch, problem: Problem, grid: str, block: str) -> LaunchSpec:
+    """Both skinny kernels' launch: (X, W, Y, M, N, K, the epilogue's operands), M the rows X holds."""
+    out = repr(f.out_shape) if f.a_merged or f.out_shape != (f.m, f.n) else "(M, N)"
+    return LaunchSpec(entry=entry, grid=grid, block=block, args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
+                      outputs=((out, problem.inputs[0].dtype),),
+                      bindings=(("K", f"{f.b}.shape[1]"), ("N", f"{f.b}.shape[0]"), ("M", f"{f.a}.numel() // K")))
 
 
 def match_skinny_tc(problem: Problem) -> GemmMatch | str:
@@ -177,8 +181,4 @@ class GemmSkinnyTC(Family):
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_skinny_tc(problem)
         assert not isinstance(f, str)
-        out = repr(f.out_shape) if f.a_merged or f.out_shape != (f.m, f.n) else "(M, N)"
-        return LaunchSpec(entry=self.name, grid=f"(cdiv(N, {16 * c['WT']}),)", block=f"({32 * c['KSPLIT']},)",
-                          args=(f.a, f.b, "out0", "M", "N", "K", *f.epilogue.launch_args()),
-                          outputs=((out, problem.inputs[0].dtype),),
-                          bindings=(("K", f"{f.b}.shape[1]"), ("N", f"{f.b}.shape[0]"), ("M", f"{f.a}.numel() // K")))
+        return skinny_launch(self.name, f, problem, f"(cdiv(N, {16 * c['WT']}),)", f"({32 * c['KSPLIT']},)")
