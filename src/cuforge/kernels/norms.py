@@ -161,8 +161,10 @@ class NormRows(Family):
         found = match_norm(problem)
         assert not isinstance(found, str)
         block = 1024 if found.cols >= 16384 else 512 if found.cols >= 4096 else 256 if found.cols >= 1024 else 128
-        out = [dict(BLOCK=block, VEC=4, CACHE="smem"), dict(BLOCK=block, VEC=4, CACHE="global"),
-               dict(BLOCK=max(128, block // 2), VEC=4, CACHE="smem"), dict(BLOCK=block, VEC=1, CACHE="global")]
+        # Half that block first: on LLaMA's 4096 x 4096 RMSNorm (an H200) 256 threads a row ran 13% faster
+        # than 512 in fp32 and 40% in bf16/fp16 (more blocks resident on each SM while rows wait on memory).
+        out = [dict(BLOCK=max(128, block // 2), VEC=4, CACHE="smem"), dict(BLOCK=block, VEC=4, CACHE="smem"),
+               dict(BLOCK=block, VEC=4, CACHE="global"), dict(BLOCK=block, VEC=1, CACHE="global")]
         return [c for c in out if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
