@@ -30,8 +30,18 @@ def pytest_xdist_auto_num_workers(config):  # noqa: ANN001
     return cores + 1 if cores <= 4 else cores
 
 
+# A GPU test's own limit where it sets none. Evaluations on one GPU take turns (gpu_turn), so a test's
+# time grows with the test processes sharing its GPU: a skinny-GEMM test of 30 evaluations passed in
+# under 6.5 minutes beside 5 other test processes on one H200, and beside 11 it failed past the
+# default 300 s while waiting for the GPU's turn.
+GPU_TEST_TIMEOUT_S = 1200
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001
     if HAS_GPU:
+        for item in items:
+            if "gpu" in item.keywords and item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(GPU_TEST_TIMEOUT_S))
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
     for item in items:
