@@ -2,7 +2,8 @@
 that dtype sets: the models suite's pre-norm seams (a residual add, then RMSNorm or LayerNorm, the sum
 returned beside the norm, first or second) in fp32, bf16 and fp16, every seed and the knob values
 between them; rows that are not whole 16-byte vectors (element-by-element accesses), a row count that
-leaves a block's last rows empty, a prologue with a per-column gain and only the norm returned."""
+leaves a block's last rows empty, a prologue with a per-column gain and only the norm returned; LLaMA's
+RMSNorm alone (the empty prologue)."""
 
 import pytest
 
@@ -36,3 +37,11 @@ def test_odd_rows_and_a_longer_prologue(sup, tmp_path, dtype):
     p = problem_from_expr(tmp_path, rms, f"torch.randn(5, 520, dtype={t}) * 3, torch.randn(5, 520, dtype={t})",
                           init=f"        self.w = nn.Parameter(torch.rand(520, dtype={t}))")
     assert_all_ok(sup, fam, p, family_configs(fam, p, 2), what=("rms", dtype))
+
+
+@pytest.mark.parametrize("dtype", ["", "@bf16"])
+def test_a_norm_alone(sup, dtype):
+    fam = ResidualNorm()
+    p = load_problem(f"models/llama_rmsnorm{dtype}")
+    assert fam.supports(p) is None, fam.supports(p)
+    assert_all_ok(sup, fam, p, fam.seeds(p), what=("llama_rmsnorm", dtype))

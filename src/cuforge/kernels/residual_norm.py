@@ -117,7 +117,7 @@ class ResidualNorm(Family):
     """A pointwise prologue (a residual add) and a layernorm or rmsnorm of its value in one kernel: TPR
     threads a row, RPB rows a block, each thread's slice of the row (NV 16-byte vectors, strided by the
     row's threads) kept in registers between the statistics and the output; the prologue's value is
-    stored as it is made where the forward returns it."""
+    stored as it is made where the forward returns it. A norm alone is the empty prologue's case."""
 
     anchors = frozenset({"native_layer_norm", "mean"})  # a layernorm's op, an rmsnorm's mean of squares
 
@@ -149,8 +149,9 @@ class ResidualNorm(Family):
         m = match_residual_norm(problem)
         assert not isinstance(m, str)
         vectors, rows = _vectors(m), m.norm.rows
-        # Rows split so that each thread holds a few vectors, none idle, with enough blocks to fill the
-        # GPU where the rows allow; a short batch of long rows (decode) gets the most threads a row.
+        # Rows split so that each thread holds a few vectors (two in a batch of under 1024 rows, where
+        # more threads a row make up for the few rows; four otherwise) and none is idle, and rows
+        # grouped into blocks of up to 256 threads while that leaves at least 264 blocks (two an SM).
         def waste(t: int) -> float:
             return (-(-vectors // t) * t - vectors) / vectors
 
