@@ -188,6 +188,35 @@ def gpu_checks_table(name: str) -> list[str]:
     return out
 
 
+def gpu_suite_rows(d: dict[str, Any]) -> list[str]:
+    """A GPU-suite record (gpu_suite.py) by test file: each test's last outcome; then every test whose
+    last run failed, with the first error line of its failure."""
+    by_file: dict[str, dict[str, int]] = {}
+    last = {t: runs[-1] for t, runs in d["tests"].items() if runs}
+    for test in sorted(set(last) | set(d.get("left", []))):
+        counts = by_file.setdefault(test.split("::")[0], {})
+        outcome = last[test]["outcome"] if test in last else "not run"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    gpus = sorted({c.get("gpu", "no GPU") for c in d["calls"]})
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(d["counts"].items()))
+    out = [f"tree {d['tree'][:12]}: {d['collected']} tests, {counts}; {len(d['calls'])} call(s) on {', '.join(gpus)}", "",
+           *header("file", "passed", "failed", "error", "skipped", "not run")]
+    for f, c in sorted(by_file.items()):
+        out.append(row(f, *(c.get(k, 0) for k in ("passed", "failed", "error", "skipped", "not run"))))
+    failed = [(t, r) for t, r in sorted(last.items()) if r["outcome"] in ("failed", "error")]
+    if failed:
+        out += ["", *header("failed test", "call", "why")]
+        for t, r in failed:
+            lines = (r.get("failure") or "").strip().splitlines()
+            why = next((ln[1:].strip() for ln in lines if ln.startswith("E ")), lines[-1] if lines else "")
+            out.append(row(t.replace("|", "/"), r["call"], why[:200].replace("|", "/")))
+    return out
+
+
+def gpu_suite_table(name: str) -> list[str]:
+    return gpu_suite_rows(load(name))
+
+
 def conv_tf32_table(name: str = "conv_tf32_l1") -> list[str]:
     d = load(name)
     fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
@@ -269,6 +298,7 @@ def attention_table(name: str) -> list[str]:
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
     "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
+    "gpu_suite": gpu_suite_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
     "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
     "models_search": models_search_table, "attention": attention_table,

@@ -1,0 +1,198 @@
+"""The GPU test suite (`pytest -m gpu`) at one tree of the code, run over as many calls as it takes.
+
+The whole suite needs more GPU time than one device call allows (10 minutes). Each call runs the tests
+this tree has not yet passed or skipped (failed ones again), records each outcome the moment pytest
+knows it (tests/outcome_log.py, which the suite's conftest loads), and stops its pytest at --limit-s,
+so a call cut short keeps everything that ran. The record, benchmarks/results/NAME.json, names the
+tree by a digest of src/, tests/ and pyproject.toml; a call on another tree is refused, so "every GPU
+test passed" in one record means at one tree of the code.
+
+    python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540
+    python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540   # the tests left
+
+Exit status: 0 every collected test has run and none failed; 1 a test's last run failed; 3 tests are
+left to run; 2 bad input (another tree's record, a file that is not one, nothing collected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from _common import ROOT, stamp, write_result
+
+DONE = ("passed", "skipped")
+TREE_PARTS = ("src", "tests", "pyproject.toml")
+
+
+def refuse(why: str) -> NoReturn:
+    """Bad input: one line naming the cause, exit status 2."""
+    print(f"gpu_suite: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def tree_digest(root: Path) -> str:
+    """SHA-256 over the path and bytes of every file under src/ and tests/ and of pyproject.toml, in
+    path order; left out: what a local install or run makes there and a copy of the tree lacks
+    (compiled Python, the editable install's egg-info)."""
+    h = hashlib.sha256()
+    for part in TREE_PARTS:
+        base = root / part
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        for f in files:
+            if "__pycache__" in f.parts or f.suffix == ".pyc" or any(p.endswith(".egg-info") for p in f.parts):
+                continue
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\1")
+    return h.hexdigest()
+
+
+def collect(root: Path, marker: str, paths: list[str]) -> list[str]:
+    """Node ids of the tests the marker selects, in pytest's order."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marker, *paths],
+                       cwd=root, capture_output=True, text=True)
+    if r.returncode not in (0, 5):  # 5: nothing collected, said below
+        refuse(f"collecting the tests failed (pytest exit {r.returncode}): "
+                         f"{(r.stdout + r.stderr).strip().splitlines()[-1:]}")
+    ids = []
+    for line in r.stdout.splitlines():  # the ids, then a blank line and the count
+        if not line.strip():
+            break
+        if "::" in line:
+            ids.append(line)
+    return ids
+
+
+def run_tests(root: Path, marker: str, ids: list[str], processes: int, limit_s: float, log: Path) -> tuple[float, bool]:
+    """Run `ids` (an argument file, one id a line); interrupt pytest at `limit_s`. (wall s, cut short)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".args", delete=False) as f:
+        f.write("\n".join(ids) + "\n")
+        args_file = f.name
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker, f"@{args_file}"]
+    if processes > 0:
+        cmd += ["-n", str(processes)]
+    env = dict(os.environ, CUFORGE_TEST_LOG=str(log))
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True)
+    cut = False
+    try:
+        proc.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        cut = True
+        os.killpg(proc.pid, signal.SIGINT)  # pytest ends its session and its test processes
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        os.unlink(args_file)
+    return time.monotonic() - t0, cut
+
+
+def read_log(log: Path) -> list[dict[str, Any]]:
+    """The outcome log's entries; a setup or teardown failure counts as an error."""
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by the kill
+        outcome = "error" if e.get("outcome") == "failed" and e.get("when") != "call" else e.get("outcome")
+        out.append({"test": e["test"], "outcome": outcome, "seconds": e.get("seconds"), **({"failure": e["failure"]} if "failure" in e else {})})
+    return out
+
+
+def load_record(path: Path, tree: str) -> dict[str, Any]:
+    """This tree's record so far ({} for none); SystemExit(2) for another tree's or a foreign file."""
+    if not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        refuse(f"{path} is not a GPU-suite record ({e})")
+    if not isinstance(record, dict) or "tree" not in record or "tests" not in record:
+        refuse(f"{path} is not a GPU-suite record (no tree and tests): choose another --name")
+    if record["tree"] != tree:
+        refuse(f"{path} records tree {record['tree'][:12]}, this tree is {tree[:12]}: "
+                         f"the code changed, so start a new --name")
+    return record
+
+
+def last_outcomes(record: dict[str, Any]) -> dict[str, str]:
+    return {test: runs[-1]["outcome"] for test, runs in record.get("tests", {}).items() if runs}
+
+
+def summary(record: dict[str, Any], collected: list[str]) -> tuple[dict[str, int], int]:
+    """Counts by last outcome (and not yet run), and the exit status they make."""
+    last = last_outcomes(record)
+    counts: dict[str, int] = {}
+    for test in collected:
+        key = last.get(test, "not run")
+        counts[key] = counts.get(key, 0) + 1
+    status = 1 if counts.get("failed") or counts.get("error") else 3 if counts.get("not run") else 0
+    return counts, status
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--name", required=True, help="the record: benchmarks/results/NAME.json (kept across calls)")
+    ap.add_argument("--processes", type=int, default=8, help="pytest-xdist test processes (0: none)")
+    ap.add_argument("--limit-s", type=float, default=540.0, help="interrupt the tests after this many seconds")
+    ap.add_argument("--marker", default="gpu", help="the pytest marker expression that selects the suite")
+    ap.add_argument("--root", default=str(ROOT), help="the project whose tree is digested and tested")
+    ap.add_argument("--results", help="where the record lies (default ROOT/benchmarks/results)")
+    ap.add_argument("paths", nargs="*", default=["tests"], help="test paths under the root")
+    a = ap.parse_args(argv)
+    root = Path(a.root).resolve()
+    if a.limit_s <= 0 or a.processes < 0:
+        refuse("--limit-s must be positive and --processes at least 0")
+    results = Path(a.results) if a.results else root / "benchmarks" / "results"
+    path = results / f"{a.name}.json"
+    tree = tree_digest(root)
+    record = load_record(path, tree)
+    collected = collect(root, a.marker, a.paths)
+    if not collected:
+        refuse(f"no test under {', '.join(a.paths)} is marked {a.marker!r}")
+    last = last_outcomes(record)
+    todo = [t for t in collected if last.get(t) not in DONE]
+    calls = list(record.get("calls", []))
+    tests: dict[str, list[dict[str, Any]]] = dict(record.get("tests", {}))
+    if todo:
+        call = len(calls) + 1
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "outcomes.jsonl"
+            wall, cut = run_tests(root, a.marker, todo, a.processes, a.limit_s, log)
+            entries = read_log(log)
+        for e in entries:
+            tests.setdefault(e.pop("test"), []).append({"call": call, **e})
+        machine = {k: v for k, v in stamp().items() if k in ("date", "gpu", "torch")}
+        calls.append({"call": call, **machine, "asked": len(todo), "reported": len(entries), "processes": a.processes,
+                      "wall_s": round(wall, 1), "cut_at_limit": cut})
+    done = {t for t, runs in tests.items() if runs}
+    merged = {"tree": tree, "marker": a.marker, "collected": len(collected), "calls": calls, "tests": tests,
+              "left": [t for t in collected if t not in done]}
+    counts, status = summary(merged, collected)
+    merged["counts"] = counts
+    results.mkdir(parents=True, exist_ok=True)
+    if results.resolve() == (ROOT / "benchmarks" / "results").resolve():
+        write_result(a.name, merged)
+    else:  # another project's record (the runner's own tests): written where asked, without the GPU stamp
+        path.write_text(json.dumps({"benchmark": a.name, **merged}, indent=2))
+    print(f"tree {tree[:12]}: {len(collected)} tests; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+          + f" (call {len(calls)})", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

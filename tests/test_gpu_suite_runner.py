@@ -1,0 +1,119 @@
+"""benchmarks/gpu_suite.py over a real pytest suite of its own (a pass, a failure, a skip, a test that
+waits): a call cut at its limit keeps what ran, the next call runs only what is left and what failed,
+and a call on a changed tree is refused in one line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+RUNNER = ROOT / "benchmarks" / "gpu_suite.py"
+TESTS = '''
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sample
+GO = Path(__file__).resolve().parents[1] / "go"
+
+
+def test_a_passes():
+    assert True
+
+
+def test_b_fails():
+    assert 1 + 1 == 3, "arithmetic is broken"
+
+
+def test_c_skips():
+    pytest.skip("not on this machine")
+
+
+def test_d_waits():
+    deadline = time.monotonic() + 120
+    while not GO.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+@pytest.mark.other
+def test_e_is_not_selected():
+    assert False
+'''
+CONFTEST = f'''
+import sys
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from outcome_log import pytest_configure, pytest_runtest_logreport  # noqa: F401
+'''
+PYPROJECT = '[tool.pytest.ini_options]\nmarkers = ["sample: the runner test\'s suite", "other: left out"]\n'
+
+
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "code.py").write_text("X = 1\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "conftest.py").write_text(CONFTEST)
+    (root / "tests" / "test_sample.py").write_text(TESTS)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    return root
+
+
+def runner(root: Path, limit_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(RUNNER), "--name", "suite", "--root", str(root), "--results", str(root / "results"),
+                           "--marker", "sample and not other", "--processes", "0", "--limit-s", str(limit_s), "tests"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def outcomes(root: Path) -> dict[str, list[tuple[int, str]]]:
+    record = json.loads((root / "results" / "suite.json").read_text())
+    return {test.split("::")[1]: [(r["call"], r["outcome"]) for r in runs] for test, runs in record["tests"].items()}
+
+
+def test_a_suite_over_calls_at_one_tree(tmp_path):
+    root = project(tmp_path)
+    first = runner(root, 15)  # cut while test_d waits
+    assert first.returncode == 1, first.stderr[-2000:]  # a failure outranks the tests left
+    assert outcomes(root) == {"test_a_passes": [(1, "passed")], "test_b_fails": [(1, "failed")], "test_c_skips": [(1, "skipped")]}
+    record = json.loads((root / "results" / "suite.json").read_text())
+    assert record["collected"] == 4 and record["calls"][0]["cut_at_limit"] and record["calls"][0]["asked"] == 4
+    assert "arithmetic is broken" in record["tests"][next(t for t in record["tests"] if "b_fails" in t)][0]["failure"]
+    assert "1 failed, 1 not run, 1 passed, 1 skipped" in first.stderr
+
+    (root / "go").write_text("")  # outside the digested tree: test_d may finish now
+    second = runner(root, 120)
+    assert second.returncode == 1, second.stderr[-2000:]
+    got = outcomes(root)
+    assert got["test_d_waits"] == [(2, "passed")] and got["test_b_fails"] == [(1, "failed"), (2, "failed")]
+    assert got["test_a_passes"] == [(1, "passed")]  # not run again
+    record = json.loads((root / "results" / "suite.json").read_text())
+    assert record["calls"][1]["asked"] == 2 and not record["calls"][1]["cut_at_limit"]
+
+    # Its table for docs/benchmarks.md: by file, then the failure's last line.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import docs_tables
+    finally:
+        sys.path.pop(0)
+    table = docs_tables.gpu_suite_rows(record)
+    assert table[0].startswith(f"tree {record['tree'][:12]}: 4 tests, 1 failed, 2 passed, 1 skipped; 2 call(s)")
+    assert "| tests/test_sample.py | 2 | 1 | 0 | 1 | 0 |" in table
+    assert any(line.startswith("| tests/test_sample.py::test_b_fails | 2 |") and "arithmetic is broken" in line for line in table)
+
+    (root / "src" / "code.py").write_text("X = 2\n")
+    third = runner(root, 60)
+    assert third.returncode == 2 and third.stderr.strip().count("\n") == 0
+    assert "the code changed, so start a new --name" in third.stderr
+
+
+def test_a_file_that_is_not_a_record_is_refused(tmp_path):
+    root = project(tmp_path)
+    (root / "results").mkdir()
+    (root / "results" / "suite.json").write_text('{"benchmark": "something else"}')
+    r = runner(root, 30)
+    assert r.returncode == 2 and "is not a GPU-suite record" in r.stderr
+    assert json.loads((root / "results" / "suite.json").read_text()) == {"benchmark": "something else"}  # left as it was
