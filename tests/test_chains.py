@@ -187,7 +187,8 @@ def test_constraints_of_the_new_families():
     assert [s["PROMOTE"] for s in g.seeds(p)][:3] == [1, 1, 2]  # the paired-step variant of the first seed
     n = NormRows()
     assert n.valid(dict(BLOCK=256, VEC=4, CACHE="smem"), load_problem("level1/layernorm"))
-    assert [c["CACHE"] for c in n.seeds(load_problem("level1/rmsnorm"))][:2] == ["smem", "global"]
+    seeds = n.seeds(load_problem("level1/rmsnorm"))  # half the block first, then the block cached and re-read
+    assert [c["CACHE"] for c in seeds][:3] == ["smem", "smem", "global"] and seeds[0]["BLOCK"] == max(128, seeds[1]["BLOCK"] // 2)
 
 
 @pytest.mark.parametrize("shape, full", [
