@@ -244,15 +244,24 @@ def conv_half_table(name: str) -> list[str]:
                       f"{d['with_an_ok_kernel']} files with an ok kernel, {d['faster_than_eager']} faster ({stamp(d)})"]
 
 
-def replay_table(name: str = "partition_replay") -> list[str]:
+def replay_table(name: str = "partition_replay", *later: str) -> list[str]:
+    """partition_replay.py's rows; a `later` run's rows (files replayed again after a change to what a
+    partition cuts) replace the first's, and the counts are of the rows shown."""
     d = load(name)
-    out = [f"{d['files']} files: the parts compute the forward on {d['same']}, differ on {d['differs']}, fail on "
-           f"{d['error']}; {d['not run']} not run (inputs too large for this CPU), {d['not cut']} not cut ({stamp(d)})", "",
-           *header("file", "ops", "parts", "kernel parts", "outcome", "max abs diff or why")]
-    for r in d["rows"]:
+    rows = {r["file"]: (r, "") for r in d["rows"]}
+    for run in later:
+        for r in load(run)["rows"]:
+            rows[r["file"]] = (r, run)
+    count = {k: sum(r["outcome"] == k for r, _ in rows.values()) for k in ("same", "differs", "error", "not run", "not cut")}
+    again = f"; rows of {', '.join(later)} replace the first run's" if later else ""
+    out = [f"{len(rows)} files: the parts compute the forward on {count['same']}, differ on {count['differs']}, fail on "
+           f"{count['error']}; {count['not run']} not run (inputs too large for this CPU), {count['not cut']} not cut "
+           f"({stamp(d)}{again})", "",
+           *header("file", "ops", "parts", "kernel parts", "outcome", "max abs diff or why", *(("run",) if later else ()))]
+    for r, run in rows.values():
         diff = f"{r['max_abs_diff']:.2g}" if r.get("max_abs_diff") is not None else (r.get("why") or "")[:110]
         out.append(row(r["file"], r.get("nodes", "-"), r.get("parts", "-"), r.get("kernel_parts", "-"), r["outcome"],
-                       diff.replace("|", "/")))
+                       diff.replace("|", "/"), *((run or name,) if later else ())))
     return out
 
 
