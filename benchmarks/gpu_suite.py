@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
             log = Path(tmp) / "outcomes.jsonl"
             wall, cut = run_tests(root, a.marker, todo, a.processes, a.limit_s, log)
             entries = read_log(log)
+        wanted = set(collected)
         for e in entries:
-            tests.setdefault(e.pop("test"), []).append({"call": call, **e})
+            test = e.pop("test")
+            # pytest-xdist's --dist loadgroup reports a grouped test as "id@group".
+            bare = re.sub(r"@[^@\[\]/:]+$", "", test)
+            tests.setdefault(bare if test not in wanted and bare in wanted else test, []).append({"call": call, **e})
         machine = {k: v for k, v in stamp().items() if k in ("date", "gpu", "torch")}
         calls.append({"call": call, **machine, "asked": len(todo), "reported": len(entries), "processes": a.processes,
                       "wall_s": round(wall, 1), "cut_at_limit": cut})

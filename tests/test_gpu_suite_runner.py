@@ -63,9 +63,9 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def runner(root: Path, limit_s: float) -> subprocess.CompletedProcess:
+def runner(root: Path, limit_s: float, processes: int = 0) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(RUNNER), "--name", "suite", "--root", str(root), "--results", str(root / "results"),
-                           "--marker", "sample and not other", "--processes", "0", "--limit-s", str(limit_s), "tests"],
+                           "--marker", "sample and not other", "--processes", str(processes), "--limit-s", str(limit_s), "tests"],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -117,3 +117,15 @@ def test_a_file_that_is_not_a_record_is_refused(tmp_path):
     r = runner(root, 30)
     assert r.returncode == 2 and "is not a GPU-suite record" in r.stderr
     assert json.loads((root / "results" / "suite.json").read_text()) == {"benchmark": "something else"}  # left as it was
+
+
+def test_tests_of_an_xdist_group_are_recorded_under_their_own_ids(tmp_path):
+    # Under --dist loadgroup pytest-xdist reports a grouped test as "id@group": the record keeps the id.
+    root = project(tmp_path)
+    (root / "pyproject.toml").write_text(PYPROJECT + 'addopts = "--dist loadgroup"\n')
+    (root / "tests" / "test_sample.py").write_text(
+        "import pytest\n\npytestmark = pytest.mark.sample\n\n\n@pytest.mark.xdist_group('g')\n"
+        "def test_grouped():\n    assert True\n\n\ndef test_alone():\n    assert True\n")
+    r = runner(root, 120, processes=2)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert outcomes(root) == {"test_grouped": [(1, "passed")], "test_alone": [(1, "passed")]}
