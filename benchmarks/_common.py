@@ -32,8 +32,9 @@ def spread(times_ms: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(times_ms), "p20_ms": q[0], "p80_ms": q[3]}
 
 
-def write_result(name: str, data: dict[str, Any]) -> Path:
-    """benchmarks/results/NAME.json, and a copy under $OUT when the device tool runs us."""
+def write_result(name: str, data: dict[str, Any], echo: bool = True) -> Path:
+    """benchmarks/results/NAME.json, and a copy under $OUT when the device tool runs us; printed too
+    unless `echo` is False."""
     data = {"benchmark": name, **stamp(), **data}
     text = json.dumps(data, indent=2, default=str)
     path = ROOT / "benchmarks" / "results" / f"{name}.json"
@@ -41,5 +42,6 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     path.write_text(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], f"{name}.json").write_text(text)
-    print(text)
+    if echo:
+        print(text)
     return path

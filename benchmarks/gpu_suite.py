@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     merged["counts"] = counts
     results.mkdir(parents=True, exist_ok=True)
     if results.resolve() == (ROOT / "benchmarks" / "results").resolve():
-        write_result(a.name, merged)
+        write_result(a.name, merged, echo=False)  # the summary line below says what a call did
     else:  # another project's record (the runner's own tests): written where asked, without the GPU stamp
         path.write_text(json.dumps({"benchmark": a.name, **merged}, indent=2))
     print(f"tree {tree[:12]}: {len(collected)} tests; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
