@@ -170,15 +170,16 @@ def _stop_cluster(temp_dir: str, timeout_s: float = 30.0) -> list[int]:
                     continue  # gone meanwhile
         return out
 
+    from cuforge.sandbox.driver.gpu_turn import wait_exited
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in members():
+        pids = members()
+        for pid in pids:
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
-        deadline = time.monotonic() + timeout_s / 2
-        while members() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_exited(set(pids), timeout_s / 2)
     return members()
 
 

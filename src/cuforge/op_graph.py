@@ -65,6 +65,23 @@ _SIZE1_IDENTITIES = frozenset({"sum", "mean", "amax", "amin", "max", "min", "log
 _BASE = re.compile(r"^((?:in|param|t|c)\d+)(.*)$")
 
 
+def rename_refs(x: Any, alias: dict[str, str]) -> Any:
+    """`x` (an op's argument, or a tuple of them) with each ref whose base name `alias` maps renamed,
+    its result index (".0") kept."""
+    if isinstance(x, tuple):
+        return tuple(rename_refs(v, alias) for v in x)
+    if is_ref(x):
+        base, dot, rest = x.partition(".")
+        if base in alias:
+            return alias[base] + dot + rest
+    return x
+
+
+def renamed_node(n: OpNode, alias: dict[str, str], op: str | None = None) -> OpNode:
+    """The node with its arguments' refs renamed (rename_refs), and its op replaced where `op` is given."""
+    return OpNode(op or n.op, rename_refs(n.args, alias), tuple((k, rename_refs(v, alias)) for k, v in n.kwargs), n.out, n.shape)
+
+
 def _renamed(x: Any, alias: dict[str, str]) -> Any:
     if isinstance(x, tuple):
         return tuple(_renamed(v, alias) for v in x)

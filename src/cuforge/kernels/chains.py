@@ -152,6 +152,11 @@ ELEMENTWISE = UNARY + BINARY + ("masked_fill", "triu", "tril")
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 
 
+# How a chain reads an operand of the output's own shape at row r, column c (a kernel that loads such
+# operands another way, as 16-byte vectors, finds them by it).
+ELEMENT_AT = "r * (long long)cols + c"
+
+
 def per_16_bytes(dtype: str) -> int:
     """Elements of `dtype` (fp32, fp16 or bf16) in 16 bytes: one vector load, or a TMA row's alignment."""
     return 4 if dtype == "float32" else 8
@@ -242,7 +247,7 @@ def compile_chain(problem: Problem, nodes: tuple[OpNode, ...], anchor_out: str, 
     kernel then includes cuda_fp16.h and cuda_bf16.h."""
     if channels:
         allow_rowsum = False
-    index = {"rc": "r * (long long)cols + c", "c": "c", "r": "r", "s": "0", "ch": f"(r % {full[1] if channels else 1})"}
+    index = {"rc": ELEMENT_AT, "c": "c", "r": "r", "s": "0", "ch": f"(r % {full[1] if channels else 1})"}
     kind = (lambda shape: channel_kind(shape, full)) if channels else (lambda shape: broadcast_kind(shape, full))
     if flat:
         if channels or bias:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import OpNode, is_ref, renamed_node
 from cuforge.problems.problem import Problem, TensorSpec
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchGraph, wrap_stages
 
@@ -186,17 +186,7 @@ def kernel_problem(problem: Problem, start: int, end: int, reads: list[str], mad
     if made not in dtypes:
         return f"makes {made} ({makers[made]}), whose dtype the trace does not tell"
 
-    def rename(x: Any) -> Any:
-        if isinstance(x, tuple):
-            return tuple(rename(v) for v in x)
-        if is_ref(x):
-            base, dot, rest = x.partition(".")
-            if base in alias:
-                return alias[base] + dot + rest
-        return x
-
-    nodes = tuple(OpNode(_out_of_place(n), rename(n.args), tuple((k, rename(v)) for k, v in n.kwargs), n.out, n.shape)
-                  for n in problem.graph[start:end])
+    nodes = tuple(renamed_node(n, alias, _out_of_place(n)) for n in problem.graph[start:end])
     out_shape = shapes[made]
     return replace(problem, id=f"{problem.id}#{start}-{end}", inputs=tuple(specs), graph=nodes, graph_outputs=(made,),
                    outputs=(TensorSpec(tuple(out_shape), dtypes[made]),),

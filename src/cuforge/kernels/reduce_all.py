@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
-from cuforge.kernels.chains import CTYPES, ELEMENTWISE, TO_FLOAT, Epilogue, compile_chain, literal, per_16_bytes
+from cuforge.kernels.chains import CTYPES, ELEMENT_AT, ELEMENTWISE, TO_FLOAT, Epilogue, compile_chain, literal, per_16_bytes
 from cuforge.kernels.leaves import LEAF_VIEWS, leaf_spec
 from cuforge.op_graph import OpNode, is_ref
 from cuforge.problems.problem import Problem
@@ -45,7 +45,7 @@ def _huber(problem: Problem, node: OpNode, full: tuple[int, ...], dtype: str) ->
     if reduction not in (1, 2) or is_ref(beta) or not isinstance(beta, (int, float)) or float(beta) <= 0:
         return "smooth_l1_loss without a mean or sum reduction and a positive constant beta"
     bt = literal(beta)
-    other = TO_FLOAT.get(dtype, "{}").format("e0[r * (long long)cols + c]")
+    other = TO_FLOAT.get(dtype, "{}").format(f"e0[{ELEMENT_AT}]")
     body = (f"const float d = v - {other};\nconst float ad = fabsf(d);\n"
             f"v = ad < {bt} ? 0.5f * d * d / {bt} : ad - 0.5f * {bt};")
     return Epilogue(body, ((b, "rc"),), ctype=CTYPES[dtype]), reduction == 1

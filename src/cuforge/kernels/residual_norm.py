@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cuforge.kernels.base import Family
-from cuforge.kernels.chains import CTYPES, ELEMENTWISE, Epilogue, compile_chain, literal, per_16_bytes
+from cuforge.kernels.chains import CTYPES, ELEMENT_AT, ELEMENTWISE, Epilogue, compile_chain, literal, per_16_bytes
 from cuforge.kernels.leaves import leaf_spec
 from cuforge.kernels.norms import FLOATS, NormMatch, match_norm
 from cuforge.kernels.registry import family
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import is_ref, renamed_node
 from cuforge.problems.problem import Problem, TensorSpec
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
@@ -23,7 +23,6 @@ from cuforge.sandbox.protocol.candidate import LaunchSpec
 # values): beyond that a row is left to norm_rows, which re-reads it.
 ROW_THREADS = (32, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 MAX_VALUES = 64
-ROW_INDEX = "r * (long long)cols + c"  # how a chain reads an operand of the output's shape
 
 
 @dataclass(frozen=True)
@@ -35,21 +34,12 @@ class ResidualNormMatch:
     sum_first: bool  # ... as the first output (the norm's second)
 
 
-def _renamed(x: Any, old: str, new: str) -> Any:
-    if isinstance(x, tuple):
-        return tuple(_renamed(v, old, new) for v in x)
-    if is_ref(x) and x.partition(".")[0] == old:
-        return new + x[len(old):]
-    return x
-
-
 def _norm_of(problem: Problem, k: int) -> tuple[NormMatch, str] | str:
     """The norm over graph[k:], reading graph[k - 1]'s value as a new input; (match, that value's ref)."""
     made = problem.graph[k - 1]
     dtype = problem.outputs[0].dtype
     leaf = f"in{len(problem.inputs)}"
-    rest = tuple(OpNode(n.op, _renamed(n.args, made.out, leaf), tuple((key, _renamed(v, made.out, leaf)) for key, v in n.kwargs),
-                        n.out, n.shape) for n in problem.graph[k:])
+    rest = tuple(renamed_node(n, {made.out: leaf}) for n in problem.graph[k:])
     outs = tuple(o for o in problem.graph_outputs if o != made.out)
     if len(outs) != 1 or not rest or outs[0] != rest[-1].out:
         return "the forward does not return the norm (and at most the value it normalises)"
@@ -173,7 +163,7 @@ class ResidualNorm(Family):
         rc = [i for i, (_, how) in enumerate(pro.tensors) if how == "rc"]
         body = pro.body
         for i in rc:
-            body = body.replace(f"{pro.prefix}{i}[{ROW_INDEX}]", f"pv{i}[e]")
+            body = body.replace(f"{pro.prefix}{i}[{ELEMENT_AT}]", f"pv{i}[e]")
         n = m.norm
         return {"VECTORS": _vectors(m), "KIND": n.kind, "HAS_W": n.weight is not None, "HAS_B": n.bias is not None, "EPS": literal(n.eps),
                 "EPI": n.epilogue, "PRO": pro, "PRO_BODY": body, "RC": rc,

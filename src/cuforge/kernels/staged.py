@@ -11,7 +11,7 @@ from dataclasses import dataclass, make_dataclass, replace
 from typing import Any
 
 from cuforge.kernels.base import PY_CONFIG_TAG, BadConfig, Family, GraphFamily, as_stage
-from cuforge.op_graph import OpNode, is_ref
+from cuforge.op_graph import OpNode, is_ref, rename_refs, renamed_node
 from cuforge.problems.problem import Problem, TensorSpec
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
 
@@ -26,16 +26,6 @@ class Cut:
     head: Problem
     tail: Problem
     tail_inputs: tuple[int, ...]
-
-
-def _rename(x: Any, alias: dict[str, str]) -> Any:
-    if isinstance(x, tuple):
-        return tuple(_rename(v, alias) for v in x)
-    if is_ref(x):
-        base, dot, rest = x.partition(".")
-        if base in alias:
-            return alias[base] + dot + rest
-    return x
 
 
 def cut_at(problem: Problem, k: int) -> Cut | str:
@@ -63,10 +53,9 @@ def cut_at(problem: Problem, k: int) -> Cut | str:
     dtype = "float32"
     inputs = sorted(int(r[2:]) for r in used if r.startswith("in"))
     alias = {cut.out: "in0", **{f"in{i}": f"in{j + 1}" for j, i in enumerate(inputs)}}
-    tail_graph = tuple(OpNode(n.op, _rename(n.args, alias), tuple((key, _rename(v, alias)) for key, v in n.kwargs), n.out, n.shape)
-                       for n in tail_nodes)
+    tail_graph = tuple(renamed_node(n, alias) for n in tail_nodes)
     tail = replace(problem, id=problem.id + "#tail", inputs=(TensorSpec(tuple(cut.shape), dtype),) + tuple(problem.inputs[i] for i in inputs),
-                   graph=tail_graph, graph_outputs=tuple(_rename(o, alias) for o in problem.graph_outputs),
+                   graph=tail_graph, graph_outputs=tuple(rename_refs(o, alias) for o in problem.graph_outputs),
                    ops=tuple(n.op for n in tail_graph if n.op not in _VIEWS))
     head = replace(problem, id=problem.id + "#head", graph=graph[:k], graph_outputs=(cut.out,),
                    outputs=(TensorSpec(tuple(cut.shape), dtype),), ops=tuple(n.op for n in graph[:k] if n.op not in _VIEWS))
