@@ -49,11 +49,14 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sup():
-    """One GPU evaluation worker per test module (the GPU tests' shared fixture). Under pytest-xdist on a
-    machine of several GPUs, test process gwN evaluates on GPU N mod their count: evaluations on one GPU
-    take turns (gpu_turn), so spreading the processes over the GPUs is what makes them run at once."""
+    """One GPU evaluation worker per test process (the GPU tests' shared fixture): a worker's start and
+    self-test hold the GPU's turn, so one for each module that a process runs a test of costs the
+    whole suite minutes of one GPU. A test that breaks the worker gets a fresh one from the supervisor,
+    as a run would. Under pytest-xdist on a machine of several GPUs, test process gwN evaluates on GPU
+    N mod their count: evaluations on one GPU take turns (gpu_turn), so spreading the processes over
+    the GPUs is what makes them run at once."""
     import torch
 
     from cuforge.sandbox.driver.supervisor import Supervisor

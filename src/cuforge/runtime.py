@@ -29,6 +29,10 @@ from cuforge.tma import LaunchError, TensorMap, function_handle, launch_through_
 _LOCK = threading.Lock()
 _MEMORY_CACHE: dict[str, bytes] = {}
 _LOADED: dict[str, Any] = {}  # cache key -> cuda.core ObjectCode
+# Cubins compiled ahead in another process and handed to this one (seed_cubin), and those of them a
+# compile has since found: how an evaluation tells that its kernels came built.
+_SEEDED: set[str] = set()
+_SEEDED_FOUND: set[str] = set()
 _STREAMS: dict[int, Any] = {}
 # Every kernel launched through this runtime in this process, for profiles: name -> KernelRecord.
 LAUNCHED: dict[str, KernelRecord] = {}
@@ -92,6 +96,11 @@ def current_arch() -> str:
     import torch
 
     major, minor = torch.cuda.get_device_capability()
+    return sm_arch(major, minor)
+
+
+def sm_arch(major: int, minor: int) -> str:
+    """The arch a GPU of compute capability major.minor compiles for: sm_XY, sm_90a on Hopper."""
     return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
 
@@ -171,6 +180,8 @@ def compile_to_cubin(
     key = _cache_key(source, options, arch, name_expressions)
     with _LOCK:
         if key in _MEMORY_CACHE:
+            if key in _SEEDED:
+                _SEEDED_FOUND.add(key)
             return _MEMORY_CACHE[key], _read_mapping(key), CompileStats(time.perf_counter() - t0, "memory")
     path = cubin_cache_dir() / f"{key}.cubin"
     if path.exists():
@@ -218,6 +229,29 @@ def _with_extra(opts: Any, extra: tuple[str, ...]) -> Any:
         else:
             raise CompileError(f"unsupported compile option {flag!r}", [], "")
     return opts
+
+
+def cubin_key(source: str, options: tuple[str, ...] | list[str], arch: str,
+              name_expressions: tuple[str, ...] | list[str] = ()) -> str:
+    """The cache key compile_cuda files this compilation under."""
+    return _cache_key(source, tuple(options), arch, tuple(name_expressions))
+
+
+def seed_cubin(key: str, data: bytes, mapping: dict[str, str]) -> None:
+    """Put a cubin compiled elsewhere (a compile-only worker, for this process's next candidate) in
+    the cache under its key: the compile that asks for that key loads it instead of running NVRTC."""
+    _store(key, cubin_cache_dir() / f"{key}.cubin", data, mapping)
+    with _LOCK:
+        _SEEDED.add(key)
+
+
+def take_seeded_found() -> int:
+    """How many seeded cubins a compile has found since the last call (and forget them)."""
+    with _LOCK:
+        n = len(_SEEDED_FOUND)
+        _SEEDED.difference_update(_SEEDED_FOUND)
+        _SEEDED_FOUND.clear()
+    return n
 
 
 def _mapping_path(key: str) -> Path:

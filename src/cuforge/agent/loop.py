@@ -30,6 +30,7 @@ from cuforge.rewards import Outcome, get_reward
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.protocol.prebuilt import builds_ahead
+from cuforge.sandbox.protocol.prebuilt_cubins import kernel_sources
 
 # How far repeated duplicates push the sampling temperature up (per duplicate in a row), and the cap.
 DUPLICATE_TEMPERATURE_STEP = 0.25
@@ -411,8 +412,9 @@ class Search:
                         parent: Member | None, island: int, generation: int) -> None:
         future: asyncio.Future[Evaluation] = asyncio.get_running_loop().create_future()
         prebuilt = None
-        if self.build_ahead is not None and builds_ahead(cand):
-            # Built on the CPU before it queues for a GPU (not yet started: a resume builds it again).
+        if self.build_ahead is not None and (builds_ahead(cand) or kernel_sources(cand)):
+            # Built on the CPU before it queues for a GPU (not yet started: a resume builds it again);
+            # the executor says None where its GPU's supervisor builds it instead.
             prebuilt = await asyncio.to_thread(self.build_ahead, st.problem, cand, eval_config(self.cfg, st.problem))
         await queue.put((st.problem, cand, future, cid, prebuilt))
         try:

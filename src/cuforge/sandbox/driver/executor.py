@@ -20,6 +20,7 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.protocol.prebuilt import builds_ahead
+from cuforge.sandbox.protocol.prebuilt_cubins import kernel_sources
 from cuforge.sandbox.driver.supervisor import Supervisor
 
 EXECUTORS = ("local", "ray")
@@ -115,8 +116,9 @@ class LocalExecutor:
                                                       isolate_network=isolate_network, judge=judge) for g in gpus]
         self.pool = SlotPool(self.supervisors)
         self.slots = len(self.supervisors)
-        # Compile-only workers (one candidate each) where module candidates' extensions build on the
-        # CPU while the GPUs time others; the search calls build_ahead before it queues a candidate.
+        # Compile-only workers where module candidates' extensions (one candidate a worker) and template
+        # kernels' cubins build on the CPU while the GPUs time others; the search calls build_ahead
+        # before it queues a candidate.
         self.builder_count = 0 if cpu_mode or compile_only else build_ahead_workers()
         self.builders: SlotPool | None = None
         self._builders_lock = threading.Lock()
@@ -128,10 +130,16 @@ class LocalExecutor:
         return self.pool.run(lambda sup: tag_device(sup.evaluate(problem, candidate, config, prebuilt), sup.gpu, "local"))
 
     def build_ahead(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> dict[str, str] | None:
-        """A module candidate's extensions, built before it waits for a GPU: {} where nothing was built;
-        None where the GPU's own supervisor is left to do it (no GPU worker has said its architecture
-        yet, or the GPUs differ in it)."""
-        if not self.builder_count or not builds_ahead(candidate):
+        """What a candidate builds as it is imported, built before it waits for a GPU: a module's
+        load_inline extensions, or (for the in-process judge) its template kernels' cubins
+        (protocol/prebuilt_cubins.py); {} where nothing was built; None where the GPU's own supervisor
+        is left to do it (nothing to build ahead, no GPU worker has said its architecture yet, or the
+        GPUs differ in it)."""
+        if not self.builder_count:
+            return None
+        extensions = builds_ahead(candidate)
+        kernels = [] if extensions or self.supervisors[0].judge != "inprocess" else kernel_sources(candidate)
+        if not extensions and not kernels:
             return None
         archs = {s.arch() for s in self.supervisors}
         if len(archs) != 1 or None in archs:
@@ -140,6 +148,8 @@ class LocalExecutor:
             if self.builders is None:
                 arch = str(next(iter(archs)))
                 self.builders = SlotPool([self.supervisors[0].new_builder(arch) for _ in range(self.builder_count)])
+        if kernels:  # a builder's worker that ran a module candidate's import has ended: this one ran none
+            return self.builders.run(lambda builder: builder.compile_kernels(kernels, config.timeout_s))
         return self.builders.run(lambda builder: builder.build_ahead(problem, candidate, config))
 
     def close(self) -> None:

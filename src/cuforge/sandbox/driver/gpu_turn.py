@@ -97,6 +97,27 @@ def gpu_turn(gpu_id: str, give_up: Callable[[], bool] | None = None, poll_s: flo
         os.close(fd)  # closing the only descriptor releases the lock
 
 
+def turn_busy(gpu_id: str) -> bool:
+    """Whether another process holds this GPU's turn or waits for it now (False where the lock files
+    cannot be made): work that needs no GPU is worth doing before taking a turn that is not free."""
+    try:
+        fd = _open(turn_path(gpu_id))
+        wait_fd = _open(turn_path(gpu_id).with_suffix(".waiting"))
+    except OSError:
+        return False
+    try:
+        if _others_waiting(wait_fd):
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+    finally:
+        os.close(wait_fd)
+        os.close(fd)  # releases the lock if it was taken here
+
+
 def _live_processes() -> dict[int, int]:
     """pid -> parent pid of every process that has not exited, from /proc. A zombie has closed its
     files, and its GPU context with them, so it does not count."""

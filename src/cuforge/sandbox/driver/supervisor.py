@@ -26,7 +26,8 @@ from cuforge.sandbox.protocol import trusted_cache
 from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.protocol.prebuilt import builds_ahead
-from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, process_tree, wait_exited
+from cuforge.sandbox.protocol.prebuilt_cubins import KernelSource, kernel_sources
+from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, process_tree, turn_busy, wait_exited
 from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
 from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
 from cuforge.sandbox.protocol.judges import requested_judge
@@ -107,9 +108,12 @@ class Supervisor:
 
     def __init__(self, gpu: int | str | None = 0, cpu_mode: bool = False, isolate_network: bool = True,
                  limits: Limits | None = None, extra_env: dict[str, str] | None = None, compile_only: bool = False,
-                 unsafe_no_jail: bool | None = None, jail: JailPlan | None = None, judge: str | None = None) -> None:
+                 unsafe_no_jail: bool | None = None, jail: JailPlan | None = None, judge: str | None = None,
+                 target_arch: str | None = None) -> None:
+        """target_arch: what a compile-only worker compiles for (sm_90a); None: CUFORGE_ARCH, else sm_90a."""
         self.gpu, self.cpu_mode, self.isolate_network = gpu, cpu_mode or compile_only, isolate_network
         self.compile_only = compile_only
+        self.target_arch = target_arch
         self.unsafe_no_jail = unconfined_allowed() if unsafe_no_jail is None else unsafe_no_jail
         self._jail = jail
         # Workers without CUDA also get a hard address-space limit: a runaway candidate fails its own
@@ -128,6 +132,9 @@ class Supervisor:
         # A GPU supervisor's compile-only worker, where a candidate's extensions are built before its
         # evaluation takes the GPU's turn (protocol/prebuilt.py); a fresh one for every candidate.
         self.builder: Supervisor | None = None
+        # Its compile-only worker for template kernels' cubins (protocol/prebuilt_cubins.py): it runs no
+        # candidate code, so one serves every candidate.
+        self.kernel_builder: Supervisor | None = None
         self.prebuilt: dict[str, str] = {}  # what the last compile-only evaluation handed back
         self.workdir: Path | None = None
         self.in_turn = False  # this supervisor holds the GPU's turn (a worker started in it needs no other)
@@ -164,7 +171,7 @@ class Supervisor:
         if self.cpu_mode:
             args.append("--cpu")
         if self.compile_only:
-            args += ["--compile-only", "--arch", os.environ.get("CUFORGE_ARCH") or "sm_90a"]  # the user's target
+            args += ["--compile-only", "--arch", self.target_arch or os.environ.get("CUFORGE_ARCH") or "sm_90a"]
         shared = _cache_dir()
         if jail.kind == NAMESPACES:
             args += ["--jailed", NAMESPACES]
@@ -315,8 +322,9 @@ class Supervisor:
         start in progress; a new worker's start ends its predecessor with by_user=False."""
         # Another thread may close it meanwhile (a stopping run, while this one starts the worker): each
         # close takes what it ends under the lock, so the worker is ended once.
-        if self.builder is not None:
-            self.builder.close(by_user)
+        for builder in (self.builder, self.kernel_builder):
+            if builder is not None:
+                builder.close(by_user)
         with self._closing:
             self.closes += by_user
             proc, self.proc = self.proc, None
@@ -413,7 +421,7 @@ class Supervisor:
         it meanwhile); the time waited for the turn counts toward no limit. A module candidate's
         extensions are built before the turn (`prebuilt`: already built by the caller's builders)."""
         if self.cpu_mode:
-            return self._evaluate_in_worker(problem, candidate, config)
+            return self._evaluate_in_worker(problem, candidate, config, prebuilt)
         closes = self.closes
         t0 = time.monotonic()
         if not self.alive():
@@ -442,26 +450,57 @@ class Supervisor:
         return ev
 
     def _prebuild(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> dict[str, str]:
-        """The extensions a module candidate builds as it is imported, built now in a compile-only worker
-        while other evaluations have the GPU; {} where there are none or they could not be built there.
-        Only once the GPU worker has said which architecture to build for."""
+        """What the candidate builds as it is imported, built now in a compile-only worker while other
+        evaluations have the GPU: a module's load_inline extensions, or (for the in-process judge, when
+        another evaluation holds or awaits the GPU's turn) its template kernels' cubins; {} where there
+        are none or they could not be built there. Only once the GPU worker has said its architecture."""
         arch = self.arch()
-        if self.compile_only or not arch or not builds_ahead(candidate):
+        if self.compile_only or not arch:
             return {}
-        if self.builder is None:
-            self.builder = self.new_builder(arch)
-        return self.builder.build_ahead(problem, candidate, config)
+        if builds_ahead(candidate):
+            if self.builder is None:
+                self.builder = self.new_builder(arch)
+            return self.builder.build_ahead(problem, candidate, config)
+        if self.judge != "inprocess" or not turn_busy(physical_gpu(self.gpu)):
+            return {}  # an idle GPU: compiling in the turn costs no one a wait
+        kernels = kernel_sources(candidate)
+        if not kernels:
+            return {}
+        if self.kernel_builder is None:
+            self.kernel_builder = self.new_builder(arch)
+        return self.kernel_builder.compile_kernels(kernels, config.timeout_s)
 
     def arch(self) -> str | None:
         """The GPU's compute capability ("9.0"), once a worker has said it."""
         return self.info.get("compute_capability") or self.ready_arch
 
     def new_builder(self, arch: str) -> Supervisor:
-        """A compile-only supervisor in this one's jail, building for the GPU architecture `arch`."""
+        """A compile-only supervisor in this one's jail, building for the GPU architecture `arch` ("9.0")."""
+        from cuforge.runtime import sm_arch
+
         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch  # what the GPU worker's torch would use
+        major, _, minor = arch.partition(".")
         return Supervisor(compile_only=True, judge="inprocess", jail=self._jail, unsafe_no_jail=self.unsafe_no_jail,
-                          isolate_network=self.isolate_network,
+                          isolate_network=self.isolate_network, target_arch=sm_arch(int(major), int(minor or 0)),
                           extra_env={**self.extra_env, "TORCH_CUDA_ARCH_LIST": arch_list})
+
+    def compile_kernels(self, kernels: list[KernelSource], timeout_s: float) -> dict[str, str]:
+        """(A compile-only supervisor's job.) The kernels' cubins, compiled by NVRTC in this worker,
+        which stays up for the next candidate's (it runs no candidate code); {} where the worker
+        could not start, did not answer within `timeout_s` (then ended) or compiled none."""
+        try:
+            if not self.alive():
+                self.start()
+            assert self.proc is not None and self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"op": "compile", "kernels": [k.to_wire() for k in kernels]}) + "\n")
+            self.proc.stdin.flush()
+            reply = self._read(timeout_s)
+        except (WorkerStartError, BrokenPipeError, OSError):
+            reply = None
+        if not reply or reply.get("op") != "compiled" or not isinstance(reply.get("prebuilt"), dict):
+            self.close(by_user=False)
+            return {}
+        return {str(k): str(v) for k, v in reply["prebuilt"].items()}
 
     def build_ahead(self, problem: Problem, candidate: Candidate, config: EvalConfig) -> dict[str, str]:
         """(A compile-only supervisor's job.) Import the candidate in a fresh worker and return the

@@ -54,6 +54,8 @@ class InWorkerRunner:
         self.check_rules()
         if extensions.used:
             ctx.correctness["prebuilt_extensions"] = len(extensions.used)
+        if extensions.cubins:
+            ctx.correctness["prebuilt_cubins"] = extensions.cubins
         if record:  # handed to the supervisor beside the evaluation (worker.py), never stored with it
             ctx.correctness["prebuilt"] = pack(extensions.built)
         if ctx.config.compile_only:

@@ -283,6 +283,12 @@ def main(argv: list[str] | None = None) -> None:
         if req.get("op") == "ping":
             proto.write(json.dumps({"op": "pong"}) + "\n")
             continue
+        if req.get("op") == "compile" and "--compile-only" in argv:
+            from cuforge.sandbox.protocol.prebuilt_cubins import compile_kernels
+
+            proto.write(json.dumps({"op": "compiled", **compile_kernels(list(req.get("kernels") or []))}) + "\n")
+            proto.flush()
+            continue
         if req.get("op") == "probe":
             from cuforge.sandbox.judge.jail_probe import probe
 

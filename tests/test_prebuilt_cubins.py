@@ -1,0 +1,146 @@
+"""Template kernels compiled ahead (sandbox/protocol/prebuilt_cubins.py): the kernels a format-B or
+staged module compiles are read from its source, never run; a compile-only worker compiles them with
+NVRTC and stays up for the next candidate; an evaluation handed the cubins finds them under the keys its
+own compiles ask for; a GPU supervisor compiles ahead only while another process has or awaits the
+GPU's turn, and only for the in-process judge; the search's executor compiles ahead of the queue."""
+
+import base64
+import json
+import uuid
+
+import pytest
+
+from cuforge import runtime
+from cuforge.kernels.families import families_for
+from cuforge.sandbox.driver.executor import LocalExecutor
+from cuforge.sandbox.driver.gpu_turn import gpu_turn, turn_busy
+from cuforge.sandbox.driver.supervisor import Supervisor
+from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from cuforge.sandbox.protocol.prebuilt_cubins import CUBIN, KernelSource, kernel_sources, seed_cubins
+from template_helpers import problem_from_expr
+from turn_helpers import CpuWorkerTakingTurns, hold, wait_until
+
+CFG = EvalConfig(device="cpu", trials=2, min_samples=5, max_samples=10, timeout_s=120)
+SCALE = r"""extern "C" __global__ void scale(const float* x, float* y, long long n, float s) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * s;
+}
+"""
+SPEC = LaunchSpec(entry="scale", grid="(cdiv(in0.numel(), 256),)", block="(256,)",
+                  args=("in0", "out0", "in0.numel()", "2.0"), outputs=(("in0.shape", "float32"),),
+                  options=("-DSCALE_TEST=1",))
+
+
+@pytest.fixture(scope="module")
+def relu(tmp_path_factory):
+    """torch.relu over a 64 x 64 input, and the template library's first kernel for it."""
+    problem = problem_from_expr(tmp_path_factory.mktemp("relu"), "torch.relu(a)", "torch.randn(64, 64)", args="a")
+    fam = families_for(problem)[0][0]
+    return problem, fam.render(fam.seeds(problem)[0], problem)
+
+
+def test_the_kernels_a_module_compiles_are_read_from_its_source(relu):
+    _, templated = relu
+    (k,) = kernel_sources(templated)
+    assert k == KernelSource(templated.source, templated.launch.options, templated.launch.name_expressions)
+    single = Candidate(SCALE, "kernel", SPEC)
+    assert kernel_sources(single) == [KernelSource(SCALE, ("-DSCALE_TEST=1",))]
+    other = SCALE.replace("* s", "+ s")
+    staged = Candidate(wrap_stages([(SCALE, SPEC), (other, SPEC)], [None, [("stage", 0)]]))
+    assert [k.source for k in kernel_sources(staged)] == [SCALE, other]
+    # A module written otherwise names none: it compiles (or builds) its own, in its evaluation.
+    assert kernel_sources(Candidate("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")) == []
+    assert kernel_sources(Candidate("src = make()\n_Stage(src, (), (), 'k')\n")) == []  # not literals
+    assert kernel_sources(Candidate("_Stage('x', (), (), 'k'\n")) == []  # not Python
+
+
+def test_a_compile_only_worker_compiles_them_and_an_evaluation_finds_them(relu):
+    problem, templated = relu
+    builder = Supervisor(compile_only=True, target_arch="sm_90a")
+    sup = Supervisor(compile_only=True)
+    try:
+        bad = KernelSource("extern \"C\" __global__ void k() { undefined_name(); }")
+        packed = builder.compile_kernels([*kernel_sources(templated), bad], 120)
+        # The one that compiles, under the key its evaluation's compile asks for; the other is left
+        # to its evaluation, which reports NVRTC's diagnostics.
+        key = runtime.cubin_key(templated.source, templated.launch.options, "sm_90a", templated.launch.name_expressions)
+        assert list(packed) == [CUBIN + key]
+        assert base64.b64decode(json.loads(packed[CUBIN + key])["cubin"])[:4] == b"\x7fELF"
+        proc = builder.proc
+        packed2 = builder.compile_kernels(kernel_sources(Candidate(SCALE, "kernel", SPEC)), 120)
+        assert len(packed2) == 1 and builder.proc is proc and builder.spawns == 1  # one worker for many candidates
+
+        ev = sup.evaluate(problem, templated, replace_cfg(), packed)
+        assert ev.status == "compiled" and ev.correctness.get("prebuilt_cubins") == 1, (ev.status, ev.message)
+        # Without them nothing counts as built ahead; entries with a key that is no cache key, or no cubin, are not seeded.
+        ev = sup.evaluate(problem, templated, replace_cfg(), {})
+        assert ev.status == "compiled" and "prebuilt_cubins" not in ev.correctness
+        forged = {CUBIN + "../../escape": packed[CUBIN + key], CUBIN + "0" * 64: "not json"}
+        assert seed_cubins(forged) == 0
+    finally:
+        builder.close()
+        sup.close()
+
+
+def replace_cfg() -> EvalConfig:
+    import dataclasses
+
+    return dataclasses.replace(CFG, compile_only=True)
+
+
+def test_the_gpu_turn_says_when_it_is_busy():
+    gpu = f"test-{uuid.uuid4().hex}"
+    assert not turn_busy(gpu)
+    with gpu_turn(gpu):
+        assert turn_busy(gpu)
+    assert not turn_busy(gpu)
+    holder = hold(gpu, 60)
+    try:
+        assert turn_busy(gpu)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert wait_until(lambda: not turn_busy(gpu), 10)
+
+
+def test_a_gpu_supervisor_compiles_ahead_only_while_the_gpu_is_busy(relu):
+    problem, templated = relu
+    gpu = f"test-{uuid.uuid4().hex}"
+    sup = CpuWorkerTakingTurns(gpu=gpu, judge="inprocess")
+    split = CpuWorkerTakingTurns(gpu=gpu, judge="split")
+    holder = None
+    try:
+        sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
+        split.info = {**sup.info, "judge": "split"}
+        assert sup._prebuild(problem, templated, CFG) == {} and sup.kernel_builder is None  # an idle GPU
+        holder = hold(gpu, 120)
+        packed = sup._prebuild(problem, templated, CFG)
+        assert [k.startswith(CUBIN) for k in packed] == [True]
+        assert sup.kernel_builder.spawns == 1 and sup.kernel_builder.alive()  # kept for the next candidate
+        assert split._prebuild(problem, templated, CFG) == {} and split.kernel_builder is None  # hosts compile their own
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        sup.close()
+        split.close()
+    assert sup.kernel_builder.proc is None  # ended with its GPU supervisor
+
+
+def test_the_search_executor_compiles_a_template_kernel_ahead_of_the_queue(relu):
+    problem, templated = relu
+    gpu = f"test-{uuid.uuid4().hex}"
+    sup = CpuWorkerTakingTurns(gpu=gpu, judge="inprocess")
+    executor = LocalExecutor([gpu], supervisors=[sup])
+    executor.builder_count = 1
+    try:
+        assert executor.build_ahead(problem, templated, CFG) is None  # no GPU worker has named its architecture
+        sup.info = {**sup.start(), "compute_capability": "9.0"}
+        packed = executor.build_ahead(problem, templated, CFG)
+        assert [k.startswith(CUBIN) for k in packed] == [True]
+        assert all(b.alive() for b in executor.builders.all)
+        plain = Candidate("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+        assert executor.build_ahead(problem, plain, CFG) is None  # nothing to build
+    finally:
+        executor.close()
