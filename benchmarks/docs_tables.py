@@ -19,6 +19,7 @@ kernelbench_search_summary.py.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -74,6 +75,23 @@ def throughput_table(*names: str) -> list[str]:
         out.append(row(d.get("judge", "inprocess"), d["evaluations"], "yes" if d["all_ok"] else "no",
                        f"{d['evals_per_gpu_minute']:.0f}", f"{d['median_eval_s']:.3f}", stamp(d), f"`{name}.json`"))
     return out
+
+
+def compile_ahead_table(name: str = "compile_ahead") -> list[str]:
+    """compile_ahead.py: a template search's evaluation rate with its kernels compiled ahead of the GPU's
+    turn and in it, problem by problem, side by side in one run."""
+    d = load(name)
+    out = header("problem", "family", "configs", "compiled in the turn: evaluations/min (s loading in the turn)",
+                 "compiled ahead: evaluations/min (cubins used)", "ahead / in the turn", "all ok")
+    ratios = []
+    for r in d["rows"]:
+        a, t = r["ahead"], r["in_turn"]
+        ratios.append(r["speedup"])
+        out.append(row(f"`{r['problem']}`", r["family"], r["configs"], f"{t['evals_per_min']:.0f} ({t['load_s']:.1f})",
+                       f"{a['evals_per_min']:.0f} ({a['prebuilt_cubins']})", f"{r['speedup']:.2f}x",
+                       "yes" if a["statuses"] == t["statuses"] == ["ok"] else "no"))
+    geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else float("nan")
+    return out + ["", f"Geomean {geo:.2f}x; {d['inflight']} candidates in flight ({stamp(d)}; `{name}.json`)"]
 
 
 def repeatability_table(name: str = "repeatability") -> list[str]:
@@ -306,7 +324,7 @@ def attention_table(name: str) -> list[str]:
 
 TABLES: dict[str, Callable[..., list[str]]] = {
     "compile": compile_table, "throughput": throughput_table, "repeatability": repeatability_table,
-    "jail": jail_table, "hgemm": hgemm_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
+    "jail": jail_table, "hgemm": hgemm_table, "compile_ahead": compile_ahead_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
     "gpu_suite": gpu_suite_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
     "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
