@@ -144,3 +144,62 @@ def test_the_search_executor_compiles_a_template_kernel_ahead_of_the_queue(relu)
         assert executor.build_ahead(problem, plain, CFG) is None  # nothing to build
     finally:
         executor.close()
+
+
+class CompilingWorkerTakingTurns(CpuWorkerTakingTurns):
+    """A GPU supervisor whose worker compiles for sm_90a without a GPU: its imports of format-B
+    kernels compile (where a CPU worker cannot ask a GPU its architecture), and then fail to launch."""
+
+    def _command(self):  # noqa: ANN202
+        args, env = super()._command()
+        return [*args, "--compile-only", "--arch", "sm_90a"], env
+
+
+def test_a_template_search_compiles_its_kernels_ahead_of_the_gpu_queue(tmp_path, suite_dir):
+    # The template search's candidates (format-B kernels, judged in process) go through the executor's
+    # builders before they queue for the GPU; the evaluation is handed their cubins.
+    import dataclasses
+    import json
+
+    from cuforge.agent.config import ProposerSpec, RunConfig
+    from cuforge.agent.run import execute, prepare
+    from cuforge.results.store import Store
+
+    cfg = RunConfig(suite=str(suite_dir), proposers=[ProposerSpec("template")], islands=1, generations=3,
+                    concurrency=2, device="cpu", gpus="1")
+    prep = prepare(cfg)
+    prep.executor.close()
+    gpu = f"test-{uuid.uuid4().hex}"
+    sup = CompilingWorkerTakingTurns(gpu=gpu, judge="inprocess")
+    sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
+    executor = LocalExecutor([gpu], supervisors=[sup])
+    executor.builder_count = 1
+    store = Store(tmp_path / "r.db")
+    try:
+        execute(dataclasses.replace(prep, executor=executor), store, None, False)
+        rows = store.conn.execute("SELECT status, correctness, message FROM evaluations").fetchall()
+        assert rows
+        # On this machine (no GPU) the kernels cannot run, but each evaluation's import found them built.
+        assert {status for status, _, _ in rows} == {"runtime_error"}, rows
+        assert all(json.loads(c).get("prebuilt_cubins", 0) >= 1 for _, c, _ in rows), rows
+        (builder,) = executor.builders.all
+        assert len(rows) >= 2 and builder.spawns == 1  # one compile-only worker for every candidate
+    finally:
+        executor.close()
+
+
+class WorkerThatCannotStart(Supervisor):
+    def _command(self):  # noqa: ANN202
+        args, env = super()._command()
+        return [*args[:args.index("-m") + 1], "cuforge.no_such_module", *args[args.index("-m") + 2:]], env
+
+
+def test_a_compile_only_worker_that_cannot_start_is_not_started_again(relu):
+    _, templated = relu
+    builder = WorkerThatCannotStart(compile_only=True, target_arch="sm_90a")
+    try:
+        assert builder.compile_kernels(kernel_sources(templated), 60) == {}
+        assert builder.compile_kernels(kernel_sources(templated), 60) == {}  # its candidates compile in the turn
+        assert builder.spawns == 1 and builder.start_failed
+    finally:
+        builder.close()

@@ -28,6 +28,7 @@ from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.protocol.prebuilt import builds_ahead
 from cuforge.sandbox.protocol.prebuilt_cubins import KernelSource, kernel_sources
 from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, process_tree, turn_busy, wait_exited
+from cuforge.sandbox.driver.worker_process import describe_exit, rss_bytes
 from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
 from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
 from cuforge.sandbox.protocol.judges import requested_judge
@@ -71,38 +72,6 @@ def physical_gpu(gpu: int | str | None) -> str:
     return visible[index] if index < len(visible) else str(index)
 
 
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its descendants."""
-    total = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                stack += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-def _describe_exit(code: int | None, jailed: bool = False) -> str:
-    if code is None:
-        return "still running"
-    if jailed and 128 < code < 128 + 65:
-        code = 128 - code  # bubblewrap exits with 128 + the signal that killed the worker
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 class Supervisor:
     """One worker, pinned to one GPU (or the CPU test mode), respawned as needed."""
 
@@ -135,6 +104,7 @@ class Supervisor:
         # Its compile-only worker for template kernels' cubins (protocol/prebuilt_cubins.py): it runs no
         # candidate code, so one serves every candidate.
         self.kernel_builder: Supervisor | None = None
+        self.start_failed = False  # a compile-only worker that could not start is not started again
         self.prebuilt: dict[str, str] = {}  # what the last compile-only evaluation handed back
         self.workdir: Path | None = None
         self.in_turn = False  # this supervisor holds the GPU's turn (a worker started in it needs no other)
@@ -268,7 +238,7 @@ class Supervisor:
         elif reply.get("op") == "eof" and self.proc is not proc:
             why = "it was shut down while it started (the run is stopping)"
         elif reply.get("op") == "eof":
-            why = f"it exited before its {expected} ({_describe_exit(proc.wait(), self.jail.confined)})"
+            why = f"it exited before its {expected} ({describe_exit(proc.wait(), self.jail.confined)})"
         else:
             why = reply.get("error") or f"an unexpected reply {str(reply)[:200]} where its {expected} was due"
         tail = self.log_tail()
@@ -396,8 +366,8 @@ class Supervisor:
                         return json.loads(line)
                 except (OSError, ValueError):  # its pipe closed under us by close()
                     return {"op": "eof"}
-                if max_rss and _rss_bytes(proc.pid) > max_rss:
-                    raise MemoryError(_rss_bytes(proc.pid))
+                if max_rss and rss_bytes(proc.pid) > max_rss:
+                    raise MemoryError(rss_bytes(proc.pid))
         finally:
             sel.close()
 
@@ -487,10 +457,17 @@ class Supervisor:
     def compile_kernels(self, kernels: list[KernelSource], timeout_s: float) -> dict[str, str]:
         """(A compile-only supervisor's job.) The kernels' cubins, compiled by NVRTC in this worker,
         which stays up for the next candidate's (it runs no candidate code); {} where the worker
-        could not start, did not answer within `timeout_s` (then ended) or compiled none."""
+        could not start (then or before: each candidate compiles in its evaluation instead), did not
+        answer within `timeout_s` (then ended) or compiled none."""
+        if self.start_failed:
+            return {}
         try:
             if not self.alive():
-                self.start()
+                try:
+                    self.start()
+                except WorkerStartError:
+                    self.start_failed = True
+                    raise
             assert self.proc is not None and self.proc.stdin is not None
             self.proc.stdin.write(json.dumps({"op": "compile", "kernels": [k.to_wire() for k in kernels]}) + "\n")
             self.proc.stdin.flush()
@@ -552,7 +529,7 @@ class Supervisor:
             code = self.proc.wait() if self.proc else None
             tail = self.log_tail()
             self.close(by_user=False)
-            return Evaluation(status="crash", message=f"worker died ({_describe_exit(code, self.jail.confined)})" + (f": {tail}" if tail else ""),
+            return Evaluation(status="crash", message=f"worker died ({describe_exit(code, self.jail.confined)})" + (f": {tail}" if tail else ""),
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         if reply.get("op") == "error":
             self.close(by_user=False)

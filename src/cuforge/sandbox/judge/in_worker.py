@@ -50,6 +50,8 @@ class InWorkerRunner:
             self.cls, extensions = load_candidate(cand.module_source(), ctx.module, cand.id,
                                                   ctx.candidate.get("prebuilt"), record)
         except CandidateLoadError as e:
+            if e.extensions is not None and e.extensions.cubins:
+                ctx.correctness["prebuilt_cubins"] = e.extensions.cubins
             return e.status, str(e), e.diagnostics
         self.check_rules()
         if extensions.used:

@@ -21,6 +21,7 @@ class CandidateLoadError(Exception):
         super().__init__(message)
         self.status = status
         self.diagnostics = diagnostics or []
+        self.extensions: Extensions | None = None  # what the failed import used of what was built ahead
 
 
 _PROBLEMS: dict[str, types.ModuleType] = {}
@@ -165,7 +166,11 @@ def load_candidate(module_source: str, problem: types.ModuleType, candidate_id: 
     """candidate_class, loading the extensions built ahead for this candidate (prebuilt.py) instead of
     building them, and with `record`, noting those its import builds."""
     with around_import(prebuilt, scratch_dir().parent / "prebuilt", record) as extensions:
-        cls = candidate_class(module_source, problem, candidate_id)
+        try:
+            cls = candidate_class(module_source, problem, candidate_id)
+        except CandidateLoadError as e:
+            e.extensions = extensions
+            raise
     return cls, extensions
 
 

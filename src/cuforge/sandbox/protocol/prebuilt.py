@@ -157,13 +157,16 @@ def around_import(packed: dict[str, str] | None, directory: Path, record: bool) 
 
         runtime.take_seeded_found()  # an earlier candidate's count is not this one's
         seed_cubins(cubins)
-    with replaying(libraries, directory) as used:
-        if record:
-            with recording() as built:
+    used: list[str] = []
+    try:
+        with replaying(libraries, directory) as used:
+            if record:
+                with recording() as built:
+                    yield out
+                out.built.update(built)
+            else:
                 yield out
-            out.built.update(built)
-        else:
-            yield out
-    out.used[:] = used
-    if cubins:
-        out.cubins = runtime.take_seeded_found()
+    finally:  # counted for an import that fails too: its error then says what it was handed
+        out.used[:] = used
+        if cubins:
+            out.cubins = runtime.take_seeded_found()
