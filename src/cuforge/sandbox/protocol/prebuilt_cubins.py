@@ -63,7 +63,7 @@ def kernel_sources(candidate: Any) -> list[KernelSource]:
         return []
     try:
         tree = ast.parse(text)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a module no import would get through
         return []
     out: list[KernelSource] = []
     for node in ast.walk(tree):
