@@ -40,6 +40,15 @@ def relu(tmp_path_factory):
     return problem, fam.render(fam.seeds(problem)[0], problem)
 
 
+class CompilingWorkerTakingTurns(CpuWorkerTakingTurns):
+    """A GPU supervisor whose worker compiles for sm_90a without a GPU: its imports of format-B
+    kernels compile (where a CPU worker cannot ask a GPU its architecture), and then fail to launch."""
+
+    def _command(self):  # noqa: ANN202
+        args, env = super()._command()
+        return [*args, "--compile-only", "--arch", "sm_90a"], env
+
+
 def test_the_kernels_a_module_compiles_are_read_from_its_source(relu):
     _, templated = relu
     (k,) = kernel_sources(templated)
@@ -105,20 +114,37 @@ def test_the_gpu_turn_says_when_it_is_busy():
 
 
 def test_a_gpu_supervisor_compiles_ahead_only_while_the_gpu_is_busy(relu):
+    import threading
+
     problem, templated = relu
+    fam = families_for(problem)[0][0]
+    other = fam.render(fam.seeds(problem)[1], problem)
     gpu = f"test-{uuid.uuid4().hex}"
-    sup = CpuWorkerTakingTurns(gpu=gpu, judge="inprocess")
+    sup = CompilingWorkerTakingTurns(gpu=gpu, judge="inprocess")
     split = CpuWorkerTakingTurns(gpu=gpu, judge="split")
     holder = None
     try:
         sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
-        split.info = {**sup.info, "judge": "split"}
-        assert sup._prebuild(problem, templated, CFG) == {} and sup.kernel_builder is None  # an idle GPU
+        # An idle GPU: the kernel compiles in the evaluation's turn, which keeps no one waiting.
+        ev = sup.evaluate(problem, templated, CFG)
+        assert "prebuilt_cubins" not in ev.correctness and sup.kernel_builder is None, ev.correctness
+        # Another process has the GPU: compiled meanwhile, and the evaluation finds the cubin.
         holder = hold(gpu, 120)
-        packed = sup._prebuild(problem, templated, CFG)
-        assert [k.startswith(CUBIN) for k in packed] == [True]
+        done = []
+        evaluator = threading.Thread(target=lambda: done.append(sup.evaluate(problem, other, CFG)))
+        evaluator.start()
+        assert wait_until(lambda: sup.kernel_builder is not None and sup.kernel_builder.alive())
+        assert not done  # still waiting for the turn
+        holder.kill()
+        holder.wait()
+        evaluator.join(timeout=120)
+        # The kernel cannot run on this machine (no GPU), but its evaluation loaded it built.
+        assert done[0].status == "runtime_error" and done[0].correctness.get("prebuilt_cubins") == 1, done[0].correctness
         assert sup.kernel_builder.spawns == 1 and sup.kernel_builder.alive()  # kept for the next candidate
-        assert split._prebuild(problem, templated, CFG) == {} and split.kernel_builder is None  # hosts compile their own
+        # The split judge's candidate hosts compile their own.
+        split.info = {**sup.info, "judge": "split"}
+        holder = hold(gpu, 120)
+        assert split._prebuild(problem, templated, CFG) == {} and split.kernel_builder is None
     finally:
         if holder is not None:
             holder.kill()
@@ -144,15 +170,6 @@ def test_the_search_executor_compiles_a_template_kernel_ahead_of_the_queue(relu)
         assert executor.build_ahead(problem, plain, CFG) is None  # nothing to build
     finally:
         executor.close()
-
-
-class CompilingWorkerTakingTurns(CpuWorkerTakingTurns):
-    """A GPU supervisor whose worker compiles for sm_90a without a GPU: its imports of format-B
-    kernels compile (where a CPU worker cannot ask a GPU its architecture), and then fail to launch."""
-
-    def _command(self):  # noqa: ANN202
-        args, env = super()._command()
-        return [*args, "--compile-only", "--arch", "sm_90a"], env
 
 
 def test_a_template_search_compiles_its_kernels_ahead_of_the_gpu_queue(tmp_path, suite_dir):
