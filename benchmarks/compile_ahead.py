@@ -45,11 +45,7 @@ def main() -> None:
     if a.configs < 1 or a.inflight < 1:
         raise SystemExit("compile_ahead: --configs and --inflight must be at least 1")
 
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from template_helpers import family_configs
+    from template_helpers import family_configs  # tests/ is on the path (_common)
 
     from cuforge.kernels.families import families_for
     from cuforge.problems.suites import load_problem

@@ -191,15 +191,11 @@ def test_the_local_executor_builds_ahead_while_another_process_has_the_gpu(tmp_p
 def test_a_search_builds_a_candidates_extensions_before_it_queues_it_for_the_gpu(tmp_path, suite_dir):
     # A replayed LLM reply (a load_inline module, judged split as untrusted proposers' candidates are):
     # the search has the executor build it ahead, and the evaluation's host loads what was built.
-    import dataclasses
     import json
 
-    from turn_helpers import CpuWorkerTakingTurns
+    from turn_helpers import CpuWorkerTakingTurns, search_through
 
     from cuforge.agent.config import ProposerSpec, RunConfig
-    from cuforge.agent.run import execute, prepare
-    from cuforge.results.store import Store
-    from cuforge.sandbox.driver.executor import LocalExecutor
 
     name = f"tiny_{uuid.uuid4().hex[:8]}"
     reply = "Built inline.\n```python\n" + CANDIDATE.format(name=name, source=tiny(42)) + "```\n"
@@ -207,14 +203,8 @@ def test_a_search_builds_a_candidates_extensions_before_it_queues_it_for_the_gpu
     replies.write_text(json.dumps({"text": reply, "tokens_in": 10, "tokens_out": 10}) + "\n")
     cfg = RunConfig(suite=str(suite_dir), proposers=[ProposerSpec("replay", replay_file=str(replies))],
                     islands=1, generations=1, concurrency=1, device="cpu", gpus="1")
-    prep = prepare(cfg)
-    prep.executor.close()
-    gpu = f"test-{uuid.uuid4().hex}"
-    sup = CpuWorkerTakingTurns(gpu=gpu, judge="split")
-    sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
-    executor = LocalExecutor([gpu], supervisors=[sup])
-    store = Store(tmp_path / "r.db")
-    run_id, search = execute(dataclasses.replace(prep, executor=executor), store, None, False)
+    sup = CpuWorkerTakingTurns(gpu=f"test-{uuid.uuid4().hex}", judge="split")
+    store, executor = search_through(cfg, sup, tmp_path / "r.db")
     (row,) = store.conn.execute("SELECT status, correctness FROM evaluations").fetchall()
     assert row[0] == "ok", row
     correctness = json.loads(row[1])

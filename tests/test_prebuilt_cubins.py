@@ -19,7 +19,7 @@ from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stage
 from cuforge.sandbox.protocol.evaluation import EvalConfig
 from cuforge.sandbox.protocol.prebuilt_cubins import CUBIN, KernelSource, kernel_sources, seed_cubins
 from template_helpers import problem_from_expr
-from turn_helpers import CpuWorkerTakingTurns, hold, wait_until
+from turn_helpers import CpuWorkerTakingTurns, hold, search_through, wait_until
 
 CFG = EvalConfig(device="cpu", trials=2, min_samples=5, max_samples=10, timeout_s=120)
 SCALE = r"""extern "C" __global__ void scale(const float* x, float* y, long long n, float s) {
@@ -175,34 +175,19 @@ def test_the_search_executor_compiles_a_template_kernel_ahead_of_the_queue(relu)
 def test_a_template_search_compiles_its_kernels_ahead_of_the_gpu_queue(tmp_path, suite_dir):
     # The template search's candidates (format-B kernels, judged in process) go through the executor's
     # builders before they queue for the GPU; the evaluation is handed their cubins.
-    import dataclasses
-    import json
-
     from cuforge.agent.config import ProposerSpec, RunConfig
-    from cuforge.agent.run import execute, prepare
-    from cuforge.results.store import Store
 
     cfg = RunConfig(suite=str(suite_dir), proposers=[ProposerSpec("template")], islands=1, generations=3,
                     concurrency=2, device="cpu", gpus="1")
-    prep = prepare(cfg)
-    prep.executor.close()
-    gpu = f"test-{uuid.uuid4().hex}"
-    sup = CompilingWorkerTakingTurns(gpu=gpu, judge="inprocess")
-    sup.info = {**sup.start(), "compute_capability": "9.0"}  # what a GPU worker's hello says
-    executor = LocalExecutor([gpu], supervisors=[sup])
-    executor.builder_count = 1
-    store = Store(tmp_path / "r.db")
-    try:
-        execute(dataclasses.replace(prep, executor=executor), store, None, False)
-        rows = store.conn.execute("SELECT status, correctness, message FROM evaluations").fetchall()
-        assert rows
-        # On this machine (no GPU) the kernels cannot run, but each evaluation's import found them built.
-        assert {status for status, _, _ in rows} == {"runtime_error"}, rows
-        assert all(json.loads(c).get("prebuilt_cubins", 0) >= 1 for _, c, _ in rows), rows
-        (builder,) = executor.builders.all
-        assert len(rows) >= 2 and builder.spawns == 1  # one compile-only worker for every candidate
-    finally:
-        executor.close()
+    sup = CompilingWorkerTakingTurns(gpu=f"test-{uuid.uuid4().hex}", judge="inprocess")
+    store, executor = search_through(cfg, sup, tmp_path / "r.db", builder_count=1)
+    rows = store.conn.execute("SELECT status, correctness, message FROM evaluations").fetchall()
+    assert rows
+    # On this machine (no GPU) the kernels cannot run, but each evaluation's import found them built.
+    assert {status for status, _, _ in rows} == {"runtime_error"}, rows
+    assert all(json.loads(c).get("prebuilt_cubins", 0) >= 1 for _, c, _ in rows), rows
+    (builder,) = executor.builders.all
+    assert len(rows) >= 2 and builder.spawns == 1  # one compile-only worker for every candidate
 
 
 class WorkerThatCannotStart(Supervisor):

@@ -37,3 +37,27 @@ def wait_until(cond, seconds: float = 90.0) -> bool:  # noqa: ANN001
     while not cond() and time.monotonic() < deadline:
         time.sleep(0.02)
     return cond()
+
+
+def search_through(cfg, sup: Supervisor, store_path, builder_count: int | None = None):  # noqa: ANN001, ANN201
+    """Run the search `cfg` with its evaluations on `sup` (a GPU supervisor whose worker says it runs an
+    sm_90 GPU, as a GPU worker's hello does) through a local executor: (the store, the executor).
+    builder_count: the executor's compile-only workers (None: its own choice)."""
+    import dataclasses
+
+    from cuforge.agent.run import execute, prepare
+    from cuforge.results.store import Store
+    from cuforge.sandbox.driver.executor import LocalExecutor
+
+    prep = prepare(cfg)
+    prep.executor.close()
+    sup.info = {**sup.start(), "compute_capability": "9.0"}
+    executor = LocalExecutor([sup.gpu], supervisors=[sup])
+    if builder_count is not None:
+        executor.builder_count = builder_count
+    store = Store(store_path)
+    try:
+        execute(dataclasses.replace(prep, executor=executor), store, None, False)
+    finally:
+        executor.close()
+    return store, executor

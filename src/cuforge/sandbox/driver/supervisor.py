@@ -461,18 +461,18 @@ class Supervisor:
         answer within `timeout_s` (then ended) or compiled none."""
         if self.start_failed:
             return {}
+        if not self.alive():
+            try:
+                self.start()
+            except WorkerStartError:
+                self.start_failed = True
+                return {}
+        assert self.proc is not None and self.proc.stdin is not None
         try:
-            if not self.alive():
-                try:
-                    self.start()
-                except WorkerStartError:
-                    self.start_failed = True
-                    raise
-            assert self.proc is not None and self.proc.stdin is not None
             self.proc.stdin.write(json.dumps({"op": "compile", "kernels": [k.to_wire() for k in kernels]}) + "\n")
             self.proc.stdin.flush()
             reply = self._read(timeout_s)
-        except (WorkerStartError, BrokenPipeError, OSError):
+        except OSError:  # its pipe broken (BrokenPipeError) or closed under us by close()
             reply = None
         if not reply or reply.get("op") != "compiled" or not isinstance(reply.get("prebuilt"), dict):
             self.close(by_user=False)

@@ -13,6 +13,7 @@ from typing import Any
 
 from cuforge.sandbox.protocol.evaluation import Diagnostic
 from cuforge.sandbox.protocol.prebuilt import Extensions, around_import
+from cuforge.sandbox.protocol.prebuilt_cubins import seeded, split_off
 from cuforge.sandbox.protocol.precision import flags_kept, precision_flags, set_pytorch_defaults, tf32_switches
 
 
@@ -164,8 +165,10 @@ def candidate_class(module_source: str, problem: types.ModuleType, candidate_id:
 def load_candidate(module_source: str, problem: types.ModuleType, candidate_id: str,
                    prebuilt: dict[str, str] | None = None, record: bool = False) -> tuple[type, Extensions]:
     """candidate_class, loading the extensions built ahead for this candidate (prebuilt.py) instead of
-    building them, and with `record`, noting those its import builds."""
-    with around_import(prebuilt, scratch_dir().parent / "prebuilt", record) as extensions:
+    building them and finding the cubins compiled ahead in the cache (prebuilt_cubins.py), and with
+    `record`, noting those its import builds."""
+    cubins, libraries = split_off(prebuilt)
+    with around_import(libraries, scratch_dir().parent / "prebuilt", record) as extensions, seeded(cubins, extensions):
         try:
             cls = candidate_class(module_source, problem, candidate_id)
         except CandidateLoadError as e:

@@ -136,7 +136,7 @@ def replaying(packed: dict[str, str] | None, directory: Path) -> Iterator[list[s
 @dataclass
 class Extensions:
     """What one candidate import did with what was built ahead: the prebuilt extensions it loaded,
-    those it built, and how many of its NVRTC compiles found a cubin compiled ahead (prebuilt_cubins)."""
+    those it built, and how many of its NVRTC compiles found a cubin compiled ahead (prebuilt_cubins.py)."""
 
     used: list[str] = field(default_factory=list)
     built: dict[str, Path] = field(default_factory=dict)
@@ -146,27 +146,13 @@ class Extensions:
 @contextmanager
 def around_import(packed: dict[str, str] | None, directory: Path, record: bool) -> Iterator[Extensions]:
     """A candidate's import: loading the extensions in `packed` instead of building them, and with
-    `record`, noting those it builds. The cubins in `packed` go into the compile cache first."""
-    from cuforge.sandbox.protocol.prebuilt_cubins import CUBIN, seed_cubins
-
+    `record`, noting those it builds."""
     out = Extensions()
-    cubins = {k: v for k, v in (packed or {}).items() if k.startswith(CUBIN)}
-    libraries = {k: v for k, v in (packed or {}).items() if not k.startswith(CUBIN)}
-    if cubins:
-        from cuforge import runtime
-
-        runtime.take_seeded_found()  # an earlier candidate's count is not this one's
-        seed_cubins(cubins)
-    used: list[str] = []
-    try:
-        with replaying(libraries, directory) as used:
-            if record:
-                with recording() as built:
-                    yield out
-                out.built.update(built)
-            else:
+    with replaying(packed, directory) as used:
+        if record:
+            with recording() as built:
                 yield out
-    finally:  # counted for an import that fails too: its error then says what it was handed
-        out.used[:] = used
-        if cubins:
-            out.cubins = runtime.take_seeded_found()
+            out.built.update(built)
+        else:
+            yield out
+    out.used[:] = used

@@ -21,13 +21,15 @@ import ast
 import base64
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from cuforge.sandbox.protocol.prebuilt import MAX_BYTES, Extensions
+
 # Entries of a prebuilt mapping that are cubins (the others are load_inline libraries, prebuilt.py).
 CUBIN = "cubin:"
-# The most handed over for one candidate, within the wire's 16 MiB message once in base64.
-MAX_BYTES = 8 * 2**20
 MAX_KERNELS = 16
 
 
@@ -44,9 +46,9 @@ class KernelSource:
 
     @staticmethod
     def from_wire(item: Any) -> KernelSource | None:
-        """From [source, options, names]; None for anything else."""
-        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
-                and all(isinstance(v, list) and all(isinstance(s, str) for s in v) for v in item[1:])):
+        """From [source, options, names] (lists or tuples); None for anything else."""
+        if not (isinstance(item, (list, tuple)) and len(item) == 3 and isinstance(item[0], str)
+                and all(isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v) for v in item[1:])):
             return None
         return KernelSource(item[0], tuple(item[1]), tuple(item[2]))
 
@@ -74,8 +76,7 @@ def kernel_sources(candidate: Any) -> list[KernelSource]:
             source, options, names = (ast.literal_eval(a) for a in node.args[:3])
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
-        kernel = KernelSource.from_wire([source, list(options) if isinstance(options, tuple) else options,
-                                         list(names) if isinstance(names, tuple) else names])
+        kernel = KernelSource.from_wire([source, options, names])
         if kernel is not None and kernel not in out:
             out.append(kernel)
         if len(out) == MAX_KERNELS:
@@ -128,3 +129,26 @@ def seed_cubins(packed: dict[str, str] | None) -> int:
         runtime.seed_cubin(name[len(CUBIN):], data, mapping)
         seeded += 1
     return seeded
+
+
+def split_off(packed: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """A prebuilt mapping as (its cubins, the rest: load_inline libraries)."""
+    items = (packed or {}).items()
+    return {k: v for k, v in items if k.startswith(CUBIN)}, {k: v for k, v in items if not k.startswith(CUBIN)}
+
+
+@contextmanager
+def seeded(cubins: dict[str, str], into: Extensions) -> Iterator[None]:
+    """Around a candidate's import: its cubins in the compile cache first, and afterwards, even where
+    the import failed, `into.cubins` says how many of them its compiles found."""
+    if not cubins:
+        yield
+        return
+    from cuforge import runtime
+
+    runtime.take_seeded_found()  # an earlier candidate's count is not this one's
+    seed_cubins(cubins)
+    try:
+        yield
+    finally:
+        into.cubins = runtime.take_seeded_found()
