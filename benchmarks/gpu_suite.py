@@ -2,13 +2,19 @@
 
 The whole suite needs more GPU time than one device call allows (10 minutes). Each call runs the tests
 this tree has not yet passed or skipped (failed ones again), records each outcome the moment pytest
-knows it (tests/outcome_log.py, which the suite's conftest loads), and stops its pytest at --limit-s,
-so a call cut short keeps everything that ran. The record, benchmarks/results/NAME.json, names the
+knows it (tests/outcome_log.py, which the suite's conftest loads), starts no test in the last
+--drain-s seconds so that the tests running may finish (gpu_suite_deadline.py), and stops its pytest at
+--limit-s, so a call cut short keeps everything that ran. The record, benchmarks/results/NAME.json, names the
 tree by a digest of src/, tests/ and pyproject.toml; a call on another tree is refused, so "every GPU
 test passed" in one record means at one tree of the code.
 
     python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540
     python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540   # the tests left
+
+The test processes take turns on each GPU, so a test's wall time grows with their number: beside 11
+others on one H200, single tests ran 2-6 minutes. A call interrupted with all of them in flight loses
+that work, which is why the drain: the tests still running when starts stop have its length to finish,
+and as they finish the rest get the GPU more often.
 
 Exit status: 0 every collected test has run and none failed; 1 a test's last run failed; 3 tests are
 left to run; 2 bad input (another tree's record, a file that is not one, nothing collected).
@@ -32,6 +38,8 @@ from typing import Any, NoReturn
 from _common import ROOT, stamp, write_result
 
 DONE = ("passed", "skipped")
+DEADLINE_PLUGIN = "gpu_suite_deadline"  # benchmarks/gpu_suite_deadline.py
+DRAIN_SHARE = 1 / 3  # of --limit-s, where --drain-s is not given
 TREE_PARTS = ("src", "tests", "pyproject.toml")
 
 
@@ -72,15 +80,21 @@ def collect(root: Path, marker: str, paths: list[str]) -> list[str]:
     return ids
 
 
-def run_tests(root: Path, marker: str, ids: list[str], processes: int, limit_s: float, log: Path) -> tuple[float, bool]:
-    """Run `ids` (an argument file, one id a line); interrupt pytest at `limit_s`. (wall s, cut short)."""
+def run_tests(root: Path, marker: str, ids: list[str], processes: int, limit_s: float, drain_s: float,
+              log: Path) -> tuple[float, bool]:
+    """Run `ids` (an argument file, one id a line), starting none in the last `drain_s` seconds;
+    interrupt pytest at `limit_s`. (wall s, cut short)."""
     with tempfile.NamedTemporaryFile("w", suffix=".args", delete=False) as f:
         f.write("\n".join(ids) + "\n")
         args_file = f.name
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker, f"@{args_file}"]
+    start_no_test_after = time.time() + limit_s - drain_s
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", DEADLINE_PLUGIN,
+           f"--start-no-test-after={start_no_test_after:.3f}", "-m", marker, f"@{args_file}"]
     if processes > 0:
         cmd += ["-n", str(processes)]
-    env = dict(os.environ, CUFORGE_TEST_LOG=str(log))
+    # The plugin is found after the project's own modules: it lies beside this runner, not in the tree tested.
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(Path(__file__).resolve().parent)) if p)
+    env = dict(os.environ, CUFORGE_TEST_LOG=str(log), PYTHONPATH=path)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True)
     cut = False
@@ -150,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", required=True, help="the record: benchmarks/results/NAME.json (kept across calls)")
     ap.add_argument("--processes", type=int, default=8, help="pytest-xdist test processes (0: none)")
     ap.add_argument("--limit-s", type=float, default=540.0, help="interrupt the tests after this many seconds")
+    ap.add_argument("--drain-s", type=float, help="start no test in the last this many seconds of the limit "
+                    "(default: a third of it)")
     ap.add_argument("--marker", default="gpu", help="the pytest marker expression that selects the suite")
     ap.add_argument("--root", default=str(ROOT), help="the project whose tree is digested and tested")
     ap.add_argument("--results", help="where the record lies (default ROOT/benchmarks/results)")
@@ -158,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(a.root).resolve()
     if a.limit_s <= 0 or a.processes < 0:
         refuse("--limit-s must be positive and --processes at least 0")
+    drain_s = a.limit_s * DRAIN_SHARE if a.drain_s is None else a.drain_s
+    if not 0 <= drain_s < a.limit_s:
+        refuse(f"--drain-s must be at least 0 and under --limit-s ({a.limit_s:g}), not {drain_s:g}")
     results = Path(a.results) if a.results else root / "benchmarks" / "results"
     path = results / f"{a.name}.json"
     tree = tree_digest(root)
@@ -173,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         call = len(calls) + 1
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "outcomes.jsonl"
-            wall, cut = run_tests(root, a.marker, todo, a.processes, a.limit_s, log)
+            wall, cut = run_tests(root, a.marker, todo, a.processes, a.limit_s, drain_s, log)
             entries = read_log(log)
         wanted = set(collected)
         for e in entries:
@@ -183,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             tests.setdefault(bare if test not in wanted and bare in wanted else test, []).append({"call": call, **e})
         machine = {k: v for k, v in stamp().items() if k in ("date", "gpu", "torch")}
         calls.append({"call": call, **machine, "asked": len(todo), "reported": len(entries), "processes": a.processes,
-                      "wall_s": round(wall, 1), "cut_at_limit": cut})
+                      "drain_s": round(drain_s, 1), "wall_s": round(wall, 1), "cut_at_limit": cut})
     done = {t for t, runs in tests.items() if runs}
     merged = {"tree": tree, "marker": a.marker, "collected": len(collected), "calls": calls, "tests": tests,
               "left": [t for t in collected if t not in done]}

@@ -63,10 +63,10 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def runner(root: Path, limit_s: float, processes: int = 0) -> subprocess.CompletedProcess:
+def runner(root: Path, limit_s: float, processes: int = 0, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(RUNNER), "--name", "suite", "--root", str(root), "--results", str(root / "results"),
-                           "--marker", "sample and not other", "--processes", str(processes), "--limit-s", str(limit_s), "tests"],
-                          capture_output=True, text=True, timeout=300)
+                           "--marker", "sample and not other", "--processes", str(processes), "--limit-s", str(limit_s), *extra,
+                           "tests"], capture_output=True, text=True, timeout=300)
 
 
 def outcomes(root: Path) -> dict[str, list[tuple[int, str]]]:
@@ -129,3 +129,39 @@ def test_tests_of_an_xdist_group_are_recorded_under_their_own_ids(tmp_path):
     r = runner(root, 120, processes=2)
     assert r.returncode == 0, r.stderr[-2000:]
     assert outcomes(root) == {"test_grouped": [(1, "passed")], "test_alone": [(1, "passed")]}
+
+
+WAIT_PAST_THE_DEADLINE = """
+import time
+
+import pytest
+
+pytestmark = pytest.mark.sample
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_runs_past_the_last_start(request, k):
+    deadline = request.config.getoption("--start-no-test-after")
+    while time.time() < deadline + 0.5:
+        time.sleep(0.1)
+"""
+
+
+def test_no_test_starts_in_the_drain_and_the_ones_running_finish(tmp_path):
+    # Two test processes; each test, once started, runs past the last start. So each process finishes the
+    # one test it began, starts no other, and pytest ends on its own well before the limit.
+    root = project(tmp_path)
+    (root / "tests" / "test_sample.py").write_text(WAIT_PAST_THE_DEADLINE)
+    r = runner(root, 60, 2, "--drain-s", "50")
+    assert r.returncode == 3, r.stderr[-2000:]  # tests are left
+    record = json.loads((root / "results" / "suite.json").read_text())
+    assert sorted(run[-1]["outcome"] for run in record["tests"].values()) == ["passed", "passed"]
+    assert len(record["left"]) == 2 and record["counts"] == {"passed": 2, "not run": 2}
+    call = record["calls"][0]
+    assert call["drain_s"] == 50 and not call["cut_at_limit"] and call["wall_s"] < 50
+
+
+def test_a_drain_as_long_as_the_limit_is_refused(tmp_path):
+    r = runner(project(tmp_path), 60, 0, "--drain-s", "60")
+    assert r.returncode == 2 and "--drain-s must be at least 0 and under --limit-s (60)" in r.stderr
+    assert not (tmp_path / "proj" / "results").exists()
