@@ -146,11 +146,19 @@ def test_training_batch_norm(sup, tmp_path, dtype):
 @pytest.mark.parametrize("suffix", ["", "@bf16", "@fp16"])
 def test_rotary_embeddings_rotate_half_in_one_kernel(sup, tmp_path, suffix):
     """LLaMA's rotary embedding (rotate_half read in place) as one pointwise kernel: the models suite's
-    problem at full size, every seed, and an odd head size whose halves are not 16-byte aligned."""
+    problem at full size, every seed (the first reads q's partner, cos and sin as vectors, OPVEC) and
+    OPVEC at the narrower vectors too, and an odd head size whose halves are not 16-byte aligned (read
+    element by element)."""
     from cuforge.kernels.pointwise import PointwiseChain
     from cuforge.problems.suites import load_problem
 
-    judge_seeds(sup, PointwiseChain(), load_problem(f"models/rotary_half{suffix}"), None, suffix)
+    fam, full = PointwiseChain(), load_problem(f"models/rotary_half{suffix}")
+    judge_seeds(sup, fam, full, None, suffix)
+    first = fam.seeds(full)[0]
+    assert first["OPVEC"] == 1
+    narrower = [dict(first, VEC=v) for v in (2, 4) if v < first["VEC"]]
+    assert narrower and all(fam.valid(c, full) for c in narrower)
+    assert_all_ok(sup, fam, full, narrower, what=(suffix,))
     dt = {"": "torch.float32", "@bf16": "torch.bfloat16", "@fp16": "torch.float16"}[suffix]
     p = problem_from_expr(tmp_path, "q * cos + torch.cat((-q[..., 37:], q[..., :37]), dim=-1) * sin",
                           f"torch.randn(3, 4, 33, 74, dtype={dt}), torch.randn(33, 74, dtype={dt}), "

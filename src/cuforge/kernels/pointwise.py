@@ -14,7 +14,8 @@ from typing import Any
 
 from cuforge.kernels.base import GraphFamily, grid_stride_grid, sm_count
 from cuforge.kernels.chains import CTYPES, ELEMENTWISE, Epilogue, compile_chain, per_16_bytes
-from cuforge.kernels.leaves import LEAF_VIEWS
+from cuforge.kernels.leaves import LEAF_VIEWS, leaf_spec
+from cuforge.kernels.vector_operands import VectorOperands, vector_operands
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.kernels.registry import family
@@ -59,6 +60,19 @@ def match_pointwise(problem: Problem) -> PointwiseMatch | str:
     return PointwiseMatch(anchor, chain, full, dtype)
 
 
+def operand_vectors(problem: Problem, m: PointwiseMatch, vec: int) -> VectorOperands | str:
+    """The chain with its operands read once per vector of `vec` elements (knob OPVEC), or why not."""
+    if m.anchor is None:
+        return "no anchor: every input is read at its broadcast index"
+    numels = []
+    for ref, _ in m.chain.tensors:
+        spec = leaf_spec(problem, ref)
+        if spec is None:
+            return f"{ref} is not an input or a parameter"
+        numels.append(math.prod(spec.shape))
+    return vector_operands(m.chain, vec, m.shape[-1], tuple(numels))
+
+
 @family(150)
 class PointwiseChain(GraphFamily):
     """A thread takes UNROLL vectors of VEC consecutive elements a step (float4 loads and stores of the
@@ -66,9 +80,10 @@ class PointwiseChain(GraphFamily):
 
     def __init__(self) -> None:
         super().__init__("pointwise", {"VEC": (1, 2, 4, 8), "BLOCK": (128, 256, 512, 1024), "WAVES": (1, 2, 4, 8, 16, 32, 0),
-                                       "UNROLL": (1, 2, 4, 8)})
+                                       "UNROLL": (1, 2, 4, 8), "OPVEC": (0, 1)})
 
-    DEFAULTS = {"UNROLL": 1}  # vectors a thread loads per step: configs stored before the knob loaded one
+    # Configs stored before a knob existed: one vector a thread a step; operands read element by element.
+    DEFAULTS = {"UNROLL": 1, "OPVEC": 0}
 
     def match(self, problem: Problem) -> PointwiseMatch | str:
         return match_pointwise(problem)
@@ -77,9 +92,20 @@ class PointwiseChain(GraphFamily):
         m = self.matched(problem)
         if c["VEC"] > per_16_bytes(m.dtype):  # one load is at most 16 bytes
             return False
+        if c.get("OPVEC", 0) and (c["VEC"] == 1 or isinstance(operand_vectors(problem, m, c["VEC"]), str)):
+            return False
         return m.anchor is not None or c["VEC"] == 1  # no anchor: no vector to load
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        base = self._plain_seeds(problem)
+        m = self.matched(problem)
+        vectorized = [dict(c, OPVEC=1) for c in base if self.valid(dict(c, OPVEC=1), problem)]
+        if not any(isinstance(v := operand_vectors(problem, m, c["VEC"]), VectorOperands) and v.vectors for c in vectorized):
+            return base
+        # Operands read as vectors lead; the element-by-element form of the first seed stays beside them.
+        return [vectorized[0], base[0], *vectorized[1:2]]
+
+    def _plain_seeds(self, problem: Problem) -> list[dict[str, Any]]:
         if self.matched(problem).anchor is None:
             return [dict(VEC=1, BLOCK=256, WAVES=0), dict(VEC=1, BLOCK=512, WAVES=8), dict(VEC=1, BLOCK=128, WAVES=0)]
         if self.matched(problem).dtype != "float32":  # 16-byte loads of eight fp16/bf16 elements
@@ -91,7 +117,8 @@ class PointwiseChain(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph),
+        vops = {vec: v for vec in (2, 4, 8) if isinstance(v := operand_vectors(problem, m, vec), VectorOperands)}
+        return {"EPI": m.chain, "INDEXED": m.chain.indexed, "OPS": " ".join(n.op for n in problem.graph), "VOPS": vops,
                 "ANCHOR": m.anchor is not None, "COLS": m.shape[-1], "DTYPE": m.dtype, "CTYPE": CTYPES[m.dtype]}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
