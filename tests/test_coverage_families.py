@@ -376,18 +376,29 @@ def test_triangular_masks_fuse_as_epilogues(tmp_path, expr, inputs, fam):
         assert match_pointwise(p).chain.indexed  # the mask needs each element's row and column
 
 
-@pytest.mark.parametrize("expr, mean, ignore", [
-    ("F.cross_entropy(a, t)", True, -100),
-    ("F.cross_entropy(a, t, reduction='sum', ignore_index=3)", False, 3),
+@pytest.mark.parametrize("expr, mean, ignore, smoothing, dtype", [
+    ("F.cross_entropy(a, t)", True, -100, None, "float32"),
+    ("F.cross_entropy(a, t, reduction='sum', ignore_index=3)", False, 3, None, "float32"),
+    # Label smoothing: PyTorch traces the rows' sums of log-probabilities after nll_loss, scaled and added.
+    ("F.cross_entropy(a, t, label_smoothing=0.1, ignore_index=3)", True, 3, (0.9, 0.1 / 1000), "float32"),
+    ("F.cross_entropy(a, t, label_smoothing=0.2, reduction='sum')", False, -100, (0.8, 0.2 / 1000), "float32"),
+    ("F.cross_entropy(a, t, label_smoothing=0.1)", True, -100, (0.9, 0.1 / 1000), "bfloat16"),
+    ("F.cross_entropy(a, t)", True, -100, None, "float16"),
 ])
-def test_cross_entropy_matches_and_compiles(tmp_path, expr, mean, ignore):
+def test_cross_entropy_matches_and_compiles(tmp_path, expr, mean, ignore, smoothing, dtype):
     from cuforge.kernels.cross_entropy import CrossEntropy, match_cross_entropy
 
-    p = problem_from_expr(tmp_path, expr, "torch.randn(64, 1000), torch.randint(0, 1000, (64,))", args="a, t")
+    p = problem_from_expr(tmp_path, expr, f"torch.randn(64, 1000, dtype=torch.{dtype}), torch.randint(0, 1000, (64,))",
+                          args="a, t")
     m = match_cross_entropy(p)
     assert not isinstance(m, str), m
-    assert (m.rows, m.classes, m.mean, m.ignore_index) == (64, 1000, mean, ignore)
-    smoke_compile(CrossEntropy(), p, 2)
+    assert (m.rows, m.classes, m.mean, m.ignore_index, m.dtype) == (64, 1000, mean, ignore, dtype)
+    assert (m.smoothing is None) == (smoothing is None)
+    if smoothing:
+        assert m.smoothing == pytest.approx(smoothing, rel=1e-6)
+    fam = CrossEntropy()
+    assert fam.seeds(p)[0]["VEC"] == (4 if dtype == "float32" else 8)  # 16-byte loads
+    smoke_compile(fam, p, 2)
 
 
 def test_cross_entropy_with_class_weights_is_refused(tmp_path):
@@ -396,6 +407,12 @@ def test_cross_entropy_with_class_weights_is_refused(tmp_path):
     p = problem_from_expr(tmp_path, "F.cross_entropy(a, t, weight=w)", "torch.randn(64, 10), torch.randint(0, 10, (64,)), torch.rand(10)",
                           args="a, t, w")
     assert isinstance(match_cross_entropy(p), str)
+    # Something after the smoothed loss, and a loss per row: neither is the tail PyTorch traces for smoothing.
+    for expr, why in (("F.cross_entropy(a, t, label_smoothing=0.1) * 2", "ops after nll_loss other than label smoothing's"),
+                      ("F.cross_entropy(a, t, label_smoothing=0.1, reduction='none')", "nll_loss without a mean or sum reduction")):
+        p = problem_from_expr(tmp_path, expr, "torch.randn(64, 10), torch.randint(0, 10, (64,))", args="a, t")
+        got = match_cross_entropy(p)
+        assert isinstance(got, str) and why in got, got
 
 
 def test_a_3d_tensor_times_a_matrix_is_one_gemm_over_merged_rows(tmp_path):

@@ -199,11 +199,28 @@ def test_a_triangular_mask_in_a_pointwise_chain(sup, tmp_path):
 @pytest.mark.parametrize("expr, inputs", [
     ("F.cross_entropy(a, t)", "torch.randn(4096, 1000), torch.randint(0, 1000, (4096,))"),
     ("F.cross_entropy(a, t, reduction='sum', ignore_index=3)", "torch.randn(300, 7) * 4, torch.randint(0, 7, (300,))"),
+    # Label smoothing (each row's sum of log-probabilities from the same pass), mean and sum, rows ignored.
+    ("F.cross_entropy(a, t, label_smoothing=0.1, ignore_index=3)", "torch.randn(1000, 640) * 3, torch.randint(0, 640, (1000,))"),
+    ("F.cross_entropy(a, t, label_smoothing=0.25, reduction='sum')", "torch.randn(77, 999), torch.randint(0, 999, (77,))"),
+    # Half-precision logits: 16-byte loads of eight, the loss in the logits' dtype.
+    ("F.cross_entropy(a, t, label_smoothing=0.1)", "torch.randn(512, 4000, dtype=torch.bfloat16), torch.randint(0, 4000, (512,))"),
+    ("F.cross_entropy(a, t, ignore_index=5)", "torch.randn(300, 1003, dtype=torch.float16), torch.randint(0, 1003, (300,))"),
 ])
 def test_cross_entropy(sup, tmp_path, expr, inputs):
     from cuforge.kernels.cross_entropy import CrossEntropy
 
     check(sup, CrossEntropy(), problem_from_expr(tmp_path, expr, inputs, args="a, t"))
+
+
+@pytest.mark.parametrize("suffix", ["", "@bf16"])
+def test_the_models_suite_s_smoothed_cross_entropy_is_one_kernel(sup, suffix):
+    # A 32000-token vocabulary, label smoothing 0.1, padding rows ignored: two seeds at full size.
+    from cuforge.kernels.cross_entropy import CrossEntropy
+    from cuforge.problems.suites import load_problem
+
+    fam, p = CrossEntropy(), load_problem(f"models/cross_entropy_smoothing{suffix}")
+    assert fam.supports(p) is None, fam.supports(p)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:2], CFG)
 
 
 @pytest.mark.parametrize("expr, inputs", [
