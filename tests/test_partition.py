@@ -60,6 +60,19 @@ def test_the_parts_compute_the_forward(tmp_path, cpu_sup):
     assert ev.status == "ok", ev.message
 
 
+def test_a_loss_of_several_results_is_cut_and_its_parts_compute_the_forward(tmp_path, cpu_sup):
+    # nll_loss_forward returns the loss beside its total weight: a PyTorch part that makes it hands on the
+    # first. A smoothed cross-entropy scaled afterwards is no one kernel (the cross_entropy family takes
+    # the loss as PyTorch traces it, not a loss used further), so it is cut.
+    p = problem_from_expr(tmp_path, "F.cross_entropy(a, t, label_smoothing=0.1, ignore_index=3) * 2",
+                          "torch.randn(64, 10), torch.randint(0, 10, (64,))", args="a, t")
+    parts = partition(p)
+    assert any("nll_loss_forward" in torch_part_code(p, q) for q in parts if q.family is None)
+    source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+
+
 def test_the_kernel_parts_compile(tmp_path):
     p = mixed(tmp_path)
     config, *others = FAM.seeds(p)
