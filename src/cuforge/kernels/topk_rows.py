@@ -105,12 +105,20 @@ class TopkRows(GraphFamily):
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
-        shape = repr(m.shape)
-        values, indices = (shape, m.dtype), (shape, "int64")
-        # What the forward does not return is still written: to a scratch buffer.
-        outputs, scratch, args = [], [], []
-        for spec, kept in ((values, m.values_out), (indices, m.indices_out)):
-            (outputs if kept else scratch).append(spec if kept else (*spec, "empty"))
-            args.append(f"out{len(outputs) - 1}" if kept else f"scratch{len(scratch) - 1}")
+        outputs, scratch, args = topk_outputs(m)
         return LaunchSpec(entry=self.name, grid=f"({m.rows},)", block=f"({c['THREADS']},)", args=(m.x, *args),
-                          outputs=tuple(outputs), scratch=tuple(scratch), shared_mem=str(4 * m.n if c["CACHE"] else 0))
+                          outputs=outputs, scratch=scratch, shared_mem=str(4 * m.n if c["CACHE"] else 0))
+
+
+def topk_outputs(m: TopkMatch, scratch_before: tuple[tuple[str, str, str], ...] = ()) -> tuple[tuple, tuple, tuple[str, ...]]:
+    """The launch's outputs, scratch buffers (after `scratch_before`) and the values/indices arguments: what
+    the forward does not return is still written, to a scratch buffer."""
+    shape = repr(m.shape)
+    values, indices = (shape, m.dtype), (shape, "int64")
+    outputs: list = []
+    scratch: list = list(scratch_before)
+    args = []
+    for spec, kept in ((values, m.values_out), (indices, m.indices_out)):
+        (outputs if kept else scratch).append(spec if kept else (*spec, "empty"))
+        args.append(f"out{len(outputs) - 1}" if kept else f"scratch{len(scratch) - 1}")
+    return tuple(outputs), tuple(scratch), tuple(args)

@@ -1,0 +1,94 @@
+"""The chunked top-k family (two kernels: a sort a chunk, then a sort of the chunks' candidates a row) on
+the CPU: what it covers and refuses, its launch, every seed compiled for sm_90a, and the template's own
+two kernels run on the host (a block of one thread) against a stable sort of each row: ties lowest index
+first, NaN greatest, chunks shorter than k, a last chunk shorter than the others, the smallest."""
+
+import ctypes
+
+import pytest
+
+from cuforge.kernels.topk_chunks import TopkChunks, widths
+from cuforge.problems.suites import load_suite
+from template_helpers import host_library, problem_from_expr, smoke_compile
+
+HOST_PRELUDE = r"""
+#include <math.h>
+#include <string.h>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(x)
+#define __shared__ static
+struct Dim { int x; };
+static Dim threadIdx = {0}, blockIdx = {0};
+static inline void __syncthreads() {}
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float to_float(float x) { return x; }
+"""
+HOST_RUN = r"""
+extern "C" void run(int rows, const float* x, unsigned long long* candidates, float* values, long long* indices) {
+    for (int b = 0; b < rows * CHUNKS; ++b) { blockIdx.x = b; topk_chunks_chunks(x, candidates); }
+    for (int b = 0; b < rows; ++b) { blockIdx.x = b; topk_chunks(x, candidates, values, indices); }
+}
+"""
+
+
+def on_host(tmp_path, fam, p, config, x):
+    """The rendered kernels compiled for the host, THREADS set to 1, run over every block in order."""
+    import torch
+
+    source = fam.render(config, p).source
+    body = source[source.index("typedef float elem_t;"):].replace(f"#define THREADS {config['THREADS']}", "#define THREADS 1")
+    lib = host_library(tmp_path, HOST_PRELUDE + body + HOST_RUN)
+    m = fam.matched(p)
+    _, kc, _, _ = widths(m, config["CHUNKS"])
+    x = x.contiguous()
+    candidates = torch.zeros(m.rows * config["CHUNKS"] * kc, dtype=torch.int64)
+    values, indices = torch.empty(m.rows, m.k), torch.empty(m.rows, m.k, dtype=torch.int64)
+    lib.run(ctypes.c_int(m.rows), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(candidates.data_ptr()),
+            ctypes.c_void_p(values.data_ptr()), ctypes.c_void_p(indices.data_ptr()))
+    return values, indices
+
+
+@pytest.mark.parametrize("n, k, largest, chunks", [(1000, 10, True, 8), (100, 20, True, 8), (997, 50, False, 16),
+                                                     (64, 64, True, 4), (5000, 3, True, 64)])
+def test_the_two_kernels_compute_a_stable_top_k_on_the_host(tmp_path, n, k, largest, chunks):
+    import torch
+
+    p = problem_from_expr(tmp_path, f"torch.topk(x, {k}, largest={largest})", f"torch.randn(5, {n})", "x")
+    fam = TopkChunks()
+    config = dict(CHUNKS=chunks, THREADS=128)
+    assert fam.valid(config, p)
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randint(-20, 20, (5, n), generator=g).float() / 4  # many ties
+    x[1, torch.randint(0, n, (3,), generator=g)] = float("nan")
+    values, indices = on_host(tmp_path, fam, p, config, x)
+    want_v, want_i = torch.sort(x, dim=-1, descending=largest, stable=True)
+    assert torch.equal(indices, want_i[:, :k]), (indices, want_i[:, :k])
+    assert torch.allclose(values, want_v[:, :k], equal_nan=True)
+
+
+def test_covers_the_models_suite_s_sampling_and_compiles_every_seed(tmp_path):
+    p = next(q for q in load_suite("models").problems if q.id == "models/topk_sampling")
+    fam = TopkChunks()
+    assert fam.supports(p) is None
+    seeds = fam.seeds(p)
+    assert seeds[0] == dict(CHUNKS=16, THREADS=256)
+    launch = fam.launch(fam.complete(seeds[0]), p)
+    assert launch.pre == (("topk_chunks_chunks", "(1024,)", "(256,)", "(in0, scratch0)"),)
+    assert launch.scratch == (("(51200,)", "int64", "empty"),)  # 64 rows x 16 chunks x 50 candidates
+    assert launch.outputs == (("(64, 50)", "float32"), ("(64, 50)", "int64")) and launch.args == ("in0", "scratch0", "out0", "out1")
+    smoke_compile(fam, p, 2)
+    half = problem_from_expr(tmp_path, "torch.topk(x, 7, largest=False).values", "torch.randn(3, 1001, dtype=torch.bfloat16)", "x")
+    assert fam.supports(half) is None
+    launch = fam.launch(fam.complete(fam.seeds(half)[0]), half)
+    assert launch.outputs == (("(3, 7)", "bfloat16"),) and launch.args[-2:] == ("out0", "scratch1")  # indices unread: scratch
+    smoke_compile(fam, half, 1)
+
+
+def test_refuses_what_no_chunking_sorts_in_shared_memory(tmp_path):
+    fam = TopkChunks()
+    huge_k = problem_from_expr(tmp_path, "torch.topk(x, 1000)", "torch.randn(2, 70000)", "x")
+    assert "no chunking sorts in one block's shared memory" in fam.supports(huge_k)
+    assert "not one top-k" in fam.supports(problem_from_expr(tmp_path, "torch.topk(x, 3).values * 2", "torch.randn(4, 64)", "x"))
