@@ -61,7 +61,8 @@ def test_tensor_core_skinny_gemm_is_correct(sup, tmp_path, dtype):
 def test_bulk_streamed_gemv_is_correct(sup, tmp_path, dtype):
     """gemm_skinny_bulk: decode's product at full size; 4 rows with a bias and a fused activation over N
     that no stage divides; fewer rows of W than SMs (a block a row); many short rows (the ring turned
-    over many times); rows merged from a leading dim. Every valid config."""
+    over many times); rows merged from a leading dim. The first two seeds of each (the deepest rings that
+    fit); the full-size product every seed."""
     from cuforge.kernels.gemm_skinny_bulk import GemmSkinnyBulk
 
     fam = GemmSkinnyBulk()
@@ -71,5 +72,5 @@ def test_bulk_streamed_gemv_is_correct(sup, tmp_path, dtype):
     for rows, k, n, expr, lead, bias in cases:
         p = linear(tmp_path, rows, k, n, dtype, expr, bias=bias, lead=lead)
         assert fam.supports(p) is None, fam.supports(p)
-        configs = [dict(WARPS=w, STAGES=s) for w in (4, 8) for s in (2, 3, 4) if fam.valid(dict(WARPS=w, STAGES=s), p)]
+        configs = fam.seeds(p) if n == 11008 else fam.seeds(p)[:2]
         assert_all_ok(sup, fam, p, configs, what=(rows, k, n, expr, dtype))
