@@ -91,4 +91,6 @@ def test_refuses_what_no_chunking_sorts_in_shared_memory(tmp_path):
     fam = TopkChunks()
     huge_k = problem_from_expr(tmp_path, "torch.topk(x, 1000)", "torch.randn(2, 70000)", "x")
     assert "no chunking sorts in one block's shared memory" in fam.supports(huge_k)
+    many_rows = problem_from_expr(tmp_path, "torch.topk(x, 500)", "torch.randn(2**20, 2000)", "x")
+    assert "candidates under 1024 MiB" in fam.supports(many_rows)
     assert "not one top-k" in fam.supports(problem_from_expr(tmp_path, "torch.topk(x, 3).values * 2", "torch.randn(4, 64)", "x"))

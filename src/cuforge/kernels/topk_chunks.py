@@ -17,6 +17,7 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 
 MAX_SORT = 4096  # 64-bit values a block sorts in static shared memory (32 KB)
+MAX_CANDIDATE_BYTES = 2**30  # the candidates' buffer: the family is for few rows, not for millions
 
 
 def pow2(n: int) -> int:
@@ -45,13 +46,15 @@ class TopkChunks(GraphFamily):
         if isinstance(m, str):
             return m
         if not any(self._fits(m, chunks) for chunks in self.knobs["CHUNKS"]):
-            return f"a top-{m.k} of rows of {m.n}: no chunking sorts in one block's shared memory"
+            return (f"a top-{m.k} of {m.rows} rows of {m.n}: no chunking sorts in one block's shared memory "
+                    f"with its candidates under {MAX_CANDIDATE_BYTES // 2**20} MiB")
         return m
 
     @staticmethod
     def _fits(m: TopkMatch, chunks: int) -> bool:
-        cw, _, p1, p2 = widths(m, chunks)
-        return cw >= 1 and p1 <= MAX_SORT and p2 <= MAX_SORT and (chunks - 1) * cw < m.n  # no chunk empty
+        cw, kc, p1, p2 = widths(m, chunks)
+        return (cw >= 1 and p1 <= MAX_SORT and p2 <= MAX_SORT and (chunks - 1) * cw < m.n  # no chunk empty
+                and m.rows * chunks < 2**31 and m.rows * chunks * kc * 8 <= MAX_CANDIDATE_BYTES)
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         return self._fits(self.matched(problem), c["CHUNKS"])
