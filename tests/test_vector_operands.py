@@ -3,6 +3,8 @@ knob OPVEC): which C indices are the same or consecutive over an aligned vector 
 expression, and checked here against every element of small grids), the vectorized chain run on the
 CPU against PyTorch, every dtype compiled with NVRTC, and the refusals."""
 
+import re
+
 import pytest
 
 from cuforge.kernels.pointwise import PointwiseChain, match_pointwise, operand_vectors
@@ -127,6 +129,8 @@ def test_vectorized_chains_compute_the_forward_on_the_cpu(tmp_path, expr, shapes
         assert not isinstance(vops, str), vops
         if vec == 4:
             assert vops.vectors == vectors
+        if "torch.cat" in expr:  # rotate_half: each half's partner loaded only where the vector's half reads it
+            assert re.search(r"if \(\(c0 < 8\)\) q\d+ = ", vops.preload) and re.search(r"if \(\(c0 >= 8\)\) q\d+ = ", vops.preload)
         got = vector_chain_on_host(tmp_path, vops, vec, m.chain, given["in0"], [given[ref] for ref, _ in m.chain.tensors])
         assert torch.allclose(got, want, atol=1e-6), (vec, (got - want).abs().max())
 

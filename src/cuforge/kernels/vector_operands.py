@@ -18,8 +18,10 @@ from r, c, cols, integer constants, + - * / %, and an abstract evaluation over t
 tracks whether a value is the same over an aligned vector of a row, or such a value plus an offset that
 depends on j alone, and what power of two divides the part that is the same.
 
-A slot's load reads index(c0) only where all W elements lie inside its tensor (else its first W,
-harmlessly): a read that the chain's select (c < h ? ... : ...) does not take at these columns may point
+A slot read only inside a branch of a select on the column (c < h ? ... : ..., h a multiple of VEC: the
+same branch for the whole vector) is loaded only where its vector takes that branch: rotate_half reads
+one partner half a vector, not both. A slot's load reads index(c0) only where all W elements lie inside
+its tensor (else its first W, harmlessly): a read that the chain's select (c < h ? ... : ...) does not take at these columns may point
 past the tensor, and when index(c0) is a multiple of W and the tensor's size is too, any element the
 select does take lies inside it."""
 
@@ -203,6 +205,45 @@ def _reads(body: str, prefix: str) -> list[tuple[int, int, int, str]] | str:
     return out
 
 
+def _column_conditions(body: str, vec: int) -> list[tuple[int, int, str]]:
+    """The spans of the body that run only under a condition on the column the same over an aligned
+    vector: each branch of a select `(c < N ? A : B)` with N a multiple of VEC (a rotation's pieces, as the
+    chain compiler writes them), as (start, end, the condition at the vector's first column c0)."""
+    spans = []
+    for m in re.finditer(r"\(c < (\d+) \? ", body):
+        bound = int(m.group(1))
+        if bound % vec:
+            continue
+        depth, k, colon = 0, m.end(), -1
+        while k < len(body):
+            ch = body[k]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch == ":" and depth == 0 and colon < 0:  # a nested select's : sits inside its own parentheses
+                colon = k
+            k += 1
+        if colon < 0 or k >= len(body):
+            continue
+        spans.append((m.end(), colon, f"c0 < {bound}"))
+        spans.append((colon + 1, k, f"c0 >= {bound}"))
+    return spans
+
+
+def _guard(positions: list[int], spans: list[tuple[int, int, str]]) -> str | None:
+    """The condition under which any of the reads at `positions` runs (None: one runs always)."""
+    alternatives = []
+    for at in positions:
+        conditions = [cond for start, end, cond in spans if start <= at < end]
+        if not conditions:
+            return None
+        alternatives.append("(" + " && ".join(conditions) + ")")
+    return " || ".join(dict.fromkeys(alternatives))
+
+
 @lru_cache(maxsize=256)
 def vector_operands(chain: Epilogue, vec: int, cols: int, numels: tuple[int, ...]) -> VectorOperands | str:
     """`chain` (a pointwise chain's epilogue; its tensors of `numels` elements each) with every operand
@@ -216,6 +257,12 @@ def vector_operands(chain: Epilogue, vec: int, cols: int, numels: tuple[int, ...
         return reads
     slots: dict[tuple[int, str], tuple[str, IndexClass]] = {}  # (tensor, index) -> (slot, class)
     preload: list[str] = []
+    # A slot read only in a branch its vector does not take (rotate_half's partner at c + h where c >= h)
+    # is not loaded there.
+    spans = _column_conditions(chain.body, vec)
+    where: dict[tuple[int, str], list[int]] = {}
+    for start, _, i, index in reads:
+        where.setdefault((i, index), []).append(start)
     widths: set[int] = set()
     vector_tensors: set[int] = set()
     for _, _, i, index in reads:
@@ -238,8 +285,13 @@ def vector_operands(chain: Epilogue, vec: int, cols: int, numels: tuple[int, ...
         preload.append(f"const long long at{k} = ({at}) & ~{w - 1}LL;  // the aligned load holding the vector's elements")
         widths.add(w)
         vector_tensors.add(i)
-        preload.append(f"const opv{w}_t q{k} = *reinterpret_cast<const opv{w}_t*>("
-                       f"{e} + ((at{k} >= 0 && at{k} + {w} <= {numels[i]}LL) ? at{k} : 0));")
+        load = (f"*reinterpret_cast<const opv{w}_t*>({e} + ((at{k} >= 0 && at{k} + {w} <= {numels[i]}LL) ? at{k} : 0))")
+        guard = _guard(where[(i, index)], spans)
+        if guard is None:
+            preload.append(f"const opv{w}_t q{k} = {load};")
+        else:
+            preload.append(f"opv{w}_t q{k} = {{}};")
+            preload.append(f"if ({guard}) q{k} = {load};")
         slots[(i, index)] = (f"q{k}", how)
     blocks = []
     for j in range(vec):
