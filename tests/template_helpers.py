@@ -158,18 +158,22 @@ def chain_on_host(tmp_path, chain, anchor, operands):
     """An fp32 chain's C body compiled with the host's C++ compiler and run on the CPU over every element
     of `anchor` (row and column as an indexed kernel passes them), reading `operands` (the chain's
     tensors, in its order): the values the GPU kernel computes, checked without a GPU."""
+    params = "\n".join(f"        const {'bool' if i in chain.masks else 'float'}* {chain.prefix}{i} = "
+                       f"(const {'bool' if i in chain.masks else 'float'}*)t[{i}];" for i in range(len(chain.tensors)))
+    body = "\n".join("        " + line for line in chain.body.splitlines())
+    return run_on_host(host_library(tmp_path, HOST_CHAIN.replace("PARAMS", params).replace("BODY", body)), anchor, operands)
+
+
+def run_on_host(lib, anchor, operands):
+    """A host library's run(n, cols, x, out, tensors) over `anchor` and the chain's `operands`: its output."""
     import ctypes
 
     import torch
 
-    params = "\n".join(f"        const {'bool' if i in chain.masks else 'float'}* {chain.prefix}{i} = "
-                       f"(const {'bool' if i in chain.masks else 'float'}*)t[{i}];" for i in range(len(chain.tensors)))
-    body = "\n".join("        " + line for line in chain.body.splitlines())
-    lib = host_library(tmp_path, HOST_CHAIN.replace("PARAMS", params).replace("BODY", body))
     x = anchor.contiguous()
     held = [o.contiguous() for o in operands]
     out = torch.empty_like(x)
     ptrs = (ctypes.c_void_p * max(1, len(held)))(*[o.data_ptr() for o in held])
     lib.run(ctypes.c_longlong(x.numel()), ctypes.c_longlong(x.shape[-1]), ctypes.c_void_p(x.data_ptr()),
-                              ctypes.c_void_p(out.data_ptr()), ptrs)
+            ctypes.c_void_p(out.data_ptr()), ptrs)
     return out

@@ -9,7 +9,7 @@ import pytest
 
 from cuforge.kernels.pointwise import PointwiseChain, match_pointwise, operand_vectors
 from cuforge.kernels.vector_operands import index_class
-from template_helpers import host_library, problem_from_expr, smoke_compile
+from template_helpers import host_library, problem_from_expr, run_on_host, smoke_compile
 
 COLS = 128
 
@@ -79,22 +79,11 @@ BODY
 def vector_chain_on_host(tmp_path, vops, vec, chain, anchor, operands):
     """The vectorized fp32 chain compiled with the host's C++ compiler and run on the CPU, a vector of
     `vec` columns at a time as the kernel runs it: each slot loaded at the vector's first column."""
-    import ctypes
-
-    import torch
-
     params = "\n".join(f"    const float* {chain.prefix}{i} = (const float*)t[{i}];" for i in range(len(chain.tensors)))
     text = (HOST_VECTOR_CHAIN.replace("DECLS", vops.decls).replace("VEC", str(vec)).replace("PARAMS", params)
             .replace("PRELOAD", "\n".join("        " + line for line in vops.preload.splitlines()))
             .replace("BODY", "\n".join("        " + line for line in vops.body.splitlines())))
-    lib = host_library(tmp_path, text)
-    x = anchor.contiguous()
-    held = [o.contiguous() for o in operands]
-    out = torch.empty_like(x)
-    ptrs = (ctypes.c_void_p * max(1, len(held)))(*[o.data_ptr() for o in held])
-    lib.run(ctypes.c_longlong(x.numel()), ctypes.c_longlong(x.shape[-1]), ctypes.c_void_p(x.data_ptr()),
-            ctypes.c_void_p(out.data_ptr()), ptrs)
-    return out
+    return run_on_host(host_library(tmp_path, text), anchor, operands)
 
 
 CASES = [  # forward, inputs (torch.randn shapes), vector slots at VEC 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from cuforge.kernels.base import Family, sm_count
+from cuforge.kernels.base import GraphFamily, sm_count
 from cuforge.kernels.chains import CTYPES, per_16_bytes
 from cuforge.kernels.gemm_skinny import match_skinny, skinny_launch
 from cuforge.kernels.registry import family
@@ -31,7 +31,7 @@ def smem_bytes(m: int, k: int, dtype: str, warps: int, stages: int) -> int:
 
 
 @family(47)
-class GemmSkinnyBulk(Family):
+class GemmSkinnyBulk(GraphFamily):
     """A block an SM over an equal run of W's rows; WARPS rows a stage (a warp a row), STAGES stages in
     the ring, so (STAGES - 1) x WARPS rows stream in while a stage is multiplied."""
 
@@ -41,7 +41,7 @@ class GemmSkinnyBulk(Family):
     def __init__(self) -> None:
         super().__init__("gemm_skinny_bulk", {"WARPS": (4, 8), "STAGES": (2, 3, 4)})
 
-    def _match(self, problem: Problem) -> Any:
+    def match(self, problem: Problem) -> Any:
         found = match_skinny(problem)
         if isinstance(found, str):
             return found
@@ -54,12 +54,8 @@ class GemmSkinnyBulk(Family):
             return f"K = {found.k}: two stages of four rows and X do not fit in shared memory"
         return found
 
-    def supports(self, problem: Problem) -> str | None:
-        found = self._match(problem)
-        return found if isinstance(found, str) else None
-
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
-        found = self._match(problem)
+        found = self.match(problem)
         if isinstance(found, str):
             return False
         return smem_bytes(found.m, found.k, problem.inputs[0].dtype, c["WARPS"], c["STAGES"]) <= SMEM_BYTES
@@ -71,14 +67,12 @@ class GemmSkinnyBulk(Family):
         return [c for c in out if self.valid(c, problem)][:3]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
-        found = self._match(problem)
-        assert not isinstance(found, str)
+        found = self.matched(problem)
         return {"EPI": found.epilogue, "CTYPE": CTYPES[problem.inputs[0].dtype], "ROWS": found.m}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
-        f = self._match(problem)
-        assert not isinstance(f, str)
+        f = self.matched(problem)
         spec = skinny_launch(self.name, f, problem, "(min(SMS, N),)", f"({32 * c['WARPS']},)")
-        es = ELEMENT_BYTES[problem.inputs[0].dtype]
-        shared = f"(M * K * {es} + 15) // 16 * 16 + {c['STAGES'] * c['WARPS'] * es} * K"
-        return replace(spec, shared_mem=shared, bindings=(*spec.bindings, sm_count(f.b)))
+        # The kernel is built for the traced rows (ROWS), so the traced shape sizes its shared memory.
+        shared = smem_bytes(f.m, f.k, problem.inputs[0].dtype, c["WARPS"], c["STAGES"])
+        return replace(spec, shared_mem=str(shared), bindings=(*spec.bindings, sm_count(f.b)))

@@ -68,8 +68,8 @@ class TopkChunks(GraphFamily):
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         m = self.matched(problem)
-        # POW2: the template derives the sort widths from CHUNKS as widths() does.
-        return {"CTYPE": CTYPES[m.dtype], "N": m.n, "K": m.k, "LARGEST": m.largest, "POW2": pow2}
+        # WIDTHS(CHUNKS): the template's sort widths, from widths() as the launch's.
+        return {"CTYPE": CTYPES[m.dtype], "N": m.n, "K": m.k, "LARGEST": m.largest, "WIDTHS": lambda chunks: widths(m, chunks)}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         m = self.matched(problem)
