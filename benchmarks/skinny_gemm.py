@@ -1,8 +1,7 @@
 """Decode-shaped products against eager PyTorch (cuBLAS): the models suite's decode GEMV (1 x 4096
 through LLaMA-7B's 11008 x 4096 up projection) and skinny GEMM (8 x 4096 through a 4096 x 4096
-projection), each in fp32, bf16 and fp16, every seed of the `gemm_skinny` family (CUDA cores), of
-`gemm_skinny_bulk` (the weight streamed by bulk copies, a block an SM; up to 4 rows) and, in bf16 and
-fp16, of `gemm_skinny_tc` (tensor cores) evaluated in one jailed worker beside eager, and each against
+projection), each in fp32, bf16 and fp16, every seed of the `gemm_skinny` family (CUDA cores) and, in
+bf16 and fp16, of `gemm_skinny_tc` (tensor cores) evaluated in one jailed worker beside eager, and each against
 the device-to-device copy bandwidth measured in the run (the product reads its weight once, so the
 copy bandwidth is its ceiling).
 
@@ -47,12 +46,11 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.gemm_skinny import GemmSkinny, GemmSkinnyTC
-    from cuforge.kernels.gemm_skinny_bulk import GemmSkinnyBulk
     from cuforge.problems.suites import load_suite
     from cuforge.sandbox.driver.supervisor import Supervisor
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
-    families = (GemmSkinny(), GemmSkinnyBulk(), GemmSkinnyTC())
+    families = (GemmSkinny(), GemmSkinnyTC())
     copy = copy_bandwidth_gbs()
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     suite = {p.id: p for p in load_suite("models").problems}

@@ -101,38 +101,3 @@ def test_tensor_core_family_refuses_fp32_and_ragged_k_naming_why(tmp_path):
     assert "fp16 or bf16" in fam.supports(linear(tmp_path, 8, 64, 32, "torch.float32"))
     assert "not a multiple of 8" in fam.supports(linear(tmp_path, 8, 1003, 32, "torch.bfloat16"))
     assert "17 rows" in fam.supports(linear(tmp_path, 17, 64, 32, "torch.float16"))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_the_bulk_family_takes_decode_rows_and_compiles_every_seed(tmp_path, dtype):
-    """gemm_skinny_bulk: 1-4 rows, K in whole 16-byte pieces, a ring that fits in shared memory; each seed
-    compiles, launches a block an SM and asks for the shared memory its ring and X take."""
-    from cuforge.kernels.gemm_skinny_bulk import GemmSkinnyBulk, smem_bytes
-
-    fam = GemmSkinnyBulk()
-    es = 4 if dtype == "torch.float32" else 2
-    for rows, k, n, expr in ((1, 4096, 11008, "self.linear(x)"), (4, 1024, 1003, "F.gelu(self.linear(x)) * 2.0")):
-        p = linear(tmp_path, rows, k, n, dtype, expr)
-        assert fam.supports(p) is None, fam.supports(p)
-        seeds = fam.seeds(p)
-        assert seeds and all(fam.valid(c, p) for c in seeds)
-        for c in seeds:
-            cand = fam.render(c, p)
-            assert cand.launch.grid == "(min(SMS, N),)" and cand.launch.block == f"({32 * c['WARPS']},)"
-            shared = int(cand.launch.shared_mem)
-            assert shared == smem_bytes(rows, k, dtype.split(".")[1], c["WARPS"], c["STAGES"]) <= 220 * 1024
-            assert shared == -(-rows * k * es // 16) * 16 + c["STAGES"] * c["WARPS"] * k * es
-            cubin, _, _ = compile_to_cubin(cand.source, "sm_90a", cand.launch.options)
-            assert len(cubin) > 0
-    # fp32 rows of 4096: only four-row stages fit, three or two deep.
-    if dtype == "torch.float32":
-        assert fam.seeds(linear(tmp_path, 1, 4096, 11008, dtype)) == [dict(WARPS=4, STAGES=3), dict(WARPS=4, STAGES=2)]
-
-
-def test_the_bulk_family_refuses_what_it_cannot_stream_naming_why(tmp_path):
-    from cuforge.kernels.gemm_skinny_bulk import GemmSkinnyBulk
-
-    fam = GemmSkinnyBulk()
-    assert "5 rows of activations" in fam.supports(linear(tmp_path, 5, 64, 32, "torch.bfloat16"))
-    assert "K = 1003 is no whole number of 16-byte pieces" in fam.supports(linear(tmp_path, 1, 1003, 64, "torch.bfloat16"))
-    assert "do not fit in shared memory" in fam.supports(linear(tmp_path, 1, 16384, 64, "torch.float32"))

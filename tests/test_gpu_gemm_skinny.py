@@ -4,8 +4,7 @@ the 16-byte load (a scalar tail), N not a multiple of a block's columns (idle wa
 leading dims merged into the rows, a bias and activations fused; every seed and the other knob
 values. A half-precision matrix-vector product A @ v with an activation, v as the one row. The
 tensor-core family in bf16 and fp16: one tile of 8 rows and two, ragged N and K (chunks of 32 k cut
-short), every seed and every knob value. The bulk-streamed family (a block an SM, W's rows brought in
-by bulk copies) in fp32, bf16 and fp16."""
+short), every seed and every knob value."""
 
 import pytest
 
@@ -54,23 +53,4 @@ def test_tensor_core_skinny_gemm_is_correct(sup, tmp_path, dtype):
         p = linear(tmp_path, rows, k, n, dtype, expr, bias=bias, lead=lead)
         assert fam.supports(p) is None, fam.supports(p)
         configs = fam.seeds(p) + [c for c in every_knob if fam.valid(c, p) and c not in fam.seeds(p)] if every else fam.seeds(p)[:1]
-        assert_all_ok(sup, fam, p, configs, what=(rows, k, n, expr, dtype))
-
-
-@pytest.mark.parametrize("dtype", ["torch.float32", "torch.bfloat16", "torch.float16"])
-def test_bulk_streamed_gemv_is_correct(sup, tmp_path, dtype):
-    """gemm_skinny_bulk: decode's product at full size; 4 rows with a bias and a fused activation over N
-    that no stage divides; fewer rows of W than SMs (a block a row); many short rows (the ring turned
-    over many times); rows merged from a leading dim. The first two seeds of each (the deepest rings that
-    fit); the full-size product every seed."""
-    from cuforge.kernels.gemm_skinny_bulk import GemmSkinnyBulk
-
-    fam = GemmSkinnyBulk()
-    cases = [(1, 4096, 11008, "self.linear(x)", "", False), (4, 1024, 1003, "F.gelu(self.linear(x)) * 2.0", "", True),
-             (2, 512, 7, "self.linear(x)", "", True), (1, 64, 5000, "torch.relu(self.linear(x))", "", False),
-             (2, 256, 300, "self.linear(x)", "2, ", True)]
-    for rows, k, n, expr, lead, bias in cases:
-        p = linear(tmp_path, rows, k, n, dtype, expr, bias=bias, lead=lead)
-        assert fam.supports(p) is None, fam.supports(p)
-        configs = fam.seeds(p) if n == 11008 else fam.seeds(p)[:2]
         assert_all_ok(sup, fam, p, configs, what=(rows, k, n, expr, dtype))
