@@ -11,7 +11,7 @@ Each generated table in the page sits between two markers naming the command tha
     python benchmarks/docs_tables.py NAME RESULT...   # print one table (the commands the markers name)
 
 The tables printed here (NAME): compile, throughput, repeatability, jail, hgemm, level3, gpu_checks, conv_half,
-models, dtype_coverage, conv_tf32, replay, skinny, models_search, attention.
+models, dtype_coverage, conv_tf32, replay, skinny, models_search, attention, configs.
 Commands run from the repository root; the KernelBench search tables come from
 kernelbench_search_summary.py.
 """
@@ -302,6 +302,19 @@ def skinny_table(name: str = "skinny_gemm") -> list[str]:
     return out + ["", f"copy bandwidth {d['copy_gbs']:.0f} GB/s ({stamp(d)})"]
 
 
+def configs_table(name: str) -> list[str]:
+    """family_configs.py's record: each config timed beside eager and torch.compile in one worker."""
+    d = load(name)
+    out = header("problem", "config", "kernel us", "vs eager", "vs torch.compile", "status")
+    for r in d["rows"]:
+        ok = r["status"] == "ok" and r.get("ms")
+        config = ", ".join(f"{k}={v}" for k, v in r["config"].items())
+        out.append(row(r["problem"], config, f"{1e3 * r['ms']:.1f}" if ok else "-",
+                       f"{r['vs_torch']:.2f}x" if ok else "-", f"{r['vs_torch.compile']:.2f}x" if ok else "-",
+                       r["status"] if ok else f"{r['status']}: {r.get('message', '')[:80]}".replace("|", "/")))
+    return out + ["", f"({stamp(d)})"]
+
+
 def attention_table(name: str) -> list[str]:
     """flash_attention.py: the family's fastest kernel per shape against each SDPA backend, side by side."""
     d = load(name)
@@ -328,7 +341,7 @@ TABLES: dict[str, Callable[..., list[str]]] = {
     "gpu_suite": gpu_suite_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
     "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
-    "models_search": models_search_table, "attention": attention_table,
+    "models_search": models_search_table, "attention": attention_table, "configs": configs_table,
 }
 
 
