@@ -34,7 +34,16 @@ def main() -> None:
     ap.add_argument("--recheck-deadline", type=float, default=None,
                     help="seconds after the search's end past which no more best kernels are re-timed (named in the rows)")
     ap.add_argument("--name", default="level_suites", help="result file name (one per call when suites run apart)")
+    ap.add_argument("--store-dir", default=None,
+                    help="keep each suite's results store (every evaluation with its timings, verdict and source) "
+                         "as DIR/NAME-SUITE.db; default: a new temporary directory, named in the output")
     a = ap.parse_args()
+    store_dir = a.store_dir or tempfile.mkdtemp(prefix="cuforge-suites-")
+    for suite in a.suite or ["level1", "level2"]:
+        if os.path.exists(os.path.join(store_dir, f"{a.name}-{suite}.db")):
+            raise SystemExit(f"level_suites: {os.path.join(store_dir, f'{a.name}-{suite}.db')} exists; "
+                             f"pick another --name or --store-dir")
+    os.makedirs(store_dir, exist_ok=True)
     gpus = [int(g) for g in a.gpus.split(",") if g]
     from cuforge.agent.config import RunConfig
     from cuforge.agent.run import execute
@@ -49,10 +58,13 @@ def main() -> None:
         problems = [p for p in load_suite(suite).problems if not a.problem or p.id in a.problem]
         covered = {p.id for p in problems if families_for(p)[0]}
         uncovered = {p.id: families_for(p)[1] for p in problems if p.id not in covered}
-        store = Store(os.path.join(tempfile.mkdtemp(prefix=f"cuforge-{suite}-"), "cuforge.db"))
+        store_path = os.path.join(store_dir, f"{a.name}-{suite}.db")
+        store = Store(store_path)
+        print(f"{suite}: results store {store_path}", flush=True)
         cfg = RunConfig(suite=suite, problems=sorted(covered), islands=1, generations=a.generations,
                         wall_time_s=a.wall_time, compile_only=a.compile_only, baseline="torch",
-                        precision=a.precision, gpus=a.gpus)
+                        # compile-only has no GPUs: there --gpus counts workers, and "all" is one a CPU core
+                        precision=a.precision, gpus="all" if a.compile_only else a.gpus)
         t0 = time.perf_counter()
         run_id, search = execute(cfg, store, None, False)
         board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
@@ -81,7 +93,7 @@ def main() -> None:
             "fast_1_all": fast_p(best, [p.id for p in problems], 1.0),
             "geomean_vs_torch": geomean(v for v in best.values() if v),
             "geomean_vs_torch_compile": geomean(compiled) if compiled else None,
-            "rows": rows, "not_covered": uncovered}
+            "rows": rows, "not_covered": uncovered, "store": store_path}
         s = out["suites"][suite]
         print(f"{suite}: {s['covered']}/{s['problems']} covered, fast_1 {s['fast_1_covered']:.2f} over covered, "
               f"{s['fast_1_all']:.2f} over all; {s['evaluations']} evaluations in {s['wall_s']} s", flush=True)
