@@ -87,6 +87,17 @@ def test_covers_the_models_suite_s_sampling_and_compiles_every_seed(tmp_path):
     smoke_compile(fam, half, 1)
 
 
+def test_leads_top_k_only_over_rows_too_few_for_the_sms(tmp_path):
+    """The offline search tries the preferred family's seeds first: the chunked kernels where the rows
+    are fewer than an H100's SMs (the models suite's sampling: 64 rows), a block a row from 128 rows."""
+    from cuforge.kernels.families import families_for
+
+    sampling = next(q for q in load_suite("models").problems if q.id == "models/topk_sampling")
+    assert [f.name for f in families_for(sampling)[0]] == ["topk_chunks", "topk_rows"]
+    many = problem_from_expr(tmp_path, "torch.topk(x, 50)", "torch.randn(128, 32000)", "x")
+    assert [f.name for f in families_for(many)[0]] == ["topk_rows", "topk_chunks"]
+
+
 def test_refuses_what_no_chunking_sorts_in_shared_memory(tmp_path):
     fam = TopkChunks()
     huge_k = problem_from_expr(tmp_path, "torch.topk(x, 1000)", "torch.randn(2, 70000)", "x")
