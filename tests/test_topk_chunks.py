@@ -1,4 +1,4 @@
-"""The chunked top-k family (two kernels: a sort a chunk, then a sort of the chunks' candidates a row) on
+"""The chunked top-k family (two kernels: a radix select a chunk, then a sort of the chunks' candidates a row) on
 the CPU: what it covers and refuses, its launch, every seed compiled for sm_90a, and the template's own
 two kernels run on the host (a block of one thread) against a stable sort of each row: ties lowest index
 first, NaN greatest, chunks shorter than k, a last chunk shorter than the others, the smallest."""
@@ -14,6 +14,9 @@ from template_helpers import host_library, problem_from_expr, smoke_compile
 HOST_PRELUDE = r"""
 #include <math.h>
 #include <string.h>
+#include <pthread.h>
+#include <thread>
+#include <vector>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -21,25 +24,37 @@ HOST_PRELUDE = r"""
 #define __launch_bounds__(x)
 #define __shared__ static
 struct Dim { int x; };
-static Dim threadIdx = {0}, blockIdx = {0};
-static inline void __syncthreads() {}
+static thread_local Dim threadIdx = {0};
+static Dim blockIdx = {0};
+static pthread_barrier_t block_barrier;
+static inline void __syncthreads() { pthread_barrier_wait(&block_barrier); }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float to_float(float x) { return x; }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 """
+# Each block's THREADS threads run as host threads at once, __syncthreads a barrier among them and the
+# kernel's shared variables its function statics: the block's own interleavings, on the CPU.
 HOST_RUN = r"""
+template <typename F> static void block(F kernel) {
+    pthread_barrier_init(&block_barrier, nullptr, THREADS);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < THREADS; ++t) threads.emplace_back([=] { threadIdx.x = t; kernel(); });
+    for (auto& t : threads) t.join();
+    pthread_barrier_destroy(&block_barrier);
+}
 extern "C" void run(int rows, const float* x, unsigned long long* candidates, float* values, long long* indices) {
-    for (int b = 0; b < rows * CHUNKS; ++b) { blockIdx.x = b; topk_chunks_chunks(x, candidates); }
-    for (int b = 0; b < rows; ++b) { blockIdx.x = b; topk_chunks(x, candidates, values, indices); }
+    for (int b = 0; b < rows * CHUNKS; ++b) { blockIdx.x = b; block([=] { topk_chunks_chunks(x, candidates); }); }
+    for (int b = 0; b < rows; ++b) { blockIdx.x = b; block([=] { topk_chunks(x, candidates, values, indices); }); }
 }
 """
 
 
-def on_host(tmp_path, fam, p, config, x):
-    """The rendered kernels compiled for the host, THREADS set to 1, run over every block in order."""
+def on_host(tmp_path, fam, p, config, x, threads=1):
+    """The rendered kernels compiled for the host with `threads` threads a block, every block in order."""
     import torch
 
     source = fam.render(config, p).source
-    body = source[source.index("typedef float elem_t;"):].replace(f"#define THREADS {config['THREADS']}", "#define THREADS 1")
+    body = source[source.index("typedef float elem_t;"):].replace(f"#define THREADS {config['THREADS']}", f"#define THREADS {threads}")
     lib = host_library(tmp_path, HOST_PRELUDE + body + HOST_RUN)
     m = fam.matched(p)
     _, kc, _, _ = widths(m, config["CHUNKS"])
@@ -51,9 +66,13 @@ def on_host(tmp_path, fam, p, config, x):
     return values, indices
 
 
-@pytest.mark.parametrize("n, k, largest, chunks", [(1000, 10, True, 8), (100, 20, True, 8), (997, 50, False, 16),
-                                                     (64, 64, True, 4), (5000, 3, True, 64)])
-def test_the_two_kernels_compute_a_stable_top_k_on_the_host(tmp_path, n, k, largest, chunks):
+@pytest.mark.parametrize("threads", [1, 32])
+@pytest.mark.parametrize("n, k, largest, chunks, ties", [(1000, 10, True, 8, True), (100, 20, True, 8, True),
+                                                           (997, 50, False, 16, True), (64, 64, True, 4, True),
+                                                           (5000, 3, True, 64, True), (3000, 50, True, 16, False)])
+def test_the_two_kernels_compute_a_stable_top_k_on_the_host(tmp_path, n, k, largest, chunks, ties, threads):
+    """Values with many ties (the radix select then narrows into the index bits) or few (it stops at the
+    key's), NaN among them; a block of one thread and of 32 running at once."""
     import torch
 
     p = problem_from_expr(tmp_path, f"torch.topk(x, {k}, largest={largest})", f"torch.randn(5, {n})", "x")
@@ -61,9 +80,9 @@ def test_the_two_kernels_compute_a_stable_top_k_on_the_host(tmp_path, n, k, larg
     config = dict(CHUNKS=chunks, THREADS=128)
     assert fam.valid(config, p)
     g = torch.Generator().manual_seed(n + k)
-    x = torch.randint(-20, 20, (5, n), generator=g).float() / 4  # many ties
+    x = torch.randint(-20, 20, (5, n), generator=g).float() / 4 if ties else torch.randn(5, n, generator=g)
     x[1, torch.randint(0, n, (3,), generator=g)] = float("nan")
-    values, indices = on_host(tmp_path, fam, p, config, x)
+    values, indices = on_host(tmp_path, fam, p, config, x, threads)
     want_v, want_i = torch.sort(x, dim=-1, descending=largest, stable=True)
     assert torch.equal(indices, want_i[:, :k]), (indices, want_i[:, :k])
     assert torch.allclose(values, want_v[:, :k], equal_nan=True)
