@@ -34,7 +34,7 @@ def widths(m: TopkMatch, chunks: int) -> tuple[int, int, int, int]:
 
 @family(301)
 class TopkChunks(GraphFamily):
-    """CHUNKS blocks a row for the first sort; THREADS a block in both kernels."""
+    """CHUNKS blocks a row for the selection; THREADS (a multiple of 32) a block in both kernels."""
 
     anchors = frozenset({"topk"})
     template = "topk_chunks"
