@@ -183,9 +183,20 @@ def models_search_table(name: str, *later: str) -> list[str]:
     for problem in sorted(rows):
         r, run = rows[problem]
         why = "" if r["correct"] else (r["failures"][0][:110] if r.get("failures") else "no evaluation")
-        out.append(row(problem, fmt(r["vs_torch"]), fmt(r["vs_torch_compile"]), f"{r['correct']} / {r['evaluations']}",
+        out.append(row(problem, fmt(r["vs_torch"]), compile_cell(r), f"{r['correct']} / {r['evaluations']}",
                        run, why.replace("|", "/")))
     return out
+
+
+def compile_cell(r: dict[str, Any]) -> str:
+    """The recheck's ratio to torch.compile, and the search's own beside it where the two differ by more
+    than a quarter (torch.compile's kernels are picked afresh in each process, and their time with them)."""
+    recheck, search = r["vs_torch_compile"], r.get("search_vs_torch_compile")
+    if not recheck:
+        return "-"
+    if search and abs(math.log(recheck / search)) > math.log(1.25):
+        return f"{recheck:.2f}x (search: {search:.2f}x)"
+    return f"{recheck:.2f}x"
 
 
 def dtype_coverage_table(name: str = "kernelbench_dtype_coverage") -> list[str]:

@@ -25,3 +25,15 @@ def test_a_stale_table_is_named(tmp_path, monkeypatch):
     assert changed == ["python benchmarks/docs_tables.py compile compile_latency"]
     assert "| stale |" not in new and "NVRTC" in new and new.startswith("intro\n") and new.endswith("end\n")
     assert docs_tables.regenerate(new)[1] == []
+
+
+def test_a_torch_compile_ratio_the_search_disagreed_with_shows_both():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import docs_tables
+    finally:
+        sys.path.pop(0)
+    assert docs_tables.compile_cell({"vs_torch_compile": 1.22, "search_vs_torch_compile": 0.79}) == "1.22x (search: 0.79x)"
+    assert docs_tables.compile_cell({"vs_torch_compile": 1.05, "search_vs_torch_compile": 0.95}) == "1.05x"
+    assert docs_tables.compile_cell({"vs_torch_compile": 0.9}) == "0.90x"  # a record from before the field
+    assert docs_tables.compile_cell({"vs_torch_compile": None, "search_vs_torch_compile": 0.8}) == "-"
