@@ -320,8 +320,8 @@ def configs_table(name: str) -> list[str]:
     for r in d["rows"]:
         ok = r["status"] == "ok" and r.get("ms")
         config = ", ".join(f"{k}={v}" for k, v in r["config"].items())
-        out.append(row(r["problem"], config, f"{1e3 * r['ms']:.1f}" if ok else "-",
-                       f"{r['vs_torch']:.2f}x" if ok else "-", f"{r['vs_torch.compile']:.2f}x" if ok else "-",
+        ratios = [f"{r[key]:.2f}x" if ok and r.get(key) else "-" for key in ("vs_torch", "vs_torch.compile")]
+        out.append(row(r["problem"], config, f"{1e3 * r['ms']:.1f}" if ok else "-", *ratios,
                        r["status"] if ok else f"{r['status']}: {r.get('message', '')[:80]}".replace("|", "/")))
     return out + ["", f"({stamp(d)})"]
 

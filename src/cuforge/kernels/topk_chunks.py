@@ -1,9 +1,9 @@
 """Top-k over the last dim in two kernels, for rows fewer than the GPU's SMs (LLM sampling: 64 rows of a
 32,000-token vocabulary). Each row is cut into CHUNKS chunks, a block a chunk: its first K (key, index)
 pairs chosen by a radix select over them, held in registers, and handed on; then a block a row sorts
-those candidates and writes the first K. A row's top K are each among their own chunk's top K, so nothing is lost, and ties keep the
-lowest index first as one sort of the row would. topk_rows' block a row ran the models suite's top-k at
-0.59x eager on an H200: 64 blocks on 132 SMs, four radix passes each."""
+those candidates and writes the first K. A row's top K are each among their own chunk's top K, so
+nothing is lost, and ties keep the lowest index first as one sort of the row would. topk_rows' block a
+row ran the models suite's top-k at 0.59x eager on an H200: 64 blocks on 132 SMs, four radix passes each."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ class TopkChunks(GraphFamily):
 
     def leads(self, problem: Problem) -> bool:
         # Ahead of topk_rows where a block a row leaves SMs idle: on an H200 the models suite's 64 rows
-        # of 32,000 ran at 0.68x eager chunked and 0.58x a block a row. Where the rows fill the SMs, the
-        # block a row needs no second kernel and no sort of the whole row.
+        # of 32,000 ran at 0.68x eager chunked and 0.58x a block a row. Where the rows fill the SMs, a
+        # block a row does the work in one kernel.
         m = self.match(problem)
         return not isinstance(m, str) and m.rows < FEW_ROWS
 
