@@ -297,19 +297,20 @@ def replay_table(name: str = "partition_replay", *later: str) -> list[str]:
 def skinny_table(name: str = "skinny_gemm") -> list[str]:
     d = load(name)
     out = [*header("problem", "contract", "fastest kernel (family: config)", "kernel us (p20-p80)",
-                   "eager us", "vs eager", "vs copy bandwidth", "configs ok")]
+                   "eager us", "vs eager", "vs copy bandwidth", "vs a copy of its bytes", "configs ok")]
     for problem in dict.fromkeys(r["problem"] for r in d["rows"]):
         rows = [r for r in d["rows"] if r["problem"] == problem]
         ok = [r for r in rows if r["status"] == "ok" and r["ms"]]
         best = min(ok, key=lambda r: r["ms"]) if ok else None
         if best is None:
-            out.append(row(problem, rows[0]["precision"], "-", "-", "-", "-", "-", f"0 of {len(rows)}"))
+            out.append(row(problem, rows[0]["precision"], "-", "-", "-", "-", "-", "-", f"0 of {len(rows)}"))
             continue
         config = ", ".join(f"{k}={v}" for k, v in best["config"].items())
         out.append(row(problem, best["precision"], f"{best.get('family', 'gemm_skinny')}: {config}",
                        f"{1e3 * best['ms']:.1f} ({1e3 * best['p20_ms']:.1f}-{1e3 * best['p80_ms']:.1f})",
                        f"{1e3 * best['eager_ms']:.1f}", f"{best['eager_ms'] / best['ms']:.2f}x",
-                       f"{best['vs_copy']:.2f}", f"{len(ok)} of {len(rows)}"))
+                       f"{best['vs_copy']:.2f}",
+                       f"{best['vs_same_size_copy']:.2f}" if best.get("vs_same_size_copy") else "-", f"{len(ok)} of {len(rows)}"))
     return out + ["", f"copy bandwidth {d['copy_gbs']:.0f} GB/s ({stamp(d)})"]
 
 
