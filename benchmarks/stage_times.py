@@ -7,6 +7,7 @@ torch.profiler, and every CUDA kernel's mean time per forward is listed.
 
     python benchmarks/stage_times.py .kb/level2/23_Conv3d_GroupNorm_Mean.py --name stage_times
     python benchmarks/stage_times.py .kb/level2/23_Conv3d_GroupNorm_Mean.py --prefer conv_direct
+    python benchmarks/stage_times.py models/resnet_bottleneck@bf16 models/gru_cell@fp16 --name models_stages
 
 --prefer NAME: the family (or a staged pair or pipeline whose first kernel is NAME) profiled where it covers.
 
@@ -45,26 +46,41 @@ def kernel_times(fn: Any, iters: int = ITERS) -> tuple[list[dict[str, Any]], flo
     return rows, round(sum(r["ms"] for r in rows), 4)
 
 
-def profile_file(path: Path, seeds: int, prefer: str) -> dict[str, Any]:
+def load(ref: str) -> Any:
+    """A problem file, or a built-in suite's problem by id (models/resnet_bottleneck@bf16: cast to its dtype)."""
+    from cuforge.problems.loader import load_files
+    from cuforge.problems.suites import load_suite
+
+    if Path(ref).is_file():
+        (problem,), _ = load_files([Path(ref)])
+        return problem
+    suite = ref.split("/")[0]
+    found = next((p for p in load_suite(suite).problems if p.id == ref), None)
+    if found is None:
+        raise SystemExit(f"stage_times: {ref}: no such file, nor a problem of the {suite!r} suite")
+    return found
+
+
+def profile_file(ref: str, seeds: int, prefer: str) -> dict[str, Any]:
     import torch
 
     from cuforge.kernels.families import families_for
-    from cuforge.problems.loader import load_files
     from cuforge.sandbox.protocol.loading import candidate_class, problem_module
 
-    (problem,), _ = load_files([path])
+    problem = load(ref)
+    name = problem.id if not Path(ref).is_file() else Path(ref).name
     families, why = families_for(problem)
     if not families:
-        return {"file": path.name, "error": why}
+        return {"file": name, "error": why}
     family = next((f for f in families if prefer and prefer in f.name.split("+")[0]), families[0])
-    mod = problem_module(problem.source)
+    mod = problem_module(problem.source, cast=problem.meta.cast)  # a suite's @bf16 problem: inputs and model cast
     torch.manual_seed(0)
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
     torch.manual_seed(1)
     eager = mod.Model(*mod.get_init_inputs()).cuda().eval()
     with torch.no_grad():
         eager_kernels, eager_ms = kernel_times(lambda: eager(*inputs))
-        out: dict[str, Any] = {"file": path.name, "family": family.name, "eager_ms": eager_ms, "eager": eager_kernels,
+        out: dict[str, Any] = {"file": name, "family": family.name, "eager_ms": eager_ms, "eager": eager_kernels,
                                "candidates": []}
         for i, cfg in enumerate(family.seeds(problem)[:seeds]):
             cand = family.render(cfg, problem)
@@ -78,7 +94,7 @@ def profile_file(path: Path, seeds: int, prefer: str) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("files", nargs="+", help="KernelBench problem files")
+    ap.add_argument("files", nargs="+", help="problem files, or built-in suite problems by id (models/gru_cell@bf16)")
     ap.add_argument("--seeds", type=int, default=1, help="how many of the family's seeds to profile")
     ap.add_argument("--prefer", default="", help="a head family to profile first where it covers (conv_direct)")
     ap.add_argument("--name", default="stage_times")
@@ -92,9 +108,9 @@ def main() -> None:
     rows = []
     for f in a.files:
         try:
-            row = profile_file(Path(f), a.seeds, a.prefer)
+            row = profile_file(f, a.seeds, a.prefer)
         except Exception as e:  # noqa: BLE001 - one file's failure is reported, the rest still run
-            row = {"file": Path(f).name, "error": f"{type(e).__name__}: {e}"[:500]}
+            row = {"file": f, "error": f"{type(e).__name__}: {e}"[:500]}
         rows.append(row)
         torch.cuda.empty_cache()  # the file's tensors are gone with its frame
         if "error" in row:
