@@ -52,8 +52,10 @@ def load(ref: str) -> Any:
     from cuforge.problems.suites import load_suite
 
     if Path(ref).is_file():
-        (problem,), _ = load_files([Path(ref)])
-        return problem
+        problems, _ = load_files([Path(ref)])  # a file listing more dtypes loads one problem each, its own first
+        if not problems:
+            raise SystemExit(f"stage_times: {ref}: not a problem file cuforge can load")
+        return problems[0]
     suite = ref.split("/")[0]
     found = next((p for p in load_suite(suite).problems if p.id == ref), None)
     if found is None:
