@@ -21,9 +21,9 @@ depends on j alone, and what power of two divides the part that is the same.
 A slot read only inside a branch of a select on the column (c < h ? ... : ..., h a multiple of VEC: the
 same branch for the whole vector) is loaded only where its vector takes that branch: rotate_half reads
 one partner half a vector, not both. A slot's load reads index(c0) only where all W elements lie inside
-its tensor (else its first W, harmlessly): a read that the chain's select (c < h ? ... : ...) does not take at these columns may point
-past the tensor, and when index(c0) is a multiple of W and the tensor's size is too, any element the
-select does take lies inside it."""
+its tensor (else its first W, harmlessly): a read that the chain's select (c < h ? ... : ...) does not
+take at these columns may point past the tensor, and when index(c0) is a multiple of W and the tensor's
+size is too, any element the select does take lies inside it."""
 
 from __future__ import annotations
 
