@@ -48,18 +48,40 @@ def parse_vary(text: str) -> tuple[str, list]:
 
 
 def knob_keys(fam, problem, knob: str) -> list[str]:
-    """The config keys that set `knob`: its own, or those of each stage whose family has it."""
+    """The config keys that set `knob`: its own, or those of each stage (or kernel part) whose family has it."""
     if knob in fam.knobs:
         return [knob]
     if hasattr(fam, "stage_configs"):  # a pipeline: s0., s1., ...
         return [f"s{i}.{knob}" for i, s in enumerate(fam.matched(problem)) if knob in s.family.knobs]
     if hasattr(fam, "head"):  # a staged pair: h., t.
         return [f"{pre}.{knob}" for pre, part in (("h", fam.head), ("t", fam.tail)) if knob in part.knobs]
+    if hasattr(fam, "kernel_configs"):  # a partition: p0., p1., ... for its kernel parts
+        return [f"p{i}.{knob}" for i, part in enumerate(fam.matched(problem)) if part.family is not None and knob in part.family.knobs]
     return []
 
 
+def fitted(fam, problem, config: dict, keys: list[str]) -> dict | None:
+    """`config` if valid, else with fewer STAGES where that makes it valid (a knob that takes shared memory
+    leaves fewer stages room): one stage's count lowered alone if that is enough, else every named stage's
+    together; None if no count fits."""
+    if fam.valid(config, problem):
+        return config
+    stage_keys = [k.rpartition(".")[0] + ".STAGES" if "." in k else "STAGES" for k in keys]
+    stage_keys = [k for k in stage_keys if k in config]
+    for key in stage_keys:
+        for n in range(config[key] - 1, 0, -1):
+            if fam.valid({**config, key: n}, problem):
+                return {**config, key: n}
+    while any(config[k] > 1 for k in stage_keys):
+        config = {**config, **{k: config[k] - 1 for k in stage_keys if config[k] > 1}}
+        if fam.valid(config, problem):
+            return config
+    return None
+
+
 def varied(configs: list[dict], fam, problem, knob: str, values: list) -> list[dict]:
-    """Each config once per value of `knob` (every stage's that has it), where valid."""
+    """Each config once per value of `knob` (every stage's that has it), where valid, with fewer stages
+    where only that fits."""
     keys = knob_keys(fam, problem, knob)
     if not keys:  # said, so that a misspelt knob is not read as an A/B that changed nothing
         print(f"--vary: {fam.name} has no knob {knob} on {problem.id}: its seeds run once each", file=sys.stderr)
@@ -67,8 +89,8 @@ def varied(configs: list[dict], fam, problem, knob: str, values: list) -> list[d
     out: list[dict] = []
     for c in configs:
         for v in values:
-            d = {**c, **{k: v for k in keys}}
-            if d not in out and fam.valid(d, problem):
+            d = fitted(fam, problem, {**c, **{k: v for k in keys}}, keys)
+            if d is not None and d not in out:
                 out.append(d)
     return out
 

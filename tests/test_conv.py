@@ -316,3 +316,27 @@ def test_the_search_drops_one_tf32_pass_where_it_was_judged_a_downgrade(tmp_path
     fp32 = [c for c in FAM.seeds(p) if c.get("PASSES", 3) == 3]
     proposed = [search.propose_candidate(p, "IMPROVE", None, [], "9.0").meta["config"] for _ in fp32]
     assert [c["PASSES"] for c in proposed] == [3] * len(fp32)
+
+
+def test_the_epilogue_by_runs_stages_both_consumers_tiles_and_compiles_over_every_layout(tmp_path):
+    # EPI_RUNS: each consumer warpgroup's 64 pixels x BN channels staged as fp32 rows of 68 past the barriers
+    p = conv_problem(tmp_path, "nn.Conv2d(64, 256, 1, bias=False)", "(2, 64, 20, 20)", "torch.relu(y + self.bias)")
+    seed = {**FAM.seeds(p)[0], "STAGES": 2}
+    runs = {**seed, "EPI_RUNS": 1}
+    assert FAM.smem_bytes(runs) == FAM.smem_bytes(seed) + 2 * seed["BN"] * 68 * 4
+    assert FAM.valid(runs, p) and "#define EPI_RUNS 1" in FAM.render(runs, p).source
+    assert "#define EPI_RUNS 0" in FAM.render(seed, p).source  # a config from before the knob: fragment order
+    # a pooled output's sums never reach the output value by value
+    pooled = conv_problem(tmp_path, "nn.Conv2d(16, 32, 3)", "(2, 16, 12, 12)", "torch.relu(y).mean(dim=(2, 3))")
+    pool_seed = FAM.seeds(pooled)[0]
+    assert FAM.valid(pool_seed, pooled) and not FAM.valid({**pool_seed, "EPI_RUNS": 1}, pooled)
+    # flat planes, tiles of rows, the persistent grid with the epilogue beside the next tile's products, x read
+    # as it lies, a transposed convolution's phases; fp32 (three TF32 products) and one TF32 product
+    transposed = conv_problem(tmp_path, "nn.ConvTranspose2d(48, 32, 3, stride=2, padding=1, output_padding=1)", "(2, 48, 9, 11)")
+    cases = [(p, {**seed, "FLAT": 1, "TW": 128, "TH": 1}), (p.under("pytorch"), {**seed, "FLAT": 0, "TW": 32, "TH": 4, "PASSES": 1}),
+             (p, {**seed, "FLAT": 0, "TW": 16, "TH": 8, "PERSIST": 1, "OVERLAP": 1, "BN": 64}),
+             (p, {**seed, "FLAT": 0, "TW": 32, "TH": 4, "DIRECT": 1}), (transposed, {**FAM.seeds(transposed)[0], "STAGES": 2})]
+    for q, c in cases:
+        c = {**c, "EPI_RUNS": 1}
+        assert FAM.valid(c, q), c
+        assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures

@@ -252,7 +252,11 @@ def flat_lead(f: ConvMatch, axis: int) -> int:
 
 CONV_KNOBS = {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16), "STAGES": (2, 3, 4, 5),
               "GROUP_M": (1, 8, 16), "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1), "DIRECT": (0, 1),
-              "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1)}
+              "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1), "EPI_RUNS": (0, 1)}
+
+# EPI_RUNS: the floats a consumer warpgroup's staged channel holds, its 64 pixels and 4 of padding (the
+# template's EPI_PITCH).
+EPI_PITCH = 68
 
 
 @family(240)
@@ -308,11 +312,12 @@ class ConvTf32x3Sm90(GraphFamily):
         """The dynamic shared memory: the stages, alignment slack and the barriers; DIRECT, a stage holds the
         weight's tiles and the raw input boxes (rows of `row` floats), the split tiles lie past the ring."""
         planes = cls.planes(c)
+        staged = 2 * c["BN"] * EPI_PITCH * 4 if c.get("EPI_RUNS", 0) else 0  # both consumers' tiles, past the barriers
         if not c.get("DIRECT", 0):
-            return c["STAGES"] * planes * (cls.BM + c["BN"]) * 128 + 1024 + 16 * c["STAGES"]
+            return c["STAGES"] * planes * (cls.BM + c["BN"]) * 128 + 1024 + 16 * c["STAGES"] + staged
         td, th, tw = cls.tile(c, dims)
         raw = -(-(tw // c["TW"]) * cls.BK * td * th * row * 4 // 1024) * 1024
-        return c["STAGES"] * (planes * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"]
+        return c["STAGES"] * (planes * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"] + staged
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = self.match(problem)
@@ -322,6 +327,8 @@ class ConvTf32x3Sm90(GraphFamily):
         if td * th * tw != self.BM or ((f.dims < 2 or c.get("FLAT", 0)) and (c["TH"] != 1 or c["TW"] < 32)):
             return False
         if c.get("FLAT", 0) and (not flat_fits(f) or c.get("FOLD", 0)):
+            return False
+        if c.get("EPI_RUNS", 0) and f.pool:  # a pooled tile's sums never reach the output one by one
             return False
         if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
             return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
@@ -468,7 +475,8 @@ class ConvTf32x3Sm90(GraphFamily):
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
                 "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool), "FLAT_WP": flat_pitch(f) if flat_fits(f) else 0}
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0, "FLAT": 0, "PASSES": 3}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0, "FLAT": 0, "PASSES": 3,
+                                          "EPI_RUNS": 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)

@@ -1,0 +1,35 @@
+"""benchmarks/family_configs.py's --vary: the keys that set a knob in a family, a pipeline's stages or a
+partition's kernel parts, and a varied config that takes more shared memory given fewer stages where
+only that fits (one part's count lowered alone when that is enough)."""
+
+import sys
+
+from conftest import ROOT
+
+from cuforge.kernels.families import families_for
+from cuforge.problems.suites import load_problem
+
+
+def family_configs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import family_configs as module
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def test_a_knob_is_varied_in_every_part_that_has_it_with_the_stages_that_fit():
+    fc = family_configs()
+    p = load_problem("models/resnet_bottleneck@bf16")  # a partition: three convolutions, each with its batch norm and activation
+    fam = families_for(p)[0][0]
+    assert fam.name == "partition" and fc.knob_keys(fam, p, "EPI_RUNS") == ["p1.EPI_RUNS", "p2.EPI_RUNS", "p3.EPI_RUNS"]
+    seed = fam.seeds(p)[0]
+    assert seed["p3.BN"] == 128 and seed["p3.STAGES"] == 5  # the widest channel tile, every stage that fits
+    off, on = fc.varied([seed], fam, p, "EPI_RUNS", [0, 1])
+    assert off == {**seed, "p1.EPI_RUNS": 0, "p2.EPI_RUNS": 0, "p3.EPI_RUNS": 0}
+    # the staged tiles leave the 128-channel part one stage fewer; the others keep theirs
+    assert on == {**seed, "p1.EPI_RUNS": 1, "p2.EPI_RUNS": 1, "p3.EPI_RUNS": 1, "p3.STAGES": 4}
+    assert fam.valid(on, p) and not fam.valid({**on, "p3.STAGES": 5}, p)
+    assert fc.knob_keys(fam, p, "NO_SUCH_KNOB") == []
+    assert fc.varied([seed], fam, p, "NO_SUCH_KNOB", [0, 1]) == [seed]
