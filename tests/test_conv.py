@@ -340,3 +340,14 @@ def test_the_epilogue_by_runs_stages_both_consumers_tiles_and_compiles_over_ever
         c = {**c, "EPI_RUNS": 1}
         assert FAM.valid(c, q), c
         assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
+
+
+
+def test_the_flat_planes_padded_16_bytes_a_thread_access_need_flat_planes(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(72, 16, 3, padding=1)", "(2, 72, 13, 21)")
+    flat = {**next(c for c in FAM.seeds(p) if c.get("FLAT")), "XVEC": 1}
+    assert FAM.valid(flat, p) and not FAM.valid({**flat, "FLAT": 0, "TW": 32, "TH": 4}, p)
+    launch = FAM.render(flat, p).launch
+    assert launch.pre[0] == ("conv_tf32x3_sm90_pad_xv", "(cdiv(345, 64), cdiv(CP, 64), NB * 1)", "(256,)",
+                             "(in0, scratch0, C, CP, 1, IH, IW, 1, 15, 0, 1, 1)")
+    assert FAM.name + "_pad_xv" in compile_cuda(FAM.render(flat, p).source, arch="sm_90a").signatures

@@ -252,7 +252,8 @@ def flat_lead(f: ConvMatch, axis: int) -> int:
 
 CONV_KNOBS = {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1, 2, 4, 8, 16), "STAGES": (2, 3, 4, 5),
               "GROUP_M": (1, 8, 16), "FOLD": (0, 1, 2), "PERSIST": (0, 1), "OVERLAP": (0, 1), "DIRECT": (0, 1),
-              "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1), "EPI_RUNS": (0, 1)}
+              "DENSE_W": (0, 1), "FLAT": (0, 1), "PASSES": (3, 1), "EPI_RUNS": (0, 1),
+              "XVEC": (0, 1)}
 
 # EPI_RUNS: the floats a consumer warpgroup's staged channel holds, its 64 pixels and 4 of padding (the
 # template's EPI_PITCH).
@@ -329,6 +330,8 @@ class ConvTf32x3Sm90(GraphFamily):
         if c.get("FLAT", 0) and (not flat_fits(f) or c.get("FOLD", 0)):
             return False
         if c.get("EPI_RUNS", 0) and f.pool:  # a pooled tile's sums never reach the output one by one
+            return False
+        if c.get("XVEC", 0) and not c.get("FLAT", 0):  # the padded planes' kernel; the others have their own
             return False
         if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
             return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
@@ -476,7 +479,7 @@ class ConvTf32x3Sm90(GraphFamily):
                 "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool), "FLAT_WP": flat_pitch(f) if flat_fits(f) else 0}
 
     DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0, "FLAT": 0, "PASSES": 3,
-                                          "EPI_RUNS": 0}
+                                          "EPI_RUNS": 0, "XVEC": 0}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
@@ -524,8 +527,9 @@ class ConvTf32x3Sm90(GraphFamily):
         if c.get("FLAT", 0):  # padded planes [2 * NB][DP][HP * WP][CP] (2-D: no DP), a box TW pixels of one
             hp, wp = flat_padded(f, -2), flat_padded(f, -1)
             dp, ld, depth = (flat_padded(f, 0), flat_lead(f, 0), "ID") if f.dims == 3 else (1, 0, "1")
-            x_pre = (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB * {dp})", "(32, 8)",
-                     f"({f.x}, scratch0, C, CP, {depth}, IH, IW, {dp}, {hp}, {ld}, {flat_lead(f, -2)}, {flat_lead(f, -1)})")
+            pad_args = f"({f.x}, scratch0, C, CP, {depth}, IH, IW, {dp}, {hp}, {ld}, {flat_lead(f, -2)}, {flat_lead(f, -1)})"
+            x_pre = ((f"{self.name}_pad_xv", f"(cdiv({hp * wp}, 64), cdiv(CP, 64), NB * {dp})", "(256,)", pad_args) if c.get("XVEC", 0) else
+                     (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB * {dp})", "(32, 8)", pad_args))
             x_map = f"tma_nd(scratch0, ({self.BK}, {c['TW']}, 1{', 1' if f.dims == 3 else ''}))"
             x_planes = f"(2 * NB, {f'{dp}, ' if f.dims == 3 else ''}{hp * wp}, CP)"
             tiles = f"{'OD * ' if f.dims == 3 else ''}cdiv(OH * {wp}, {self.BM})"

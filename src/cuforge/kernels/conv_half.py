@@ -28,7 +28,7 @@ class ConvHalfSm90(ConvTf32x3Sm90):
     def __init__(self) -> None:  # the TF32 family's knobs less its fp32-only ones, under this family's name
         GraphFamily.__init__(self, "conv_half_sm90", {k: v for k, v in CONV_KNOBS.items() if k not in _FP32_ONLY})
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "FLAT": 0, "EPI_RUNS": 0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "FLAT": 0, "EPI_RUNS": 0, "XVEC": 0}
 
     @classmethod
     def planes(cls, c: dict[str, Any]) -> int:

@@ -1,0 +1,120 @@
+"""The flat padded planes' two kernels run on the host: _pad_x (an element a thread access) and _pad_xv
+(XVEC: 16 bytes a thread access where whole), each compiled from the rendered template with the host's
+compiler, every block's threads as host threads with __syncthreads a barrier. Both must write the planes
+PyTorch's own padding and permute give - zeros around x and past C, channels last - bit for bit: fp16/bf16
+(8 elements a vector) and fp32 (4), 1x1 (no padding: every vector whole), 3x3 padded (vectors across the
+padding fall back to elements), 3-D, channels not a multiple of the block's 64, and x at an address 16
+bytes do not divide (every vector falls back)."""
+
+import ctypes
+import re
+
+import pytest
+
+from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_padded
+from cuforge.kernels.conv_half import ConvHalfSm90
+from template_helpers import host_library, problem_from_expr
+
+HOST_PRELUDE = r"""
+#include <string.h>
+#include <pthread.h>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(x)
+#define __shared__ static
+struct Dim3 { int x, y, z; };
+static thread_local Dim3 threadIdx = {0, 0, 0};
+static Dim3 blockIdx = {0, 0, 0}, gridDim = {1, 1, 1};
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static pthread_barrier_t block_barrier;
+static inline void __syncthreads() { pthread_barrier_wait(&block_barrier); }
+"""
+# The planes' second half (small) is written only in fp32 with three TF32 products; a stand-in split
+# (the big part the value, the small part its half) is enough to check where each lands.
+SPLIT_HOST = r"""
+static inline void split_store(plane_t v, plane_t* big, plane_t* small) { *big = v; if (PLANES == 2 && !HALF) *small = v / 2; }
+"""
+HOST_RUN = r"""
+template <typename F> static void grid(int gx, int gy, int gz, int bx, int by, F kernel) {
+    gridDim = {gx, gy, gz};
+    for (int z = 0; z < gz; ++z) for (int yb = 0; yb < gy; ++yb) for (int xb = 0; xb < gx; ++xb) {
+        blockIdx = {xb, yb, z};
+        pthread_barrier_init(&block_barrier, nullptr, bx * by);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < bx * by; ++t) threads.emplace_back([=] { threadIdx = {t % bx, t / bx, 0}; kernel(); });
+        for (auto& th : threads) th.join();
+        pthread_barrier_destroy(&block_barrier);
+    }
+}
+extern "C" void run(int vec, const plane_t* x, plane_t* y, int NB, int C, int CP, int ID, int IH, int IW, int DP, int HP, int LD, int LH, int LW) {
+    const int pixels = HP * WP;
+    if (vec) grid((pixels + 63) / 64, (CP + 63) / 64, NB * DP, 256, 1, [=] { ENTRY_pad_xv(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
+    else grid((pixels + 31) / 32, (CP + 31) / 32, NB * DP, 32, 8, [=] { ENTRY_pad_x(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
+}
+"""
+
+
+def kernel_text(src: str, name: str) -> str:
+    start = src.index(f'extern "C" __global__ void __launch_bounds__(256) {name}(')
+    return src[start:src.index("\n}\n", start) + 3]
+
+
+def host_pads(tmp_path, fam, p, config):
+    src = fam.render({**config, "XVEC": 1}, p).source
+    defines = src[src.index("#define HALF"):src.index("struct __align__(64) TmaDesc")]
+    plane = "typedef unsigned short plane_t;\n" if "#define HALF 1" in defines else "typedef float plane_t;\n"
+    pitch = re.search(r"#define XV_PITCH .*\n", src).group(0)
+    kernels = kernel_text(src, f"{fam.name}_pad_x") + pitch + kernel_text(src, f"{fam.name}_pad_xv")
+    return host_library(tmp_path, HOST_PRELUDE + defines + plane + SPLIT_HOST + kernels + HOST_RUN.replace("ENTRY", fam.name))
+
+
+CASES = [("nn.Conv2d(40, 16, 1)", "2, 40, 12, 20"), ("nn.Conv2d(72, 16, 3, padding=1)", "2, 72, 13, 21"),
+         ("nn.Conv2d(24, 8, (3, 5), padding=(1, 2))", "1, 24, 9, 30"), ("nn.Conv3d(16, 8, 3, padding=1)", "1, 16, 4, 6, 17")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "x off 16 bytes"])
+@pytest.mark.parametrize("layer,shape", CASES, ids=[c[0].split("(")[0] + f"-{i}" for i, c in enumerate(CASES)])
+def test_the_vector_padding_kernel_writes_the_planes_the_element_one_does(tmp_path, layer, shape, dtype, offset):
+    import torch
+    import torch.nn.functional as F
+
+    p = problem_from_expr(tmp_path, "self.conv(a)", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
+                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})")
+    fam = ConvTf32x3Sm90() if dtype == "float32" else ConvHalfSm90()
+    f = fam.matched(p)
+    config = {"BN": 16, "TW": 128, "TH": 1, "FLAT": 1, "GROUP_M": 8, "FOLD": 0, "STAGES": 2}
+    assert fam.valid({**config, "XVEC": 1}, p) and not fam.valid({**config, "FLAT": 0, "TW": 32, "TH": 4, "XVEC": 1}, p)
+    lib = host_pads(tmp_path, fam, p, config)
+    elem = torch.float32 if dtype == "float32" else torch.int16  # the 16 bits of a bf16, moved as they are
+    cp = -(-f.c // (4 if dtype == "float32" else 8)) * (4 if dtype == "float32" else 8)
+    g = torch.Generator().manual_seed(1)
+    storage = torch.randn(f.n * f.c * int(torch.tensor(f.spatial).prod()) + 8, generator=g).to(getattr(torch, dtype)).view(elem)
+    x = storage[offset:offset + storage.numel() - 8].view(f.n, f.c, *f.spatial)
+    planes = 2 if dtype == "float32" else 1
+    dp = flat_padded(f, 0) if f.dims == 3 else 1
+    hp, wp = flat_padded(f, -2), flat_padded(f, -1)
+    ld = flat_lead(f, 0) if f.dims == 3 else 0
+    outs = []
+    for vec in (0, 1):
+        y = torch.full((planes * f.n * dp * hp * wp * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
+        depth = f.spatial[0] if f.dims == 3 else 1
+        lib.run(ctypes.c_int(vec), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), *(ctypes.c_int(v) for v in (
+            f.n, f.c, cp, depth, f.spatial[-2], f.spatial[-1], dp, hp, ld, flat_lead(f, -2), flat_lead(f, -1))))
+        outs.append(y)
+    assert torch.equal(outs[0], outs[1])
+    # what they both must be: x zero-padded (lead before, the rest after) and laid out channels last
+    pads = []
+    for axis in range(-1, -f.dims - 1, -1):
+        lead, size = flat_lead(f, axis), flat_padded(f, axis)
+        pads += [lead, size - lead - f.spatial[axis]]
+    want = F.pad(x.float() if elem == torch.float32 else x.to(torch.float64), pads + [0, cp - f.c])
+    want = want.movedim(1, -1).reshape(-1)
+    big = outs[0][:want.numel()].to(want.dtype)
+    assert torch.equal(big, want)
+    if planes == 2:
+        assert torch.equal(outs[0][want.numel():], (want / 2).to(elem))
