@@ -3,7 +3,8 @@ for KernelBench files whose searched kernel loses, which stage of a staged pair 
 
 Each file's preferred family renders its seeds; the candidate module (cuforge's own rendered code, so
 it runs here in the benchmark's process, not in the sandbox) and the eager model each run under
-torch.profiler, and every CUDA kernel's mean time per forward is listed.
+torch.profiler, and every CUDA kernel's mean time per forward is listed, by name and in launch order
+(a partition's kernels of one family apart).
 
     python benchmarks/stage_times.py .kb/level2/23_Conv3d_GroupNorm_Mean.py --name stage_times
     python benchmarks/stage_times.py .kb/level2/23_Conv3d_GroupNorm_Mean.py --prefer conv_direct
@@ -26,8 +27,23 @@ from _common import write_result
 ITERS = 5
 
 
-def kernel_times(fn: Any, iters: int = ITERS) -> tuple[list[dict[str, Any]], float]:
-    """Every CUDA kernel `fn` launches, with its mean ms per call, and the calls' total kernel ms."""
+def in_launch_order(kernels: list[tuple[float, str, float]], iters: int) -> list[dict[str, Any]] | None:
+    """(start, name, ms) of every kernel `iters` calls launched -> each launch of one call in order with its
+    mean ms over the calls: a partition's three convolutions apart, where by name they are one row. None
+    where the calls did not launch the same kernels in the same order."""
+    ordered = sorted(kernels)
+    if not ordered or len(ordered) % iters:
+        return None
+    n = len(ordered) // iters
+    calls = [ordered[i * n:(i + 1) * n] for i in range(iters)]
+    if any([k[1] for k in call] != [k[1] for k in calls[0]] for call in calls):
+        return None
+    return [{"kernel": calls[0][j][1][:120], "ms": round(sum(call[j][2] for call in calls) / iters, 4)} for j in range(n)]
+
+
+def kernel_times(fn: Any, iters: int = ITERS) -> tuple[list[dict[str, Any]], float, list[dict[str, Any]] | None]:
+    """Every CUDA kernel `fn` launches, with its mean ms per call; the calls' total kernel ms; and one
+    call's launches in order (in_launch_order)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -39,11 +55,13 @@ def kernel_times(fn: Any, iters: int = ITERS) -> tuple[list[dict[str, Any]], flo
             fn()
         torch.cuda.synchronize()
     per: dict[str, float] = defaultdict(float)
+    seen: list[tuple[float, str, float]] = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             per[ev.name] += ev.device_time / 1000.0
+            seen.append((ev.time_range.start, ev.name, ev.device_time / 1000.0))
     rows = sorted(({"kernel": name[:120], "ms": round(ms / iters, 4)} for name, ms in per.items()), key=lambda r: -r["ms"])
-    return rows, round(sum(r["ms"] for r in rows), 4)
+    return rows, round(sum(r["ms"] for r in rows), 4), in_launch_order(seen, iters)
 
 
 def load(ref: str) -> Any:
@@ -81,16 +99,16 @@ def profile_file(ref: str, seeds: int, prefer: str) -> dict[str, Any]:
     torch.manual_seed(1)
     eager = mod.Model(*mod.get_init_inputs()).cuda().eval()
     with torch.no_grad():
-        eager_kernels, eager_ms = kernel_times(lambda: eager(*inputs))
+        eager_kernels, eager_ms, eager_launches = kernel_times(lambda: eager(*inputs))
         out: dict[str, Any] = {"file": name, "family": family.name, "eager_ms": eager_ms, "eager": eager_kernels,
-                               "candidates": []}
+                               "eager_launches": eager_launches, "candidates": []}
         for i, cfg in enumerate(family.seeds(problem)[:seeds]):
             cand = family.render(cfg, problem)
             torch.manual_seed(1)
             model = candidate_class(cand.module_source(), mod, f"stage_times_{i}")(*mod.get_init_inputs()).cuda().eval()
-            kernels, total = kernel_times(lambda: model(*inputs))
+            kernels, total, launches = kernel_times(lambda: model(*inputs))
             out["candidates"].append({"config": cand.meta.get("config"), "stages": cand.meta.get("stages"), "ms": total,
-                                      "kernels": kernels})
+                                      "kernels": kernels, "launches": launches})
     return out
 
 
@@ -123,8 +141,8 @@ def main() -> None:
             print(f"    eager {k['ms']:9.4f}  {k['kernel'][:90]}", flush=True)
         for c in row["candidates"]:
             print(f"  candidate {c['ms']} ms {c['stages']}", flush=True)
-            for k in c["kernels"]:
-                print(f"    cand  {k['ms']:9.4f}  {k['kernel'][:90]}", flush=True)
+            for i, k in enumerate(c["launches"] or c["kernels"]):  # in launch order where every call ran the same
+                print(f"    cand  {k['ms']:9.4f}  {'#%d ' % (i + 1) if c['launches'] else ''}{k['kernel'][:90]}", flush=True)
     write_result(a.name, {"rows": rows})
 
 
