@@ -319,11 +319,13 @@ def test_the_search_drops_one_tf32_pass_where_it_was_judged_a_downgrade(tmp_path
 
 
 def test_the_epilogue_by_runs_stages_both_consumers_tiles_and_compiles_over_every_layout(tmp_path):
-    # EPI_RUNS: each consumer warpgroup's 64 pixels x BN channels staged as fp32 rows of 68 past the barriers
+    # EPI_RUNS: each consumer warpgroup's 64 pixels x BN channels staged as fp32 rows of 68: in the stage ring
+    # where a block has one tile (no more shared memory), past the barriers where it walks tiles (PERSIST)
     p = conv_problem(tmp_path, "nn.Conv2d(64, 256, 1, bias=False)", "(2, 64, 20, 20)", "torch.relu(y + self.bias)")
     seed = {**FAM.seeds(p)[0], "STAGES": 2}
     runs = {**seed, "EPI_RUNS": 1}
-    assert FAM.smem_bytes(runs) == FAM.smem_bytes(seed) + 2 * seed["BN"] * 68 * 4
+    assert FAM.smem_bytes(runs) == FAM.smem_bytes(seed)
+    assert FAM.smem_bytes({**runs, "PERSIST": 1}) == FAM.smem_bytes({**seed, "PERSIST": 1}) + 2 * seed["BN"] * 68 * 4
     assert FAM.valid(runs, p) and "#define EPI_RUNS 1" in FAM.render(runs, p).source
     assert "#define EPI_RUNS 0" in FAM.render(seed, p).source  # a config from before the knob: fragment order
     # a pooled output's sums never reach the output value by value

@@ -3,9 +3,10 @@ output (store_tile, the one the GPU tests have checked for long) and staged in s
 pixels of a channel a thread (store_tile_runs, EPI_RUNS). The template's own code for both - its defines,
 the traced chain's epilogue, the tile walk - is compiled with the host's compiler; each warpgroup's 128
 threads run as host threads with its named barrier a pthread barrier, over every tile of the output. Both
-must write the same values to the same places and every output exactly once: flat padded planes whose runs
+must write the same values to the same places and every output: flat padded planes whose runs
 cross a row's padded end, tiles of rows past the image's edge, a channel tile past C_out, a transposed
-convolution's phases (pixels S apart), and 16-byte stores of 4 (fp32) or 8 (bf16) values."""
+convolution's phases (pixels S apart), 16-byte stores of 4 (fp32) or 8 (bf16) values, and the staged
+tiles in the stage ring (a block of one tile) or in their own shared memory (PERSIST)."""
 
 import ctypes
 import re
@@ -31,8 +32,9 @@ using std::max;
 struct float4 { float x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
-static pthread_barrier_t consumer_bars[2];
+static pthread_barrier_t consumer_bars[2], both_bar;
 static inline void host_bar(int ci) { pthread_barrier_wait(&consumer_bars[ci]); }
+static inline void host_bar_both() { pthread_barrier_wait(&both_bar); }
 """
 
 # Each tile: the two consumer warpgroups' 256 threads at once, each filling its fragment of the tile's sums
@@ -47,6 +49,7 @@ extern "C" int run(int runs, out_t* out, int NB, int CO, int OD, int OH, int OW,
         const Tile T = tile_at(pid, NB, CO, OD, OH, OW, true);
         pthread_barrier_init(&consumer_bars[0], nullptr, 128);
         pthread_barrier_init(&consumer_bars[1], nullptr, 128);
+        pthread_barrier_init(&both_bar, nullptr, 256);
         std::vector<std::thread> threads;
         for (int k = 0; k < 256; ++k) threads.emplace_back([=] {
             const int ci = k / 128, t = k % 128, warp = t / 32, lane = t % 32;
@@ -61,6 +64,7 @@ extern "C" int run(int runs, out_t* out, int NB, int CO, int OD, int OH, int OW,
         for (auto& th : threads) th.join();
         pthread_barrier_destroy(&consumer_bars[0]);
         pthread_barrier_destroy(&consumer_bars[1]);
+        pthread_barrier_destroy(&both_bar);
     }
     return tiles;
 }
@@ -88,8 +92,10 @@ def host_epilogues(tmp_path, fam, p, config):
     defines = src[src.index("#define HALF"):src.index("struct __align__(64) TmaDesc")]
     taps = src[src.index("__device__ __forceinline__ bool window("):src.index("__device__ __forceinline__ void split_store(")]
     body = src[src.index("__device__ __forceinline__ float epilogue("):src.index("#define STORE_TILE")] + "#endif\n"  # EPI_RUNS's
-    # the warpgroup's named barrier (split_x's, under DIRECT, is compiled out here like the rest of DIRECT)
+    # the warpgroup's named barrier (split_x's, under DIRECT, is compiled out here like the rest of DIRECT), and
+    # both warpgroups' where the staged tiles lie in the stage ring
     body = body.replace('asm volatile("barrier.sync %0, 128;\\n" :: "r"(2 + ci) : "memory");', "host_bar(ci);")
+    body = body.replace('asm volatile("barrier.sync 1, 256;\\n" ::: "memory");', "host_bar_both();")
     params = re.search(r"float epilogue\(float v, long long r, int c, int cols(.*?)\) \{", body).group(1)
     args = ", ".join(re.findall(r"(e\d+)\b", params))
     harness = HOST_RUN.replace("EPI_PARAMS", params.lstrip(", ")).replace("EPI_ARGS", args)
@@ -101,6 +107,7 @@ CASES = [  # (layer, x shape, residual shape, config)
     ("nn.Conv2d(144, 24, 3, padding=1, bias=False)", "2, 144, 19, 23", "2, 24, 19, 23", {"BN": 32, "FLAT": 1, "TW": 128, "TH": 1}),
     ("nn.Conv2d(144, 24, 3, padding=1, bias=False)", "2, 144, 19, 23", "2, 24, 19, 23", {"BN": 64, "TW": 32, "TH": 4}),
     ("nn.Conv2d(64, 256, 1, bias=False)", "2, 64, 20, 20", "2, 256, 20, 20", {"BN": 128, "FLAT": 1, "TW": 128, "TH": 1}),
+    ("nn.Conv2d(64, 256, 1, bias=False)", "2, 64, 20, 20", "2, 256, 20, 20", {"BN": 64, "TW": 32, "TH": 4, "PERSIST": 1}),
     ("nn.Conv2d(32, 64, 3, stride=2, padding=1, bias=False)", "3, 32, 29, 30", "3, 64, 15, 15", {"BN": 64, "TW": 16, "TH": 8}),
     ("nn.ConvTranspose2d(48, 32, 3, stride=2, padding=1, output_padding=1, bias=False)", "2, 48, 9, 11", "2, 32, 18, 22",
      {"BN": 32, "TW": 32, "TH": 4}),

@@ -24,11 +24,13 @@ def test_a_knob_is_varied_in_every_part_that_has_it_with_the_stages_that_fit():
     p = load_problem("models/resnet_bottleneck@bf16")  # a partition: three convolutions, each with its batch norm and activation
     fam = families_for(p)[0][0]
     assert fam.name == "partition" and fc.knob_keys(fam, p, "EPI_RUNS") == ["p1.EPI_RUNS", "p2.EPI_RUNS", "p3.EPI_RUNS"]
-    seed = fam.seeds(p)[0]
-    assert seed["p3.BN"] == 128 and seed["p3.STAGES"] == 5  # the widest channel tile, every stage that fits
+    # the widest channel tile with every stage that fits, on a persistent grid (its staged tiles then need
+    # shared memory of their own; a block of one tile stages them in its idle stage ring)
+    seed = {**fam.seeds(p)[0], "p3.PERSIST": 1}
+    assert seed["p3.BN"] == 128 and seed["p3.STAGES"] == 5 and fam.valid(seed, p)
     off, on = fc.varied([seed], fam, p, "EPI_RUNS", [0, 1])
     assert off == {**seed, "p1.EPI_RUNS": 0, "p2.EPI_RUNS": 0, "p3.EPI_RUNS": 0}
-    # the staged tiles leave the 128-channel part one stage fewer; the others keep theirs
+    # the persistent 128-channel part runs one stage fewer; the others keep theirs
     assert on == {**seed, "p1.EPI_RUNS": 1, "p2.EPI_RUNS": 1, "p3.EPI_RUNS": 1, "p3.STAGES": 4}
     assert fam.valid(on, p) and not fam.valid({**on, "p3.STAGES": 5}, p)
     assert fc.knob_keys(fam, p, "NO_SUCH_KNOB") == []

@@ -313,12 +313,18 @@ class ConvTf32x3Sm90(GraphFamily):
         """The dynamic shared memory: the stages, alignment slack and the barriers; DIRECT, a stage holds the
         weight's tiles and the raw input boxes (rows of `row` floats), the split tiles lie past the ring."""
         planes = cls.planes(c)
-        staged = 2 * c["BN"] * EPI_PITCH * 4 if c.get("EPI_RUNS", 0) else 0  # both consumers' tiles, past the barriers
         if not c.get("DIRECT", 0):
-            return c["STAGES"] * planes * (cls.BM + c["BN"]) * 128 + 1024 + 16 * c["STAGES"] + staged
-        td, th, tw = cls.tile(c, dims)
-        raw = -(-(tw // c["TW"]) * cls.BK * td * th * row * 4 // 1024) * 1024
-        return c["STAGES"] * (planes * c["BN"] * cls.BK * 4 + raw) + 2 * cls.BM * cls.BK * 4 + 1024 + 16 * c["STAGES"] + staged
+            ring, split = c["STAGES"] * planes * (cls.BM + c["BN"]) * 128, 0
+        else:
+            td, th, tw = cls.tile(c, dims)
+            raw = -(-(tw // c["TW"]) * cls.BK * td * th * row * 4 // 1024) * 1024
+            ring, split = c["STAGES"] * (planes * c["BN"] * cls.BK * 4 + raw), 2 * cls.BM * cls.BK * 4
+        # EPI_RUNS: both consumers' staged tiles, in the ring where a block has one tile and the ring holds
+        # them (the template's EPI_IN_RING), else past the barriers
+        staged = 2 * c["BN"] * EPI_PITCH * 4 if c.get("EPI_RUNS", 0) else 0
+        if staged and not c.get("PERSIST", 0) and ring >= staged:
+            staged = 0
+        return ring + split + 1024 + 16 * c["STAGES"] + staged
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = self.match(problem)
