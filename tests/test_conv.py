@@ -345,11 +345,17 @@ def test_the_epilogue_by_runs_stages_both_consumers_tiles_and_compiles_over_ever
 
 
 
-def test_the_flat_planes_padded_16_bytes_a_thread_access_need_flat_planes(tmp_path):
+def test_x_laid_out_16_bytes_a_thread_access_as_flat_or_plain_planes(tmp_path):
     p = conv_problem(tmp_path, "nn.Conv2d(72, 16, 3, padding=1)", "(2, 72, 13, 21)")
     flat = {**next(c for c in FAM.seeds(p) if c.get("FLAT")), "XVEC": 1}
-    assert FAM.valid(flat, p) and not FAM.valid({**flat, "FLAT": 0, "TW": 32, "TH": 4}, p)
-    launch = FAM.render(flat, p).launch
+    rows = {**flat, "FLAT": 0, "TW": 32, "TH": 4}
+    assert FAM.valid(flat, p) and FAM.valid(rows, p)
+    assert not FAM.valid({**rows, "DIRECT": 1}, p) and not FAM.valid({**rows, "FOLD": 1}, p)  # no planes / folded planes
+    launch = FAM.render(flat, p).launch  # padded planes, rows of 23
     assert launch.pre[0] == ("conv_tf32x3_sm90_pad_xv", "(cdiv(345, 64), cdiv(CP, 64), NB * 1)", "(256,)",
-                             "(in0, scratch0, C, CP, 1, IH, IW, 1, 15, 0, 1, 1)")
-    assert FAM.name + "_pad_xv" in compile_cuda(FAM.render(flat, p).source, arch="sm_90a").signatures
+                             "(in0, scratch0, C, CP, 1, IH, IW, 1, 15, 0, 1, 1, 23)")
+    launch = FAM.render(rows, p).launch  # _split's plain planes: no padding, rows of IW
+    assert launch.pre[0] == ("conv_tf32x3_sm90_pad_xv", "(cdiv(IH * IW, 64), cdiv(CP, 64), NB * 1)", "(256,)",
+                             "(in0, scratch0, C, CP, 1, IH, IW, 1, IH, 0, 0, 0, IW)")
+    for c in (flat, rows):
+        assert FAM.name + "_pad_xv" in compile_cuda(FAM.render(c, p).source, arch="sm_90a").signatures

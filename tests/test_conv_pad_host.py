@@ -50,10 +50,12 @@ template <typename F> static void grid(int gx, int gy, int gz, int bx, int by, F
         pthread_barrier_destroy(&block_barrier);
     }
 }
-extern "C" void run(int vec, const plane_t* x, plane_t* y, int NB, int C, int CP, int ID, int IH, int IW, int DP, int HP, int LD, int LH, int LW) {
-    const int pixels = HP * WP;
-    if (vec) grid((pixels + 63) / 64, (CP + 63) / 64, NB * DP, 256, 1, [=] { ENTRY_pad_xv(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
-    else grid((pixels + 31) / 32, (CP + 31) / 32, NB * DP, 32, 8, [=] { ENTRY_pad_x(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
+extern "C" void run(int vec, const plane_t* x, plane_t* y, int NB, int C, int CP, int ID, int IH, int IW, int DP, int HP, int LD, int LH, int LW,
+                    int WPX) {
+    if (vec) grid((HP * WPX + 63) / 64, (CP + 63) / 64, NB * DP, 256, 1, [=] { ENTRY_pad_xv(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW, WPX); });
+#if FLAT
+    else grid((HP * WP + 31) / 32, (CP + 31) / 32, NB * DP, 32, 8, [=] { ENTRY_pad_x(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
+#endif
 }
 """
 
@@ -68,7 +70,8 @@ def host_pads(tmp_path, fam, p, config):
     defines = src[src.index("#define HALF"):src.index("struct __align__(64) TmaDesc")]
     plane = "typedef unsigned short plane_t;\n" if "#define HALF 1" in defines else "typedef float plane_t;\n"
     pitch = re.search(r"#define XV_PITCH .*\n", src).group(0)
-    kernels = kernel_text(src, f"{fam.name}_pad_x") + pitch + kernel_text(src, f"{fam.name}_pad_xv")
+    flat = kernel_text(src, f"{fam.name}_pad_x") if config.get("FLAT") else ""
+    kernels = flat + pitch + kernel_text(src, f"{fam.name}_pad_xv")
     return host_library(tmp_path, HOST_PRELUDE + defines + plane + SPLIT_HOST + kernels + HOST_RUN.replace("ENTRY", fam.name))
 
 
@@ -88,7 +91,7 @@ def test_the_vector_padding_kernel_writes_the_planes_the_element_one_does(tmp_pa
     fam = ConvTf32x3Sm90() if dtype == "float32" else ConvHalfSm90()
     f = fam.matched(p)
     config = {"BN": 16, "TW": 128, "TH": 1, "FLAT": 1, "GROUP_M": 8, "FOLD": 0, "STAGES": 2}
-    assert fam.valid({**config, "XVEC": 1}, p) and not fam.valid({**config, "FLAT": 0, "TW": 32, "TH": 4, "XVEC": 1}, p)
+    assert fam.valid({**config, "XVEC": 1}, p)
     lib = host_pads(tmp_path, fam, p, config)
     elem = torch.float32 if dtype == "float32" else torch.int16  # the 16 bits of a bf16, moved as they are
     cp = -(-f.c // (4 if dtype == "float32" else 8)) * (4 if dtype == "float32" else 8)
@@ -104,7 +107,7 @@ def test_the_vector_padding_kernel_writes_the_planes_the_element_one_does(tmp_pa
         y = torch.full((planes * f.n * dp * hp * wp * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
         depth = f.spatial[0] if f.dims == 3 else 1
         lib.run(ctypes.c_int(vec), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), *(ctypes.c_int(v) for v in (
-            f.n, f.c, cp, depth, f.spatial[-2], f.spatial[-1], dp, hp, ld, flat_lead(f, -2), flat_lead(f, -1))))
+            f.n, f.c, cp, depth, f.spatial[-2], f.spatial[-1], dp, hp, ld, flat_lead(f, -2), flat_lead(f, -1), wp)))
         outs.append(y)
     assert torch.equal(outs[0], outs[1])
     # what they both must be: x zero-padded (lead before, the rest after) and laid out channels last
@@ -118,3 +121,41 @@ def test_the_vector_padding_kernel_writes_the_planes_the_element_one_does(tmp_pa
     assert torch.equal(big, want)
     if planes == 2:
         assert torch.equal(outs[0][want.numel():], (want / 2).to(elem))
+
+
+PLAIN = [("nn.Conv2d(40, 16, 3, stride=2, padding=1)", "2, 40, 13, 24"), ("nn.Conv1d(24, 8, 5, padding=2)", "3, 24, 70"),
+         ("nn.Conv3d(16, 8, 3, stride=(1, 2, 2))", "1, 16, 4, 9, 16"), ("nn.ConvTranspose2d(72, 8, 3, stride=2)", "2, 72, 7, 8")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "x off 16 bytes"])
+@pytest.mark.parametrize("layer,shape", PLAIN, ids=[c[0].split("(")[0] + f"-{i}" for i, c in enumerate(PLAIN)])
+def test_the_vector_kernel_writes_the_plain_planes_of_tiles_of_rows(tmp_path, layer, shape, dtype, offset):
+    """Without FLAT the same kernel writes _split's planes (x channels last, unpadded): strided, 1-D, 3-D and
+    transposed convolutions, against PyTorch's permute."""
+    import torch
+
+    p = problem_from_expr(tmp_path, "self.conv(a)", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
+                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})")
+    fam = ConvTf32x3Sm90() if dtype == "float32" else ConvHalfSm90()
+    f = fam.matched(p)
+    config = next(c for c in fam.seeds(p) if not c.get("FLAT") and not c.get("FOLD") and not c.get("DIRECT"))
+    assert fam.valid({**config, "XVEC": 1}, p) and not fam.valid({**config, "XVEC": 1, "FOLD": 1}, p)
+    lib = host_pads(tmp_path, fam, p, config)
+    elem = torch.float32 if dtype == "float32" else torch.int16
+    cp = -(-f.c // (4 if dtype == "float32" else 8)) * (4 if dtype == "float32" else 8)
+    g = torch.Generator().manual_seed(2)
+    storage = torch.randn(f.n * f.c * int(torch.tensor(f.spatial).prod()) + 8, generator=g).to(getattr(torch, dtype)).view(elem)
+    x = storage[offset:offset + storage.numel() - 8].view(f.n, f.c, *f.spatial)
+    depth, ih, iw = ((f.spatial[0] if f.dims == 3 else 1), (f.spatial[-2] if f.dims >= 2 else 1), f.spatial[-1])
+    planes = 2 if dtype == "float32" else 1
+    y = torch.full((planes * f.n * depth * ih * iw * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
+    lib.run(ctypes.c_int(1), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), *(ctypes.c_int(v) for v in (
+        f.n, f.c, cp, depth, ih, iw, depth, ih, 0, 0, 0, iw)))
+    launch = fam.render({**config, "XVEC": 1}, p).launch
+    assert launch.pre[0][0] == f"{fam.name}_pad_xv" and launch.pre[0][2] == "(256,)"
+    wide = torch.nn.functional.pad(x.float() if elem == torch.float32 else x.to(torch.float64), [0, 0] * f.dims + [0, cp - f.c])
+    want = wide.movedim(1, -1).reshape(-1)
+    assert torch.equal(y[:want.numel()].to(want.dtype), want)
+    if planes == 2:
+        assert torch.equal(y[want.numel():], (want / 2).to(elem))

@@ -337,7 +337,7 @@ class ConvTf32x3Sm90(GraphFamily):
             return False
         if c.get("EPI_RUNS", 0) and f.pool:  # a pooled tile's sums never reach the output one by one
             return False
-        if c.get("XVEC", 0) and not c.get("FLAT", 0):  # the padded planes' kernel; the others have their own
+        if c.get("XVEC", 0) and (c.get("FOLD", 0) or c.get("DIRECT", 0)):  # x's plain or padded planes only
             return False
         if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
             return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
@@ -522,6 +522,10 @@ class ConvTf32x3Sm90(GraphFamily):
                  if f.transposed else
                  (split, f"(cdiv(CP, 32), cdiv({f.taps}, 32), CO)", "(32, 8)", f"({f.w}, scratch1, {f.taps}, C, CP, 1)"))
         x_pre = (split, f"(cdiv(CP, 32), cdiv({spatial_in}, 32), NB)", "(32, 8)", f"({f.x}, scratch0, {spatial_in}, C, CP, 1)")
+        if c.get("XVEC", 0):  # the same planes 16 bytes a thread access: images of ID depths, rows of IW
+            ids, ihs = ("ID" if f.dims == 3 else "1"), ("IH" if f.dims >= 2 else "1")
+            x_pre = (f"{self.name}_pad_xv", f"(cdiv({ihs} * IW, 64), cdiv(CP, 64), NB * {ids})", "(256,)",
+                     f"({f.x}, scratch0, C, CP, {ids}, {ihs}, IW, {ids}, {ihs}, 0, 0, 0, IW)")
         outer = f.taps // folded
         if fold:
             ext = {a: (f"I{a}", f"X{a}") if a in names else ("1", "1") for a in _AXES}
@@ -533,9 +537,9 @@ class ConvTf32x3Sm90(GraphFamily):
         if c.get("FLAT", 0):  # padded planes [2 * NB][DP][HP * WP][CP] (2-D: no DP), a box TW pixels of one
             hp, wp = flat_padded(f, -2), flat_padded(f, -1)
             dp, ld, depth = (flat_padded(f, 0), flat_lead(f, 0), "ID") if f.dims == 3 else (1, 0, "1")
-            pad_args = f"({f.x}, scratch0, C, CP, {depth}, IH, IW, {dp}, {hp}, {ld}, {flat_lead(f, -2)}, {flat_lead(f, -1)})"
-            x_pre = ((f"{self.name}_pad_xv", f"(cdiv({hp * wp}, 64), cdiv(CP, 64), NB * {dp})", "(256,)", pad_args) if c.get("XVEC", 0) else
-                     (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB * {dp})", "(32, 8)", pad_args))
+            pad_args = f"{f.x}, scratch0, C, CP, {depth}, IH, IW, {dp}, {hp}, {ld}, {flat_lead(f, -2)}, {flat_lead(f, -1)}"
+            x_pre = ((f"{self.name}_pad_xv", f"(cdiv({hp * wp}, 64), cdiv(CP, 64), NB * {dp})", "(256,)", f"({pad_args}, {wp})")
+                     if c.get("XVEC", 0) else (f"{self.name}_pad_x", f"(cdiv({hp * wp}, 32), cdiv(CP, 32), NB * {dp})", "(32, 8)", f"({pad_args})"))
             x_map = f"tma_nd(scratch0, ({self.BK}, {c['TW']}, 1{', 1' if f.dims == 3 else ''}))"
             x_planes = f"(2 * NB, {f'{dp}, ' if f.dims == 3 else ''}{hp * wp}, CP)"
             tiles = f"{'OD * ' if f.dims == 3 else ''}cdiv(OH * {wp}, {self.BM})"
