@@ -3,10 +3,10 @@ output (store_tile, the one the GPU tests have checked for long) and staged in s
 pixels of a channel a thread (store_tile_runs, EPI_RUNS). The template's own code for both - its defines,
 the traced chain's epilogue, the tile walk - is compiled with the host's compiler; each warpgroup's 128
 threads run as host threads with its named barrier a pthread barrier, over every tile of the output. Both
-must write the same values to the same places and every output: flat padded planes whose runs
-cross a row's padded end, tiles of rows past the image's edge, a channel tile past C_out, a transposed
-convolution's phases (pixels S apart), 16-byte stores of 4 (fp32) or 8 (bf16) values, and the staged
-tiles in the stage ring (a block of one tile) or in their own shared memory (PERSIST)."""
+must write the same values to the same places, and every output: flat padded planes whose runs cross a
+row's padded end, tiles of rows past the image's edge, a channel tile past C_out, a transposed
+convolution's phases (pixels S apart), 16-byte stores of 4 (fp32) or 8 (bf16) values, and the staged tiles
+in the stage ring (a block of one tile) or in their own shared memory (PERSIST)."""
 
 import ctypes
 import re
