@@ -107,6 +107,8 @@ def main() -> None:
     ap.add_argument("--vary", help="KNOB=V1,V2: each seed once per value of KNOB (values parsed as JSON)")
     ap.add_argument("--seeds", type=int, default=0, help="only the first N seeds (0: all)")
     ap.add_argument("--family", help="a covering family other than the preferred one (its name)")
+    ap.add_argument("--precision", default=None, help="the precision contract the problems are judged under "
+                    "and their families seeded for (fp32, pytorch, kernelbench; default fp32)")
     ap.add_argument("--name", default="family_configs")
     a = ap.parse_args()
     from cuforge.kernels.families import families_for
@@ -114,14 +116,20 @@ def main() -> None:
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.driver.supervisor import Supervisor
 
+    from cuforge.sandbox.protocol.precision import CONTRACTS
+
+    if a.precision is not None and a.precision not in CONTRACTS:
+        raise SystemExit(f"--precision {a.precision}: not a contract (one of {', '.join(CONTRACTS)})")
     baselines = tuple(a.baseline) or ("torch", "torch.compile")
-    cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False)
+    cfg = EvalConfig(baselines=baselines, max_timing_s=1.5, profile=False, **({"precision": a.precision} if a.precision else {}))
     swept = load_sweep(a.configs) if a.configs else []
     vary = parse_vary(a.vary) if a.vary else None
     rows = []
     with Supervisor(gpu=0) as sup:
         for ref in a.problems:
             p = load_problem(ref)
+            if a.precision:  # the families read it too (one TF32 product where the contract allows TF32)
+                p = p.under(a.precision)
             fams, why = families_for(p)
             if a.family:
                 fams = [f for f in fams if f.name == a.family]

@@ -1,6 +1,7 @@
 """benchmarks/family_configs.py's --vary: the keys that set a knob in a family, a pipeline's stages or a
 partition's kernel parts, and a varied config that takes more shared memory given fewer stages where
-only that fits (one part's count lowered alone when that is enough)."""
+only that fits (one part's count lowered alone when that is enough); --precision refuses a contract it
+does not know."""
 
 import sys
 
@@ -35,3 +36,11 @@ def test_a_knob_is_varied_in_every_part_that_has_it_with_the_stages_that_fit():
     assert fam.valid(on, p) and not fam.valid({**on, "p3.STAGES": 5}, p)
     assert fc.knob_keys(fam, p, "NO_SUCH_KNOB") == []
     assert fc.varied([seed], fam, p, "NO_SUCH_KNOB", [0, 1]) == [seed]
+
+
+def test_an_unknown_contract_is_refused_in_one_line_before_any_gpu_work():
+    import subprocess
+
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "family_configs.py"), "models/gru_cell", "--precision", "tf16"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == "--precision tf16: not a contract (one of fp32, pytorch, kernelbench)"
