@@ -47,3 +47,25 @@ def test_depthwise_then_pointwise(sup, tmp_path):
     p = problem_from_expr(tmp_path, "self.pw(self.dw(a))", "torch.randn(2, 32, 40, 41)", args="a", init=init)
     fam = families_for(p)[0][0]
     assert_all_ok(sup, fam, p, fam.seeds(p)[:2], CFG)
+
+
+VECTORED = [("nn.Conv2d(144, 144, 3, padding=1, groups=144, bias=False)", "4, 144, 56, 56"),  # MobileNetV2's depthwise
+            ("nn.Conv2d(32, 32, 7, padding=3, groups=32, bias=False)", "2, 32, 29, 31"),     # ConvNeXt's, rows not aligned
+            ("nn.Conv2d(16, 32, 3, padding=1, groups=4, bias=False)", "2, 16, 20, 24")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("layer, x_shape", VECTORED)
+def test_rows_and_outputs_moved_16_bytes_at_a_time(sup, tmp_path, layer, x_shape, dtype):
+    """VW: 8 pixels a thread, a row's inputs under them and their outputs as 16-byte loads and stores
+    where aligned (element by element where not), with batch norm and ReLU6 fused after it."""
+    fam = ConvDirect()
+    channels = layer.split("(")[1].split(",")[1].strip()
+    p = problem_from_expr(tmp_path, "torch.clamp(self.bn(self.conv(a)), 0, 6)", f"torch.randn({x_shape}, dtype=torch.{dtype})", "a",
+                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})\n"
+                          f"        self.bn = nn.BatchNorm2d({channels}, dtype=torch.{dtype})\n"
+                          "        with torch.no_grad():\n            self.bn.running_var.uniform_(0.5, 1.5)\n        self.eval()", prefix="gpu")
+    assert fam.supports(p) is None, fam.supports(p)
+    configs = [c for o in (1, 2, 8) for vw in (0, 1) if fam.valid(c := dict(BLOCK=256, OCT=o, PW=8, WIN=1, VW=vw), p)]
+    assert any(c["VW"] for c in configs), configs
+    assert_all_ok(sup, fam, p, configs, what=(layer, dtype))

@@ -41,9 +41,13 @@ class ConvDirect(GraphFamily):
     anchors = frozenset({"convolution"})
 
     def __init__(self) -> None:
-        super().__init__("conv_direct", {"BLOCK": (128, 256, 512), "OCT": (1, 2, 4, 8, 16), "PW": (1, 2, 4), "WIN": (0, 1)})
+        super().__init__("conv_direct", {"BLOCK": (128, 256, 512), "OCT": (1, 2, 4, 8, 16), "PW": (1, 2, 4, 8), "WIN": (0, 1),
+                                          "VW": (0, 1)})
 
-    DEFAULTS = {"WIN": 0}
+    # VW (with WIN, 8 pixels a thread, stride 1 and no dilation along W): a row's 8 inputs under the pixels
+    # and the 8 outputs move as 16-byte loads and stores where they lie aligned, where one element a load
+    # and a store each was the rule (a depthwise convolution reads and writes little else).
+    DEFAULTS = {"WIN": 0, "VW": 0}
 
     @staticmethod
     def weight_bytes(c: dict[str, Any], f: ConvMatch) -> int:
@@ -61,6 +65,8 @@ class ConvDirect(GraphFamily):
         f = self.matched(problem)
         cog = f.c_out // f.groups
         if c.get("WIN", 0) and (f.transposed or self.weight_bytes(c, f) > SMEM_LIMIT):
+            return False
+        if c.get("VW", 0) and (not c.get("WIN", 0) or c["PW"] != 8 or f.stride[-1] != 1 or f.dilation[-1] != 1):
             return False
         return cog % c["OCT"] == 0 and (c["PW"] == 1 or not f.transposed)
 
