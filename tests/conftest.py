@@ -93,6 +93,17 @@ def _isolated_cache(tmp_path_factory, monkeypatch):  # noqa: ANN001
     monkeypatch.setenv("CUFORGE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as a module (its own imports, `_common` among them, resolve there)."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300):
     import subprocess
 

@@ -135,6 +135,58 @@ BODY
 """
 
 
+# CUDA C++ on the host: what a kernel template's code needs to compile with the host's compiler and run with
+# real threads. A block's threads run at once as host threads (host_grid), __syncthreads a barrier among
+# them and a kernel's __shared__ variables its function statics: the block's own interleavings, on the CPU.
+HOST_CUDA = r"""
+#include <math.h>
+#include <string.h>
+#include <pthread.h>
+#include <algorithm>
+#include <thread>
+#include <vector>
+using std::min;
+using std::max;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(...)
+#define __shared__ static
+struct Dim3 { int x, y, z; };
+static thread_local Dim3 threadIdx = {0, 0, 0};
+static Dim3 blockIdx = {0, 0, 0}, gridDim = {1, 1, 1};
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+template <typename T> static inline T __ldg(const T* p) { return *p; }
+static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static pthread_barrier_t block_barrier;
+static inline void __syncthreads() { pthread_barrier_wait(&block_barrier); }
+template <typename F> static void host_grid(int gx, int gy, int gz, int bx, int by, F kernel) {
+    gridDim = {gx, gy, gz};
+    for (int z = 0; z < gz; ++z) for (int y = 0; y < gy; ++y) for (int x = 0; x < gx; ++x) {
+        blockIdx = {x, y, z};
+        pthread_barrier_init(&block_barrier, nullptr, bx * by);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < bx * by; ++t) threads.emplace_back([=] { threadIdx = {t % bx, t / bx, 0}; kernel(); });
+        for (auto& th : threads) th.join();
+        pthread_barrier_destroy(&block_barrier);
+    }
+}
+"""
+# bf16 on the host: its 16 bits as storage, widened by shifting them into a float's top half and rounded to
+# nearest even the other way, as cuda_bf16.h computes them.
+HOST_BF16 = r"""
+typedef unsigned short __nv_bfloat16;
+static inline float __bfloat162float(__nv_bfloat16 b) { unsigned u = (unsigned)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float v) {
+    unsigned u; memcpy(&u, &v, 4);
+    return (__nv_bfloat16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+"""
+
+
 def host_library(tmp_path, text):
     """C++ source `text` built with the host's compiler into a shared library and loaded (skips the test
     where there is no compiler). One file per source: the loader hands back a library already loaded

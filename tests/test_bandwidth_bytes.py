@@ -3,21 +3,12 @@ input and output once, and the module's parameters and buffers once too (a layer
 are as long as its rows, so leaving them out flattered nothing but understated the kernel's bandwidth);
 numbers passed to forward as they are move no bytes."""
 
-import importlib
-import sys
-from pathlib import Path
-
+from conftest import benchmark_module
 from template_helpers import problem_from_expr
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def problem_bytes(problem):
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("kernelbench_bandwidth").problem_bytes(problem)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return benchmark_module("kernelbench_bandwidth").problem_bytes(problem)
 
 
 def test_parameters_and_buffers_count_once(tmp_path):

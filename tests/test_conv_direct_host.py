@@ -10,39 +10,19 @@ import ctypes
 import pytest
 
 from cuforge.kernels.conv_direct import ConvDirect
-from template_helpers import host_library, problem_from_expr
+from template_helpers import HOST_BF16, HOST_CUDA, host_library, problem_from_expr
 
-HOST_PRELUDE = r"""
-#include <math.h>
-#include <string.h>
-#include <pthread.h>
-#include <thread>
-#include <vector>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __launch_bounds__(x)
-struct Dim3 { int x, y, z; };
-static thread_local Dim3 threadIdx = {0, 0, 0};
-static Dim3 blockIdx = {0, 0, 0};
-struct alignas(16) float4 { float x, y, z, w; };
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-static pthread_barrier_t block_barrier;
-static inline void __syncthreads() { pthread_barrier_wait(&block_barrier); }
-template <typename T> static inline T __ldg(const T* p) { return *p; }
-static float4 host_smem[1 << 14];
-"""
+HOST_PRELUDE = HOST_CUDA + "static float4 host_smem[1 << 14];  // the WIN kernel's dynamic shared memory\n"
 FP32_HOST = r"""
 typedef float elem_t;
 static inline float to_float(float x) { return x; }
 static inline void store_as(float v, float& o) { o = v; }
 template <typename T> static inline void widen16(const uint4& raw, float* out) { memcpy(out, &raw, 16); }
 """
-BF16_HOST = r"""
-typedef unsigned short elem_t;
-static inline float to_float(elem_t b) { unsigned u = (unsigned)b << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline void store_as(float v, elem_t& o) { unsigned u; memcpy(&u, &v, 4); o = (elem_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+BF16_HOST = HOST_BF16 + r"""
+typedef __nv_bfloat16 elem_t;
+static inline float to_float(elem_t b) { return __bfloat162float(b); }
+static inline void store_as(float v, elem_t& o) { o = __float2bfloat16_rn(v); }
 template <typename T> static inline void widen16(const uint4& raw, float* out) {
     const elem_t* e = reinterpret_cast<const elem_t*>(&raw);
     for (int k = 0; k < 8; ++k) out[k] = to_float(e[k]);
@@ -50,14 +30,7 @@ template <typename T> static inline void widen16(const uint4& raw, float* out) {
 """
 HOST_RUN = r"""
 extern "C" void run(const elem_t* x, const elem_t* w, elem_t* y, long long items, int gx, int gy, int threads) {
-    for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
-        blockIdx = {bx, by, 0};
-        pthread_barrier_init(&block_barrier, nullptr, threads);
-        std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t) pool.emplace_back([=] { threadIdx = {t, 0, 0}; conv_direct(x, w, y, items); });
-        for (auto& th : pool) th.join();
-        pthread_barrier_destroy(&block_barrier);
-    }
+    host_grid(gx, gy, 1, threads, 1, [=] { conv_direct(x, w, y, items); });
 }
 """
 

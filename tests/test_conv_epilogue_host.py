@@ -15,23 +15,9 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.kernels.conv_half import ConvHalfSm90
-from template_helpers import host_library, problem_from_expr
+from template_helpers import HOST_BF16, HOST_CUDA, host_library, problem_from_expr
 
-HOST_PRELUDE = r"""
-#include <math.h>
-#include <string.h>
-#include <pthread.h>
-#include <algorithm>
-#include <thread>
-#include <vector>
-using std::min;
-using std::max;
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-struct float4 { float x, y, z, w; };
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+HOST_PRELUDE = HOST_CUDA + r"""
 static pthread_barrier_t consumer_bars[2], both_bar;
 static inline void host_bar(int ci) { pthread_barrier_wait(&consumer_bars[ci]); }
 static inline void host_bar_both() { pthread_barrier_wait(&both_bar); }
@@ -71,16 +57,9 @@ extern "C" int run(int runs, out_t* out, int NB, int CO, int OD, int OH, int OW,
 """
 
 
-# bf16 on the host: its 16 bits as storage, widened by shifting them into a float's top half and rounded
-# (to nearest even) the other way, as cuda_bf16.h computes them.
-BF16_HOST = r"""
-typedef unsigned short __nv_bfloat16;
-static inline float __bfloat162float(__nv_bfloat16 b) { unsigned u = (unsigned)b << 16; float f; memcpy(&f, &u, 4); return f; }
+BF16_HOST = HOST_BF16 + r"""
 typedef __nv_bfloat16 out_t;
-static inline void store_as(float v, out_t& o) {
-    unsigned u; memcpy(&u, &v, 4);
-    o = (out_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+static inline void store_as(float v, out_t& o) { o = __float2bfloat16_rn(v); }
 """
 FP32_HOST = "typedef float out_t;\nstatic inline void store_as(float v, out_t& o) { o = v; }\n"
 

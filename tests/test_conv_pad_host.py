@@ -13,48 +13,19 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_padded
 from cuforge.kernels.conv_half import ConvHalfSm90
-from template_helpers import host_library, problem_from_expr
+from template_helpers import HOST_CUDA, host_library, problem_from_expr
 
-HOST_PRELUDE = r"""
-#include <string.h>
-#include <pthread.h>
-#include <thread>
-#include <vector>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __launch_bounds__(x)
-#define __shared__ static
-struct Dim3 { int x, y, z; };
-static thread_local Dim3 threadIdx = {0, 0, 0};
-static Dim3 blockIdx = {0, 0, 0}, gridDim = {1, 1, 1};
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-static pthread_barrier_t block_barrier;
-static inline void __syncthreads() { pthread_barrier_wait(&block_barrier); }
-"""
 # The planes' second half (small) is written only in fp32 with three TF32 products; a stand-in split
 # (the big part the value, the small part its half) is enough to check where each lands.
 SPLIT_HOST = r"""
 static inline void split_store(plane_t v, plane_t* big, plane_t* small) { *big = v; if (PLANES == 2 && !HALF) *small = v / 2; }
 """
 HOST_RUN = r"""
-template <typename F> static void grid(int gx, int gy, int gz, int bx, int by, F kernel) {
-    gridDim = {gx, gy, gz};
-    for (int z = 0; z < gz; ++z) for (int yb = 0; yb < gy; ++yb) for (int xb = 0; xb < gx; ++xb) {
-        blockIdx = {xb, yb, z};
-        pthread_barrier_init(&block_barrier, nullptr, bx * by);
-        std::vector<std::thread> threads;
-        for (int t = 0; t < bx * by; ++t) threads.emplace_back([=] { threadIdx = {t % bx, t / bx, 0}; kernel(); });
-        for (auto& th : threads) th.join();
-        pthread_barrier_destroy(&block_barrier);
-    }
-}
 extern "C" void run(int vec, const plane_t* x, plane_t* y, int NB, int C, int CP, int ID, int IH, int IW, int DP, int HP, int LD, int LH, int LW,
                     int WPX) {
-    if (vec) grid((HP * WPX + 63) / 64, (CP + 63) / 64, NB * DP, 256, 1, [=] { ENTRY_pad_xv(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW, WPX); });
+    if (vec) host_grid((HP * WPX + 63) / 64, (CP + 63) / 64, NB * DP, 256, 1, [=] { ENTRY_pad_xv(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW, WPX); });
 #if FLAT
-    else grid((HP * WP + 31) / 32, (CP + 31) / 32, NB * DP, 32, 8, [=] { ENTRY_pad_x(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
+    else host_grid((HP * WP + 31) / 32, (CP + 31) / 32, NB * DP, 32, 8, [=] { ENTRY_pad_x(x, y, C, CP, ID, IH, IW, DP, HP, LD, LH, LW); });
 #endif
 }
 """
@@ -72,7 +43,45 @@ def host_pads(tmp_path, fam, p, config):
     pitch = re.search(r"#define XV_PITCH .*\n", src).group(0)
     flat = kernel_text(src, f"{fam.name}_pad_x") if config.get("FLAT") else ""
     kernels = flat + pitch + kernel_text(src, f"{fam.name}_pad_xv")
-    return host_library(tmp_path, HOST_PRELUDE + defines + plane + SPLIT_HOST + kernels + HOST_RUN.replace("ENTRY", fam.name))
+    return host_library(tmp_path, HOST_CUDA + defines + plane + SPLIT_HOST + kernels + HOST_RUN.replace("ENTRY", fam.name))
+
+
+def conv_case(tmp_path, layer, shape, dtype):
+    """(the problem, its implicit-GEMM family, the match) of a bare convolution in `dtype`."""
+    p = problem_from_expr(tmp_path, "self.conv(a)", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
+                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})")
+    fam = ConvTf32x3Sm90() if dtype == "float32" else ConvHalfSm90()
+    return p, fam, fam.matched(p)
+
+
+def x_at(f, dtype, offset, seed):
+    """(x, the element type its bits move as, CP): x `offset` elements into its storage (1: no row starts on
+    16 bytes), a bf16's 16 bits as int16 (moved as they are), channels rounded up to a 16-byte vector."""
+    import torch
+
+    elem = torch.float32 if dtype == "float32" else torch.int16
+    per = 4 if dtype == "float32" else 8
+    g = torch.Generator().manual_seed(seed)
+    storage = torch.randn(f.n * f.c * int(torch.tensor(f.spatial).prod()) + 8, generator=g).to(getattr(torch, dtype)).view(elem)
+    return storage[offset:offset + storage.numel() - 8].view(f.n, f.c, *f.spatial), elem, -(-f.c // per) * per
+
+
+def planes_of(x, elem, cp, pads):
+    """The big plane x makes: zero-padded by `pads` (F.pad's order) and past its channels to `cp`, channels
+    last; fp32's small plane is the stand-in split's half of it."""
+    import torch
+    import torch.nn.functional as F
+
+    wide = F.pad(x.float() if elem.is_floating_point else x.to(torch.float64), pads + [0, cp - x.shape[1]])
+    return wide.movedim(1, -1).reshape(-1)
+
+
+def assert_planes(y, want, elem):
+    import torch
+
+    assert torch.equal(y[:want.numel()].to(want.dtype), want)
+    if elem.is_floating_point:  # fp32: three TF32 products read the small plane too
+        assert torch.equal(y[want.numel():], (want / 2).to(elem))
 
 
 CASES = [("nn.Conv2d(40, 16, 1)", "2, 40, 12, 20"), ("nn.Conv2d(72, 16, 3, padding=1)", "2, 72, 13, 21"),
@@ -84,43 +93,26 @@ CASES = [("nn.Conv2d(40, 16, 1)", "2, 40, 12, 20"), ("nn.Conv2d(72, 16, 3, paddi
 @pytest.mark.parametrize("layer,shape", CASES, ids=[c[0].split("(")[0] + f"-{i}" for i, c in enumerate(CASES)])
 def test_the_vector_padding_kernel_writes_the_planes_the_element_one_does(tmp_path, layer, shape, dtype, offset):
     import torch
-    import torch.nn.functional as F
 
-    p = problem_from_expr(tmp_path, "self.conv(a)", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
-                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})")
-    fam = ConvTf32x3Sm90() if dtype == "float32" else ConvHalfSm90()
-    f = fam.matched(p)
+    p, fam, f = conv_case(tmp_path, layer, shape, dtype)
     config = {"BN": 16, "TW": 128, "TH": 1, "FLAT": 1, "GROUP_M": 8, "FOLD": 0, "STAGES": 2}
     assert fam.valid({**config, "XVEC": 1}, p)
     lib = host_pads(tmp_path, fam, p, config)
-    elem = torch.float32 if dtype == "float32" else torch.int16  # the 16 bits of a bf16, moved as they are
-    cp = -(-f.c // (4 if dtype == "float32" else 8)) * (4 if dtype == "float32" else 8)
-    g = torch.Generator().manual_seed(1)
-    storage = torch.randn(f.n * f.c * int(torch.tensor(f.spatial).prod()) + 8, generator=g).to(getattr(torch, dtype)).view(elem)
-    x = storage[offset:offset + storage.numel() - 8].view(f.n, f.c, *f.spatial)
-    planes = 2 if dtype == "float32" else 1
-    dp = flat_padded(f, 0) if f.dims == 3 else 1
+    x, elem, cp = x_at(f, dtype, offset, 1)
+    dp, ld = (flat_padded(f, 0), flat_lead(f, 0)) if f.dims == 3 else (1, 0)
     hp, wp = flat_padded(f, -2), flat_padded(f, -1)
-    ld = flat_lead(f, 0) if f.dims == 3 else 0
     outs = []
     for vec in (0, 1):
-        y = torch.full((planes * f.n * dp * hp * wp * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
-        depth = f.spatial[0] if f.dims == 3 else 1
+        y = torch.full(((2 if elem.is_floating_point else 1) * f.n * dp * hp * wp * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
         lib.run(ctypes.c_int(vec), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), *(ctypes.c_int(v) for v in (
-            f.n, f.c, cp, depth, f.spatial[-2], f.spatial[-1], dp, hp, ld, flat_lead(f, -2), flat_lead(f, -1), wp)))
+            f.n, f.c, cp, f.spatial[0] if f.dims == 3 else 1, f.spatial[-2], f.spatial[-1], dp, hp, ld, flat_lead(f, -2), flat_lead(f, -1), wp)))
         outs.append(y)
     assert torch.equal(outs[0], outs[1])
-    # what they both must be: x zero-padded (lead before, the rest after) and laid out channels last
-    pads = []
+    pads = []  # what they both must be: x zero-padded, the lead before and the rest after, per dim innermost first
     for axis in range(-1, -f.dims - 1, -1):
         lead, size = flat_lead(f, axis), flat_padded(f, axis)
         pads += [lead, size - lead - f.spatial[axis]]
-    want = F.pad(x.float() if elem == torch.float32 else x.to(torch.float64), pads + [0, cp - f.c])
-    want = want.movedim(1, -1).reshape(-1)
-    big = outs[0][:want.numel()].to(want.dtype)
-    assert torch.equal(big, want)
-    if planes == 2:
-        assert torch.equal(outs[0][want.numel():], (want / 2).to(elem))
+    assert_planes(outs[0], planes_of(x, elem, cp, pads), elem)
 
 
 PLAIN = [("nn.Conv2d(40, 16, 3, stride=2, padding=1)", "2, 40, 13, 24"), ("nn.Conv1d(24, 8, 5, padding=2)", "3, 24, 70"),
@@ -135,27 +127,15 @@ def test_the_vector_kernel_writes_the_plain_planes_of_tiles_of_rows(tmp_path, la
     transposed convolutions, against PyTorch's permute."""
     import torch
 
-    p = problem_from_expr(tmp_path, "self.conv(a)", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
-                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})")
-    fam = ConvTf32x3Sm90() if dtype == "float32" else ConvHalfSm90()
-    f = fam.matched(p)
+    p, fam, f = conv_case(tmp_path, layer, shape, dtype)
     config = next(c for c in fam.seeds(p) if not c.get("FLAT") and not c.get("FOLD") and not c.get("DIRECT"))
     assert fam.valid({**config, "XVEC": 1}, p) and not fam.valid({**config, "XVEC": 1, "FOLD": 1}, p)
-    lib = host_pads(tmp_path, fam, p, config)
-    elem = torch.float32 if dtype == "float32" else torch.int16
-    cp = -(-f.c // (4 if dtype == "float32" else 8)) * (4 if dtype == "float32" else 8)
-    g = torch.Generator().manual_seed(2)
-    storage = torch.randn(f.n * f.c * int(torch.tensor(f.spatial).prod()) + 8, generator=g).to(getattr(torch, dtype)).view(elem)
-    x = storage[offset:offset + storage.numel() - 8].view(f.n, f.c, *f.spatial)
-    depth, ih, iw = ((f.spatial[0] if f.dims == 3 else 1), (f.spatial[-2] if f.dims >= 2 else 1), f.spatial[-1])
-    planes = 2 if dtype == "float32" else 1
-    y = torch.full((planes * f.n * depth * ih * iw * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
-    lib.run(ctypes.c_int(1), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), *(ctypes.c_int(v) for v in (
-        f.n, f.c, cp, depth, ih, iw, depth, ih, 0, 0, 0, iw)))
     launch = fam.render({**config, "XVEC": 1}, p).launch
     assert launch.pre[0][0] == f"{fam.name}_pad_xv" and launch.pre[0][2] == "(256,)"
-    wide = torch.nn.functional.pad(x.float() if elem == torch.float32 else x.to(torch.float64), [0, 0] * f.dims + [0, cp - f.c])
-    want = wide.movedim(1, -1).reshape(-1)
-    assert torch.equal(y[:want.numel()].to(want.dtype), want)
-    if planes == 2:
-        assert torch.equal(y[want.numel():], (want / 2).to(elem))
+    lib = host_pads(tmp_path, fam, p, config)
+    x, elem, cp = x_at(f, dtype, offset, 2)
+    depth, ih, iw = ((f.spatial[0] if f.dims == 3 else 1), (f.spatial[-2] if f.dims >= 2 else 1), f.spatial[-1])
+    y = torch.full(((2 if elem.is_floating_point else 1) * f.n * depth * ih * iw * cp,), -7 if elem == torch.int16 else float("nan"), dtype=elem)
+    lib.run(ctypes.c_int(1), ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()), *(ctypes.c_int(v) for v in (
+        f.n, f.c, cp, depth, ih, iw, depth, ih, 0, 0, 0, iw)))
+    assert_planes(y, planes_of(x, elem, cp, [0, 0] * f.dims), elem)

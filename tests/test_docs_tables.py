@@ -4,7 +4,7 @@ changed without its table (or a table edited by hand) fails here, naming the com
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, benchmark_module
 
 
 def test_every_table_of_the_benchmarks_page_is_what_its_command_prints():
@@ -14,11 +14,7 @@ def test_every_table_of_the_benchmarks_page_is_what_its_command_prints():
 
 
 def test_a_stale_table_is_named(tmp_path, monkeypatch):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import docs_tables
-    finally:
-        sys.path.pop(0)
+    docs_tables = benchmark_module("docs_tables")
     page = ("intro\n<!-- table: python benchmarks/docs_tables.py compile compile_latency -->\n| stale |\n"
             "<!-- /table -->\nend\n")
     new, changed = docs_tables.regenerate(page)
@@ -28,11 +24,7 @@ def test_a_stale_table_is_named(tmp_path, monkeypatch):
 
 
 def test_a_torch_compile_ratio_the_search_disagreed_with_shows_both():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import docs_tables
-    finally:
-        sys.path.pop(0)
+    docs_tables = benchmark_module("docs_tables")
     assert docs_tables.compile_cell({"vs_torch_compile": 1.22, "search_vs_torch_compile": 0.79}) == "1.22x (search: 0.79x)"
     assert docs_tables.compile_cell({"vs_torch_compile": 1.05, "search_vs_torch_compile": 0.95}) == "1.05x"
     assert docs_tables.compile_cell({"vs_torch_compile": 0.9}) == "0.90x"  # a record from before the field

@@ -5,23 +5,14 @@ does not know."""
 
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, benchmark_module
 
 from cuforge.kernels.families import families_for
 from cuforge.problems.suites import load_problem
 
 
-def family_configs():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import family_configs as module
-    finally:
-        sys.path.pop(0)
-    return module
-
-
 def test_a_knob_is_varied_in_every_part_that_has_it_with_the_stages_that_fit():
-    fc = family_configs()
+    fc = benchmark_module("family_configs")
     p = load_problem("models/resnet_bottleneck@bf16")  # a partition: three convolutions, each with its batch norm and activation
     fam = families_for(p)[0][0]
     assert fam.name == "partition" and fc.knob_keys(fam, p, "EPI_RUNS") == ["p1.EPI_RUNS", "p2.EPI_RUNS", "p3.EPI_RUNS"]

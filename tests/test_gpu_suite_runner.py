@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, benchmark_module
 
 RUNNER = ROOT / "benchmarks" / "gpu_suite.py"
 TESTS = '''
@@ -94,11 +94,7 @@ def test_a_suite_over_calls_at_one_tree(tmp_path):
     assert record["calls"][1]["asked"] == 2 and not record["calls"][1]["cut_at_limit"]
 
     # Its table for docs/benchmarks.md: by file, then the failure's last line.
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import docs_tables
-    finally:
-        sys.path.pop(0)
+    docs_tables = benchmark_module("docs_tables")
     table = docs_tables.gpu_suite_rows(record)
     assert table[0].startswith(f"tree {record['tree'][:12]}: 4 tests, 1 failed, 2 passed, 1 skipped; 2 call(s)")
     assert "| tests/test_sample.py | 2 | 1 | 0 | 1 | 0 |" in table

@@ -1,24 +1,14 @@
 """benchmarks/stage_times.py finds a built-in suite's problem by id, in the dtype the id names (as the judge
 loads it: cast), or a problem file by path; anything else exits naming it."""
 
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-
-def stage_times():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import stage_times as module
-    finally:
-        sys.path.pop(0)
-    return module
+from conftest import ROOT, benchmark_module
 
 
 def test_a_suite_problem_by_id_in_its_dtype_or_a_file_by_path():
-    st = stage_times()
+    st = benchmark_module("stage_times")
     half = st.load("models/resnet_bottleneck@bf16")
     assert half.id == "models/resnet_bottleneck@bf16" and half.meta.cast == "bfloat16"
     assert st.load("models/resnet_bottleneck").meta.cast is None
@@ -30,7 +20,7 @@ def test_a_suite_problem_by_id_in_its_dtype_or_a_file_by_path():
 
 
 def test_one_call_s_launches_in_order_averaged_over_the_calls():
-    st = stage_times()
+    st = benchmark_module("stage_times")
     # two calls of a partition: its three convolutions share a name and come apart only by their order
     seen = [(t0 + dt, name, ms * scale) for t0, scale in ((0.0, 1.0), (100.0, 3.0))
             for dt, name, ms in ((1, "pad", 0.5), (2, "conv", 2.0), (3, "conv", 1.0), (4, "conv", 4.0))]

@@ -9,42 +9,17 @@ import pytest
 
 from cuforge.kernels.topk_chunks import TopkChunks, widths
 from cuforge.problems.suites import load_suite
-from template_helpers import host_library, problem_from_expr, smoke_compile
+from template_helpers import HOST_CUDA, host_library, problem_from_expr, smoke_compile
 
-HOST_PRELUDE = r"""
-#include <math.h>
-#include <string.h>
-#include <pthread.h>
-#include <thread>
-#include <vector>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __launch_bounds__(x)
-#define __shared__ static
-struct Dim { int x; };
-static thread_local Dim threadIdx = {0};
-static Dim blockIdx = {0};
-static pthread_barrier_t block_barrier;
-static inline void __syncthreads() { pthread_barrier_wait(&block_barrier); }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+HOST_PRELUDE = HOST_CUDA + r"""
 static inline float to_float(float x) { return x; }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 """
-# Each block's THREADS threads run as host threads at once, __syncthreads a barrier among them and the
-# kernel's shared variables its function statics: the block's own interleavings, on the CPU.
+# Each block's THREADS threads at once as host threads (template_helpers.HOST_CUDA), every block in turn.
 HOST_RUN = r"""
-template <typename F> static void block(F kernel) {
-    pthread_barrier_init(&block_barrier, nullptr, THREADS);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < THREADS; ++t) threads.emplace_back([=] { threadIdx.x = t; kernel(); });
-    for (auto& t : threads) t.join();
-    pthread_barrier_destroy(&block_barrier);
-}
 extern "C" void run(int rows, const float* x, unsigned long long* candidates, float* values, long long* indices) {
-    for (int b = 0; b < rows * CHUNKS; ++b) { blockIdx.x = b; block([=] { topk_chunks_chunks(x, candidates); }); }
-    for (int b = 0; b < rows; ++b) { blockIdx.x = b; block([=] { topk_chunks(x, candidates, values, indices); }); }
+    host_grid(rows * CHUNKS, 1, 1, THREADS, 1, [=] { topk_chunks_chunks(x, candidates); });
+    host_grid(rows, 1, 1, THREADS, 1, [=] { topk_chunks(x, candidates, values, indices); });
 }
 """
 

@@ -256,7 +256,7 @@ CONV_KNOBS = {"BN": (16, 32, 64, 128, 192), "TW": (8, 16, 32, 64, 128), "TH": (1
               "XVEC": (0, 1)}
 
 # EPI_RUNS: the floats a consumer warpgroup's staged channel holds, its 64 pixels and 4 of padding (the
-# template's EPI_PITCH).
+# fragment's writes then meet 32 banks); the template's EPI_PITCH.
 EPI_PITCH = 68
 
 
@@ -482,7 +482,8 @@ class ConvTf32x3Sm90(GraphFamily):
         pad = (1,) * (3 - f.dims)
         return {"EPI": f.epilogue, "HALF": 0, "BK": self.BK, "DIMS": f.dims, "KERNEL": pad + f.kernel, "STRIDE": pad + f.stride,
                 "PADDING": (0,) * (3 - f.dims) + f.padding, "DILATION": pad + f.dilation, "TRANSPOSED": int(f.transposed),
-                "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool), "FLAT_WP": flat_pitch(f) if flat_fits(f) else 0}
+                "POOL": bool(f.pool), "POOL_SCALE": literal(f.pool), "FLAT_WP": flat_pitch(f) if flat_fits(f) else 0,
+                "EPI_PITCH": EPI_PITCH}
 
     DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "DIRECT": 0, "DENSE_W": 0, "FLAT": 0, "PASSES": 3,
                                           "EPI_RUNS": 0, "XVEC": 0}
