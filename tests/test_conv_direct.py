@@ -34,6 +34,10 @@ def test_grouped_and_depthwise_convolutions_go_to_the_direct_kernel(tmp_path):
     f = FAM.matched(p)
     assert (f.groups, f.c, f.c_out, f.out_spatial) == (32, 32, 32, (28, 29))
     assert [kind for _, kind in f.epilogue.tensors] == ["ch", "ch"]  # the conv's bias, then self.bias
+    # 8 pixels a thread moved 16 bytes at a time lead; strided along W, the shared-weight seeds do
+    assert FAM.seeds(p)[0] == {"BLOCK": 256, "OCT": 1, "PW": 8, "WIN": 1, "VW": 1}
+    strided = conv_problem(tmp_path, "nn.Conv2d(32, 32, 3, stride=2, groups=32)", "(2, 32, 30, 31)")
+    assert not any(c.get("VW") for c in FAM.seeds(strided)) and FAM.seeds(strided)[0]["WIN"] == 1
     ungrouped = conv_problem(tmp_path, "nn.Conv2d(16, 16, 3)", "(2, 16, 10, 10)")
     assert "not a grouped convolution, and more than 8 input channels" in FAM.supports(ungrouped)
 

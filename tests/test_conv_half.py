@@ -26,6 +26,10 @@ def test_half_convolutions_are_covered_and_compile(tmp_path, layer, shape, dtype
     assert seeds and all(fam.valid(c, p) for c in seeds)
     assert not any(k in c for c in seeds for k in ("PASSES", "DIRECT", "DENSE_W"))  # fp32's knobs only
     assert not fam.reduced_precision(seeds[0])  # half products summed in fp32: no contract needed
+    # the epilogue by runs and x laid out 16 bytes an access (where its planes are not folded) lead; the
+    # first seed without either comes last
+    assert seeds[0]["EPI_RUNS"] == 1 and seeds[0].get("XVEC", 0) == int(not seeds[0]["FOLD"])
+    assert seeds[-1] == {k: v for k, v in seeds[0].items() if k not in ("EPI_RUNS", "XVEC")}
     assert families_for(p)[0][0].name == "conv_half_sm90"
     src = fam.render(seeds[0], p).source
     assert f"k16.f32.{'bf16' if dtype == 'bfloat16' else 'f16'}" in src and "tf32_split(v" not in src.split("HALF")[0]

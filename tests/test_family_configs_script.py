@@ -18,7 +18,9 @@ def test_a_knob_is_varied_in_every_part_that_has_it_with_the_stages_that_fit():
     assert fam.name == "partition" and fc.knob_keys(fam, p, "EPI_RUNS") == ["p1.EPI_RUNS", "p2.EPI_RUNS", "p3.EPI_RUNS"]
     # the widest channel tile with every stage that fits, on a persistent grid (its staged tiles then need
     # shared memory of their own; a block of one tile stages them in its idle stage ring)
-    seed = {**fam.seeds(p)[0], "p3.PERSIST": 1}
+    first = fam.seeds(p)[0]  # the half convolutions' seeds lead with the epilogue by runs
+    assert [first[k] for k in fc.knob_keys(fam, p, "EPI_RUNS")] == [1, 1, 1]
+    seed = {**{k: v for k, v in first.items() if not k.endswith(".EPI_RUNS")}, "p3.PERSIST": 1}
     assert seed["p3.BN"] == 128 and seed["p3.STAGES"] == 5 and fam.valid(seed, p)
     off, on = fc.varied([seed], fam, p, "EPI_RUNS", [0, 1])
     assert off == {**seed, "p1.EPI_RUNS": 0, "p2.EPI_RUNS": 0, "p3.EPI_RUNS": 0}
