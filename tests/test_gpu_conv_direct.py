@@ -37,7 +37,10 @@ def test_direct_convolution_with_weights_shared_and_rows_slid(sup, tmp_path, lay
     shapes = ((256, 8, 4), (128, 4, 2), (256, 16, 1), (512, 2, 4), (128, 1, 4), (256, 1, 2), (256, 4, 1))
     seeds = [c for c in fam.seeds(p) if c.get("WIN")]
     configs = seeds + [c for b, o, pw in shapes if fam.valid(c := dict(BLOCK=b, OCT=o, PW=pw, WIN=1), p) and c not in seeds]
-    assert len(seeds) == 2 and len(configs) >= 3, configs
+    # two shared-weight seeds, and the 16-byte one (VW) first where W is neither strided nor dilated
+    assert len([c for c in seeds if not c.get("VW")]) == 2 and len(configs) >= 3, configs
+    f = fam.matched(p)
+    assert seeds[0].get("VW", 0) == int(f.stride[-1] == 1 and f.dilation[-1] == 1), seeds
     assert_all_ok(sup, fam, p, configs, CFG)
 
 
