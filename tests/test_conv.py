@@ -5,10 +5,10 @@ compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded 
 import pytest
 
 from cuforge.kernels.leaves import channel_kind
-from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_pitch, macs_per_output, match_conv
+from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_pitch, macs_per_output, match_conv, per_value_epilogue
 from cuforge.kernels.families import families_for
 from cuforge.runtime import compile_cuda
-from template_helpers import conv_problem, smoke_compile
+from template_helpers import conv_problem, problem_from_expr, smoke_compile
 
 FAM = ConvTf32x3Sm90()
 
@@ -344,6 +344,25 @@ def test_the_epilogue_by_runs_stages_both_consumers_tiles_and_compiles_over_ever
         assert FAM.valid(c, q), c
         assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
 
+
+
+def test_the_epilogue_by_runs_leads_where_the_epilogue_works_per_value(tmp_path):
+    # a bias and an activation: fp32 fragments store whole sectors already, so the first seed with it comes last
+    light = conv_problem(tmp_path, "nn.Conv2d(64, 128, 3)", "(2, 64, 20, 20)", "torch.relu(y) + self.bias")
+    seeds = FAM.seeds(light)
+    assert not per_value_epilogue(FAM.matched(light)) and len(seeds) > 2
+    assert not any(c.get("EPI_RUNS") for c in seeds[:-1]) and seeds[-1] == {**seeds[0], "EPI_RUNS": 1}
+    # a batch norm's parameters (and, under PyTorch's flags, the one-TF32-product copies): every seed with it,
+    # then the first without
+    init = "        self.conv = nn.Conv2d(64, 128, 3)\n        self.bn = nn.BatchNorm2d(128)\n        self.eval()"
+    heavy = problem_from_expr(tmp_path, "torch.relu(self.bn(self.conv(a)))", "torch.randn(2, 64, 20, 20)", args="a", init=init)
+    assert per_value_epilogue(FAM.matched(heavy))
+    seeds = FAM.seeds(heavy)
+    assert "EPI_RUNS" not in seeds[-1] and seeds[0] == {**seeds[-1], "EPI_RUNS": 1}
+    # all but the persistent seed, whose staged tiles would need shared memory its stages leave no room for
+    assert [c.get("EPI_RUNS", 0) for c in seeds[:-1]] == [1 - c.get("PERSIST", 0) for c in seeds[:-1]]
+    ones = FAM.seeds(heavy.under("pytorch"))
+    assert ones[0] == {**seeds[0], "PASSES": 1, "STAGES": ones[0]["STAGES"]} and ones[len(seeds):] == seeds
 
 
 def test_x_laid_out_16_bytes_a_thread_access_as_flat_or_plain_planes(tmp_path):

@@ -224,6 +224,24 @@ def raw_row(c: dict[str, Any], f: ConvMatch) -> int:
     return (step * (c["TW"] - 1) + 4 + 3) // 4 * 4
 
 
+def per_value_epilogue(f: ConvMatch) -> bool:
+    """Whether the fused epilogue does more per output value than a bias and an activation: a batch norm's
+    parameters, or an operand read per value (a residual)."""
+    return any(kind == "bn_ch" or not kind.endswith("ch") for _, kind in f.epilogue.tensors)
+
+
+def led_by(fam: GraphFamily, seeds: list[dict[str, Any]], problem: Problem, knobs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each seed with `knobs` on (each where the config stays valid), in order, then the first seed as it
+    was: the knobs lead and the search still times the config without them."""
+    out: list[dict[str, Any]] = []
+    for c in seeds:
+        for knob in knobs:
+            if fam.valid({**c, knob: 1}, problem):
+                c = {**c, knob: 1}
+        out.append(c)
+    return [c for i, c in enumerate(out + seeds[:1]) if c not in out[:i]]
+
+
 def flat_fits(f: ConvMatch) -> bool:
     """Whether FLAT can run it: 2-D or 3-D, stride 1 (each output's taps lie at fixed offsets in the padded
     plane), ungrouped, a plane's flat index (a TMA coordinate) within an int and the padding kernel's grid
@@ -460,12 +478,7 @@ class ConvTf32x3Sm90(GraphFamily):
         flat = next((c for c in flats if self.valid(c, problem)), None)
         if flat and self.covered_share(flat, f) > 1.05 * self.covered_share(out[0], f):
             out.insert(0, flat)
-        # The epilogue by runs (EPI_RUNS: each thread 8 pixels of one channel, one 16-byte store), last. On the
-        # H200 beside the same configs without it: fp32 ResNet bottleneck 432 -> 302 us, MobileNetV2's inverted
-        # residual 383 -> 284 us (three TF32 products); one TF32 product, it loses on level1/63 (14.2 -> 18.7 ms)
-        # and 87 (7.7 -> 8.7 ms). The half family leads with it (conv_half).
-        if out and self.valid({**out[0], "EPI_RUNS": 1}, problem):
-            out.append({**out[0], "EPI_RUNS": 1})
+        out = self.with_epilogue_knobs(out, problem)
         # Where the contract allows TF32 (a convolution under PyTorch's default flags, whose cuDNN runs
         # TF32), one product per k-tile instead of three: the same seeds, one TF32 pass each, first.
         # cuDNN picks TF32 per shape, and keeps few input channels in fp32: on the H200, level1/54, 59, 60
@@ -482,6 +495,21 @@ class ConvTf32x3Sm90(GraphFamily):
                 ones.append({**c, "PASSES": 1, "STAGES": max(fits)})
             out = ones + out
         return out
+
+    def with_epilogue_knobs(self, seeds: list[dict[str, Any]], problem: Problem) -> list[dict[str, Any]]:
+        """The seeds with the epilogue by runs (EPI_RUNS: a thread's 8 pixels of one channel share their
+        position, the channel's parameters and a 16-byte store): each of them led by it where the epilogue
+        does per-value work (a batch norm's parameters, an operand per output value), else its first seed
+        with it last. On the H200, three TF32 products, beside the same configs without it: the fp32 ResNet
+        bottleneck 432 -> 302 us, MobileNetV2's inverted residual 383 -> 284 us; with one TF32 product and no
+        epilogue it loses (level1/63 14.2 -> 18.7 ms, 87 7.7 -> 8.7 ms): an fp32 fragment's stores already
+        fill whole sectors, so only the instructions an epilogue value costs are saved."""
+        if not seeds:
+            return seeds
+        if per_value_epilogue(self.matched(problem)):
+            return led_by(self, seeds, problem, ("EPI_RUNS",))
+        runs = {**seeds[0], "EPI_RUNS": 1}
+        return seeds + [runs] if self.valid(runs, problem) else seeds
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.conv import CONV_KNOBS, ConvMatch, ConvTf32x3Sm90, direct_only, match_conv
+from cuforge.kernels.conv import CONV_KNOBS, ConvMatch, ConvTf32x3Sm90, direct_only, led_by, match_conv
 from cuforge.kernels.gemm import HALF_ELEMENTS
 from cuforge.kernels.registry import family
 from cuforge.problems.problem import Problem
@@ -53,28 +53,23 @@ class ConvHalfSm90(ConvTf32x3Sm90):
         return super().valid(c, problem)
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        """The TF32 family's seeds that a half kernel can run, in its order (those reading x as it lies and
-        the one-product copies dropped: every half config is one product), each with the epilogue by runs
-        and x laid out 16 bytes an access where valid; the first as it was, last.
-
-        On the H200, bf16 (benchmarks/data/convs, beside the same config without the knob): EPI_RUNS takes
-        ResNet's 64 -> 256 1x1 with its residual from 194 to 79 us, MobileNetV2's 24 -> 144 from 141 to 75 us,
-        the 3x3 and 144 -> 24 ones 10-16% down, one 64-channel 1x1 tile of 128 pixels 51 -> 61 us (the only
-        loss of ten); XVEC takes the 1x1 over 64 channels 72 -> 52 us and 144 channels 101 -> 81 us, no
-        loss of five."""
-        base = [c for c in super().seeds(problem) if not any(k in c for k in _FP32_ONLY)]
+        """The TF32 family's seeds that a half kernel can run, in its order: those reading x as it lies and
+        the one-product copies dropped (every half config is one product)."""
         out: list[dict[str, Any]] = []
-        for c in [self.with_fast_layouts(c, problem) for c in base] + base[:1]:
-            if c not in out:
+        for c in super().seeds(problem):
+            if not any(k in c for k in _FP32_ONLY) and c not in out:
                 out.append(c)
         return out
 
-    def with_fast_layouts(self, c: dict[str, Any], problem: Problem) -> dict[str, Any]:
-        """`c` with EPI_RUNS and XVEC on, each where the config stays valid."""
-        for knob in ("EPI_RUNS", "XVEC"):
-            if self.valid({**c, knob: 1}, problem):
-                c = {**c, knob: 1}
-        return c
+    def with_epilogue_knobs(self, seeds: list[dict[str, Any]], problem: Problem) -> list[dict[str, Any]]:
+        """Every seed led by the epilogue by runs and x laid out 16 bytes an access, each where valid; the
+        first seed without them last. A half fragment's store of 8 pixels fills half a sector, a run's
+        16-byte store a whole one. On the H200, bf16 (benchmarks/data/convs, beside the same config without
+        the knob): EPI_RUNS takes ResNet's 64 -> 256 1x1 with its residual from 194 to 79 us, MobileNetV2's
+        24 -> 144 from 141 to 75 us, the 3x3 and 144 -> 24 ones 10-16% down, one 64-channel 1x1 tile of 128
+        pixels 51 -> 61 us (the only loss of ten); XVEC takes the 1x1 over 64 channels 72 -> 52 us and 144
+        channels 101 -> 81 us, no loss of five."""
+        return led_by(self, seeds, problem, ("EPI_RUNS", "XVEC"))
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
