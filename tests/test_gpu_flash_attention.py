@@ -7,9 +7,10 @@ import pytest
 
 from cuforge.kernels.families import families_for
 from cuforge.kernels.flash_attention import FlashAttention
+from cuforge.kernels.flash_attention_sm90 import FlashAttentionSm90
 from cuforge.problems.loader import load_in_dtype
 from cuforge.problems.suites import load_problem
-from template_helpers import assert_all_ok, family_configs, problem_from_expr
+from template_helpers import assert_all_ok, family_configs, problem_from_expr, skip_unless_sm90
 
 pytestmark = pytest.mark.gpu
 
@@ -18,6 +19,16 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("ref", ["models/gqa_attention", "models/gpt2_attention"])
 def test_the_models_suite_s_attention(sup, ref, dtype):
     fam = FlashAttention()
+    p = load_in_dtype(load_problem(ref), dtype)
+    assert fam.supports(p) is None
+    assert_all_ok(sup, fam, p, fam.seeds(p), what=(ref, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("ref", ["models/gqa_attention", "models/gpt2_attention"])
+def test_the_models_suite_s_attention_on_wgmma(sup, ref, dtype):
+    skip_unless_sm90(sup, "wgmma and TMA are sm_90a's")
+    fam = FlashAttentionSm90()
     p = load_in_dtype(load_problem(ref), dtype)
     assert fam.supports(p) is None
     assert_all_ok(sup, fam, p, fam.seeds(p), what=(ref, dtype))
@@ -48,3 +59,28 @@ def test_ragged_and_masked_forms(sup, tmp_path, dtype):
         # The first three seeds and two valid configs drawn at random (the search proposes such too).
         configs = family_configs(fam, p, 2)
         assert_all_ok(sup, fam, p, configs[:3] + configs[len(fam.seeds(p)):], what=(expr, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16"])
+def test_ragged_and_masked_forms_on_wgmma(sup, tmp_path, dtype):
+    """Rows and keys that fill no tile (and a block whose rows run into the next head's in the tall views
+    TMA reads), a causal diagonal inside a tile with grouped heads, a bool mask, a float mask as a bias, a
+    scale, scores cast to fp32 by hand: head dims 64 and 128."""
+    skip_unless_sm90(sup, "wgmma and TMA are sm_90a's")
+    fam = FlashAttentionSm90()
+    cases = [
+        ("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
+         _qkv("(2, 6, 77, 64)", "(2, 2, 77, 64)", "(2, 2, 77, 64)", dtype)),
+        ("F.scaled_dot_product_attention(q, k, v, scale=0.3)", _qkv("(5, 300, 128)", "(5, 200, 128)", "(5, 200, 128)", dtype)),
+        ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+         _qkv("(2, 3, 64, 128)", "(2, 3, 96, 128)", "(2, 3, 96, 128)", dtype, ", torch.rand(64, 96) > 0.3")),
+        ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+         _qkv("(2, 3, 50, 64)", "(2, 3, 130, 64)", "(2, 3, 130, 64)", dtype, f", torch.randn(50, 130, dtype={dtype})")),
+        ("torch.softmax((q @ k.transpose(-2, -1)).float() * 0.125, -1).to(q.dtype) @ v",
+         _qkv("(3, 200, 64)", "(3, 200, 64)", "(3, 200, 64)", dtype)),
+    ]
+    for expr, inputs in cases:
+        args = "q, k, v, m" if "attn_mask" in expr else "q, k, v"
+        p = problem_from_expr(tmp_path, expr, inputs, args=args, prefix="gpu")
+        assert fam.supports(p) is None, (expr, fam.supports(p))
+        assert_all_ok(sup, fam, p, fam.seeds(p), what=(expr, dtype))
