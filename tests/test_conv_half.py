@@ -50,3 +50,28 @@ def test_half_convolutions_refused_where_another_family_serves(tmp_path):
     assert "not fp16/bf16" in fam.supports(fp32)
     assert ConvTf32x3Sm90().supports(fp32) is None
     assert "fp32" in ConvTf32x3Sm90().supports(half_conv(tmp_path, "nn.Conv2d(64, 64, 3)", "2, 64, 16, 16"))
+
+
+def test_a_1x1_convolution_reads_x_as_it_lies(tmp_path):
+    # MobileNetV2's expansion: 24 channels (one k-tile, zero-filled past them), 784 pixels (a ragged last tile)
+    p = half_conv(tmp_path, "nn.Conv2d(24, 144, 1, bias=False)", "2, 24, 28, 28", tail="torch.clamp(y, 0, 6)")
+    fam = ConvHalfSm90()
+    nchw = fam.seeds(p)[-1]  # last until a GPU has timed it
+    assert nchw["NCHW"] == 1 and nchw["FLAT"] == 1 and not nchw.get("XVEC")
+    cand = fam.render(nchw, p)
+    # no channels-last planes: only the weight's layout kernel runs first, and TMA reads x's planes of pixels
+    assert [pre[0] for pre in cand.launch.pre] == ["conv_half_sm90_split"] and cand.launch.scratch[0][0] == "(1,)"
+    assert cand.launch.args[0] == "tma_nd(in0.view(NB, C, -1), (64, 64, 1))"
+    assert "#define NCHW 1" in cand.source and "WGMMA_ONE wgmma_half_mn_a" in cand.source
+    assert not fam.valid({**nchw, "XVEC": 1}, p) and not fam.valid({**nchw, "FLAT": 0, "TW": 32, "TH": 4}, p)
+    # a 3x3, a strided or a padded 1x1, planes of no whole 16 bytes (7 x 7 pixels), fp32: x goes through planes
+    for layer, shape, dtype in [("nn.Conv2d(24, 144, 3, padding=1)", "2, 24, 28, 28", "bfloat16"),
+                                ("nn.Conv2d(24, 144, 1, stride=2)", "2, 24, 28, 28", "bfloat16"),
+                                ("nn.Conv2d(24, 144, 1, padding=1)", "2, 24, 28, 28", "float16"),
+                                ("nn.Conv2d(24, 144, 1)", "2, 24, 7, 7", "bfloat16"),
+                                ("nn.Conv2d(24, 144, 1)", "2, 24, 28, 28", "float32")]:
+        q = half_conv(tmp_path, layer, shape, dtype)
+        f = ConvHalfSm90() if dtype != "float32" else ConvTf32x3Sm90()
+        flat = {k: v for k, v in f.seeds(q)[0].items() if k not in ("XVEC", "TW", "TH")} | {"FLAT": 1, "TW": 128, "TH": 1}
+        assert not f.valid({**flat, "NCHW": 1}, q) and not any(c.get("NCHW") for c in f.seeds(q)), layer
+    smoke_compile(fam, p, 1)

@@ -34,3 +34,22 @@ def test_half_implicit_gemm_convolution(sup, tmp_path, dtype, layer, shape, tail
     assert fam.supports(p) is None, fam.supports(p)
     configs = family_configs(fam, p, 2)
     assert_all_ok(sup, fam, p, configs[:4] + configs[len(fam.seeds(p)):], what=(layer, dtype))  # the first seeds, the random ones
+
+
+# 1x1 convolutions that read x as it lies (NCHW): fewer channels than a k-tile and a ragged last tile
+# (MobileNetV2's expansion), four k-tiles with a bias, each with and without the epilogue by runs.
+NCHW_CONVS = [("nn.Conv2d(24, 144, 1, bias=False)", "2, 24, 28, 28", "torch.clamp(y, 0, 6)"),
+              ("nn.Conv2d(256, 64, 1)", "2, 256, 16, 20", "torch.relu(y)")]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layer,shape,tail", NCHW_CONVS, ids=[c[0] for c in NCHW_CONVS])
+def test_a_1x1_convolution_reading_x_as_it_lies(sup, tmp_path, dtype, layer, shape, tail):
+    fam = ConvHalfSm90()
+    p = problem_from_expr(tmp_path, f"(lambda y: {tail})(self.conv(a))", f"torch.randn({shape}, dtype=torch.{dtype})", "a",
+                          f"        self.conv = {layer[:-1]}, dtype=torch.{dtype})", prefix="gpu")
+    nchw = fam.seeds(p)[-1]
+    assert nchw.get("NCHW") == 1, fam.seeds(p)
+    configs = [nchw, {**nchw, "EPI_RUNS": 1 - nchw.get("EPI_RUNS", 0)}, {**nchw, "BN": 64, "PERSIST": 1, "EPI_RUNS": 0}]
+    assert all(fam.valid(c, p) for c in configs), configs
+    assert_all_ok(sup, fam, p, configs, what=(layer, dtype))

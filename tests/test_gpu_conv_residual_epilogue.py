@@ -4,7 +4,8 @@ in fp32 (3xTF32), bf16 and fp16, over flat padded planes and tiles of rows, the 
 tile's epilogue beside the next tile's products, a channel tile past C_out's end and pixel tiles past the
 image's (runs of 8 pixels that cross a row's end or the image's), and a transposed convolution (runs whose
 pixels lie S apart); each layout with its epilogue in fragment order and by runs through shared memory
-(EPI_RUNS), x laid out 16 bytes a thread access (XVEC) for the flat planes and the persistent grid's."""
+(EPI_RUNS), x laid out 16 bytes a thread access (XVEC) for the flat planes and the persistent grid's, and
+x read as it lies by the half 1x1 convolution (NCHW)."""
 
 import pytest
 
@@ -23,7 +24,7 @@ BLOCKS = [("nn.Conv2d(64, 256, 1, bias=False)", "2, 64, 20, 20", "2, 256, 20, 20
           ("nn.ConvTranspose2d(48, 32, 3, stride=2, padding=1, output_padding=1, bias=False)", "2, 48, 9, 11", "2, 32, 18, 22")]
 
 LAYOUTS = [{"FLAT": 1, "TW": 128, "TH": 1}, {"FLAT": 1, "TW": 128, "TH": 1, "XVEC": 1}, {"TW": 32, "TH": 4},
-           {"TW": 16, "TH": 8, "PERSIST": 1, "OVERLAP": 1, "XVEC": 1}]
+           {"TW": 16, "TH": 8, "PERSIST": 1, "OVERLAP": 1, "XVEC": 1}, {"FLAT": 1, "TW": 128, "TH": 1, "NCHW": 1}]
 
 
 def block_problem(tmp_path, layer, x_shape, res_shape, dtype):

@@ -250,6 +250,14 @@ def flat_fits(f: ConvMatch) -> bool:
             and f.n * (flat_padded(f, 0) if f.dims == 3 else 1) <= 65535)
 
 
+def reads_nchw(f: ConvMatch) -> bool:
+    """Whether a half kernel can read x as it lies (NCHW): a 2-D 1x1 convolution of stride 1 without
+    padding, whose output pixel p is input pixel p, so a tile's 128 flat pixels are 128 consecutive
+    elements of each channel's plane; a plane of whole 16 bytes (TMA's global strides)."""
+    return (f.dims == 2 and set(f.kernel) == {1} and set(f.stride) == {1} and set(f.padding) == {0} and not f.transposed
+            and f.groups == 1 and math.prod(f.spatial) % 8 == 0 and f.dtype != "float32")
+
+
 def flat_padded(f: ConvMatch, axis: int) -> int:
     """FLAT: the padded planes' extent along a spatial axis, the output's plus the kernel's reach."""
     return f.out_spatial[axis] + f.dilation[axis] * (f.kernel[axis] - 1)
@@ -355,7 +363,9 @@ class ConvTf32x3Sm90(GraphFamily):
             return False
         if c.get("EPI_RUNS", 0) and f.pool:  # a pooled tile's sums never reach the output one by one
             return False
-        if c.get("XVEC", 0) and (c.get("FOLD", 0) or c.get("DIRECT", 0)):  # x's plain or padded planes only
+        if c.get("XVEC", 0) and (c.get("FOLD", 0) or c.get("DIRECT", 0) or c.get("NCHW", 0)):  # x's plain or padded planes only
+            return False
+        if c.get("NCHW", 0) and not (reads_nchw(f) and c.get("FLAT", 0)):  # x as it lies: a 1x1's flat tiles
             return False
         if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
             return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
@@ -579,6 +589,9 @@ class ConvTf32x3Sm90(GraphFamily):
             x_planes = f"(2 * NB, {f'{dp}, ' if f.dims == 3 else ''}{hp * wp}, CP)"
             tiles = f"{'OD * ' if f.dims == 3 else ''}cdiv(OH * {wp}, {self.BM})"
         pre = (x_pre, w_pre)
+        if c.get("NCHW", 0):  # x itself as [NB][C][IH * IW]: boxes of 64 flat pixels by BK channels
+            x_map = f"tma_nd({f.x}.view(NB, C, -1), (64, {self.BK}, 1))"
+            x_planes, pre = "(1,)", (w_pre,)
         if c.get("DIRECT"):  # x itself, innermost first: W (densely), H, D, its channels, the image; unswizzled
             x_map = (f"tma_nd({f.x}, ({', '.join((str(raw_row(c, f)),) + x_box[2:-1])}, 32, 1), "
                      f"({', '.join(('1',) + x_strides[2:-1])}, 1, 1), 0)")

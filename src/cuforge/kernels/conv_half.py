@@ -26,9 +26,12 @@ class ConvHalfSm90(ConvTf32x3Sm90):
     BK = 64
 
     def __init__(self) -> None:  # the TF32 family's knobs less its fp32-only ones, under this family's name
-        GraphFamily.__init__(self, "conv_half_sm90", {k: v for k, v in CONV_KNOBS.items() if k not in _FP32_ONLY})
+        knobs = {k: v for k, v in CONV_KNOBS.items() if k not in _FP32_ONLY}
+        GraphFamily.__init__(self, "conv_half_sm90", {**knobs, "NCHW": (0, 1)})
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "FLAT": 0, "EPI_RUNS": 0, "XVEC": 0}
+    # NCHW: a 1x1 convolution reads x as it lies (no channels-last planes written and read again); see
+    # conv.reads_nchw and the template.
+    DEFAULTS: ClassVar[dict[str, Any]] = {"FOLD": 0, "PERSIST": 0, "OVERLAP": 0, "FLAT": 0, "EPI_RUNS": 0, "XVEC": 0, "NCHW": 0}
 
     @classmethod
     def planes(cls, c: dict[str, Any]) -> int:
@@ -59,6 +62,14 @@ class ConvHalfSm90(ConvTf32x3Sm90):
         for c in super().seeds(problem):
             if not any(k in c for k in _FP32_ONLY) and c not in out:
                 out.append(c)
+        # x read as it lies by a 1x1 convolution (NCHW): the first seed's channel tile and epilogue over flat
+        # tiles, with the most stages that fit; last until a GPU has timed it
+        if out:
+            keep = {k: v for k, v in out[0].items() if k in ("BN", "GROUP_M", "EPI_RUNS")}
+            nchw = {**keep, "TW": 128, "TH": 1, "FOLD": 0, "FLAT": 1, "NCHW": 1}
+            fits = [st for st in self.knobs["STAGES"] if self.valid({**nchw, "STAGES": st}, problem)]
+            if fits:
+                out.append({**nchw, "STAGES": max(fits)})
         return out
 
     def with_epilogue_knobs(self, seeds: list[dict[str, Any]], problem: Problem) -> list[dict[str, Any]]:
