@@ -5,7 +5,8 @@ compiles of its seeds and random configs over 1-D, 2-D and 3-D, strided, padded 
 import pytest
 
 from cuforge.kernels.leaves import channel_kind
-from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_pitch, macs_per_output, match_conv, per_value_epilogue
+from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_pitch, macs_per_output, per_value_epilogue
+from cuforge.kernels.conv_match import match_conv
 from cuforge.kernels.families import families_for
 from cuforge.runtime import compile_cuda
 from template_helpers import conv_problem, problem_from_expr, smoke_compile

@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from cuforge.kernels.conv import ConvTf32x3Sm90, match_conv
+from cuforge.kernels.conv import ConvTf32x3Sm90
+from cuforge.kernels.conv_match import match_conv
 from cuforge.kernels.conv_direct import ConvDirect
 from cuforge.kernels.families import families_for
 from template_helpers import conv_problem, smoke_compile

@@ -15,7 +15,7 @@ from typing import Any
 
 from cuforge.kernels.base import SMEM_LIMIT, GraphFamily
 from cuforge.kernels.chains import CTYPES
-from cuforge.kernels.conv import FEW_CHANNELS, ConvMatch, direct_first, few_channels, match_conv
+from cuforge.kernels.conv_match import FEW_CHANNELS, ConvMatch, direct_first, few_channels, match_conv
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.kernels.registry import family

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from cuforge.kernels.base import GraphFamily
-from cuforge.kernels.conv import CONV_KNOBS, ConvMatch, ConvTf32x3Sm90, direct_only, led_by, match_conv
+from cuforge.kernels.conv import CONV_KNOBS, ConvTf32x3Sm90, led_by
+from cuforge.kernels.conv_match import ConvMatch, direct_only, match_conv
 from cuforge.kernels.gemm import HALF_ELEMENTS
 from cuforge.kernels.registry import family
 from cuforge.problems.problem import Problem
