@@ -38,23 +38,30 @@ def _qkv(q, k, v, dt, extra=""):
     return ", ".join(f"torch.randn{s[:-1]}, dtype={dt})" for s in (q, k, v)) + extra
 
 
-@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16"])
-def test_ragged_and_masked_forms(sup, tmp_path, dtype):
-    fam = FlashAttention()
+def ragged_cases(tmp_path, dtype, scaled, biased):
+    """(expr, problem): rows and keys that fill no tile, a causal diagonal inside a tile with grouped heads, a
+    scale (q's and k's shapes `scaled`), a bool mask, a float mask as a bias (head dim `biased`), scores cast
+    to fp32 by hand."""
     cases = [
         ("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
          _qkv("(2, 6, 77, 64)", "(2, 2, 77, 64)", "(2, 2, 77, 64)", dtype)),
-        ("F.scaled_dot_product_attention(q, k, v, scale=0.3)", _qkv("(5, 100, 32)", "(5, 72, 32)", "(5, 72, 32)", dtype)),
+        ("F.scaled_dot_product_attention(q, k, v, scale=0.3)", _qkv(scaled[0], scaled[1], scaled[1], dtype)),
         ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
          _qkv("(2, 3, 64, 128)", "(2, 3, 96, 128)", "(2, 3, 96, 128)", dtype, ", torch.rand(64, 96) > 0.3")),
         ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
-         _qkv("(2, 3, 50, 96)", "(2, 3, 130, 96)", "(2, 3, 130, 96)", dtype, f", torch.randn(50, 130, dtype={dtype})")),
+         _qkv(f"(2, 3, 50, {biased})", f"(2, 3, 130, {biased})", f"(2, 3, 130, {biased})", dtype, f", torch.randn(50, 130, dtype={dtype})")),
         ("torch.softmax((q @ k.transpose(-2, -1)).float() * 0.125, -1).to(q.dtype) @ v",
          _qkv("(3, 200, 64)", "(3, 200, 64)", "(3, 200, 64)", dtype)),
     ]
     for expr, inputs in cases:
         args = "q, k, v, m" if "attn_mask" in expr else "q, k, v"
-        p = problem_from_expr(tmp_path, expr, inputs, args=args, prefix="gpu")
+        yield expr, problem_from_expr(tmp_path, expr, inputs, args=args, prefix="gpu")
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16"])
+def test_ragged_and_masked_forms(sup, tmp_path, dtype):
+    fam = FlashAttention()
+    for expr, p in ragged_cases(tmp_path, dtype, ("(5, 100, 32)", "(5, 72, 32)"), 96):
         assert families_for(p)[0][0].name == "flash_attention", (expr, families_for(p))
         # The first three seeds and two valid configs drawn at random (the search proposes such too).
         configs = family_configs(fam, p, 2)
@@ -63,24 +70,10 @@ def test_ragged_and_masked_forms(sup, tmp_path, dtype):
 
 @pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float16"])
 def test_ragged_and_masked_forms_on_wgmma(sup, tmp_path, dtype):
-    """Rows and keys that fill no tile (and a block whose rows run into the next head's in the tall views
-    TMA reads), a causal diagonal inside a tile with grouped heads, a bool mask, a float mask as a bias, a
-    scale, scores cast to fp32 by hand: head dims 64 and 128."""
+    """The same forms at head dims of 64 and 128, with more query rows than key rows in the scaled case (its
+    last block's rows run into the next head's in the tall views TMA reads)."""
     skip_unless_sm90(sup, "wgmma and TMA are sm_90a's")
     fam = FlashAttentionSm90()
-    cases = [
-        ("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)",
-         _qkv("(2, 6, 77, 64)", "(2, 2, 77, 64)", "(2, 2, 77, 64)", dtype)),
-        ("F.scaled_dot_product_attention(q, k, v, scale=0.3)", _qkv("(5, 300, 128)", "(5, 200, 128)", "(5, 200, 128)", dtype)),
-        ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
-         _qkv("(2, 3, 64, 128)", "(2, 3, 96, 128)", "(2, 3, 96, 128)", dtype, ", torch.rand(64, 96) > 0.3")),
-        ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
-         _qkv("(2, 3, 50, 64)", "(2, 3, 130, 64)", "(2, 3, 130, 64)", dtype, f", torch.randn(50, 130, dtype={dtype})")),
-        ("torch.softmax((q @ k.transpose(-2, -1)).float() * 0.125, -1).to(q.dtype) @ v",
-         _qkv("(3, 200, 64)", "(3, 200, 64)", "(3, 200, 64)", dtype)),
-    ]
-    for expr, inputs in cases:
-        args = "q, k, v, m" if "attn_mask" in expr else "q, k, v"
-        p = problem_from_expr(tmp_path, expr, inputs, args=args, prefix="gpu")
+    for expr, p in ragged_cases(tmp_path, dtype, ("(5, 300, 128)", "(5, 200, 128)"), 64):
         assert fam.supports(p) is None, (expr, fam.supports(p))
         assert_all_ok(sup, fam, p, fam.seeds(p), what=(expr, dtype))
