@@ -185,6 +185,27 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float v) {
     return (__nv_bfloat16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 """
+# _convert.cu.j2's conversions on the host, for fp32 and bf16 elements (the template's own specializations use
+# CUDA's intrinsics); its narrow16 comes from the rendered kernel itself (device_function).
+HOST_CONVERT = HOST_BF16 + r"""
+static inline float to_float(float x) { return x; }
+static inline float to_float(__nv_bfloat16 b) { return __bfloat162float(b); }
+static inline void store_as(float v, float& o) { o = v; }
+static inline void store_as(float v, __nv_bfloat16& o) { o = __float2bfloat16_rn(v); }
+template <typename T> static inline void widen16(const uint4& raw, float* out) {
+    const T* e = reinterpret_cast<const T*>(&raw);
+    for (int k = 0; k < 16 / (int)sizeof(T); ++k) out[k] = to_float(e[k]);
+}
+"""
+
+
+def device_function(src, head):
+    """The text of the function in rendered kernel `src` that starts with `head`, to its closing brace."""
+    start = src.index(head)
+    return src[start:src.index("\n}\n", start) + 3]
+
+
+NARROW16 = "template <typename T> __device__ __forceinline__ uint4 narrow16("
 
 
 def host_library(tmp_path, text):

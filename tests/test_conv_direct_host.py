@@ -10,24 +10,9 @@ import ctypes
 import pytest
 
 from cuforge.kernels.conv_direct import ConvDirect
-from template_helpers import HOST_BF16, HOST_CUDA, host_library, problem_from_expr
+from template_helpers import HOST_CONVERT, HOST_CUDA, NARROW16, device_function, host_library, problem_from_expr
 
 HOST_PRELUDE = HOST_CUDA + "static float4 host_smem[1 << 14];  // the WIN kernel's dynamic shared memory\n"
-FP32_HOST = r"""
-typedef float elem_t;
-static inline float to_float(float x) { return x; }
-static inline void store_as(float v, float& o) { o = v; }
-template <typename T> static inline void widen16(const uint4& raw, float* out) { memcpy(out, &raw, 16); }
-"""
-BF16_HOST = HOST_BF16 + r"""
-typedef __nv_bfloat16 elem_t;
-static inline float to_float(elem_t b) { return __bfloat162float(b); }
-static inline void store_as(float v, elem_t& o) { o = __float2bfloat16_rn(v); }
-template <typename T> static inline void widen16(const uint4& raw, float* out) {
-    const elem_t* e = reinterpret_cast<const elem_t*>(&raw);
-    for (int k = 0; k < 8; ++k) out[k] = to_float(e[k]);
-}
-"""
 HOST_RUN = r"""
 extern "C" void run(const elem_t* x, const elem_t* w, elem_t* y, long long items, int gx, int gy, int threads) {
     host_grid(gx, gy, 1, threads, 1, [=] { conv_direct(x, w, y, items); });
@@ -43,7 +28,8 @@ def host_kernel(tmp_path, fam, p, config, half):
     kernel = body[end:]
     kernel = kernel[:kernel.index("\n}\n") + 3]
     text = body[:end] + kernel.replace("extern __shared__ float4 weights4[];", "float4* weights4 = host_smem;")
-    return host_library(tmp_path, HOST_PRELUDE + (BF16_HOST if half else FP32_HOST) + text + HOST_RUN)
+    types = f"typedef {'__nv_bfloat16' if half else 'float'} elem_t;\n" + device_function(src, NARROW16)
+    return host_library(tmp_path, HOST_PRELUDE + HOST_CONVERT + types + text + HOST_RUN)
 
 
 CASES = [("nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False)", "2, 16, 9, 56"),   # rows 16-byte aligned

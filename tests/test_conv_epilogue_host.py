@@ -15,7 +15,7 @@ import pytest
 
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.kernels.conv_half import ConvHalfSm90
-from template_helpers import HOST_BF16, HOST_CUDA, host_library, problem_from_expr
+from template_helpers import HOST_CONVERT, HOST_CUDA, NARROW16, device_function, host_library, problem_from_expr
 
 HOST_PRELUDE = HOST_CUDA + r"""
 static pthread_barrier_t consumer_bars[2], both_bar;
@@ -57,13 +57,6 @@ extern "C" int run(int runs, out_t* out, int NB, int CO, int OD, int OH, int OW,
 """
 
 
-BF16_HOST = HOST_BF16 + r"""
-typedef __nv_bfloat16 out_t;
-static inline void store_as(float v, out_t& o) { o = __float2bfloat16_rn(v); }
-"""
-FP32_HOST = "typedef float out_t;\nstatic inline void store_as(float v, out_t& o) { o = v; }\n"
-
-
 def host_epilogues(tmp_path, fam, p, config):
     """The rendered kernel's defines, tap windows, epilogue and tile walk with the harness, built for the
     host; (the library, the epilogue's operand count)."""
@@ -78,7 +71,7 @@ def host_epilogues(tmp_path, fam, p, config):
     params = re.search(r"float epilogue\(float v, long long r, int c, int cols(.*?)\) \{", body).group(1)
     args = ", ".join(re.findall(r"(e\d+)\b", params))
     harness = HOST_RUN.replace("EPI_PARAMS", params.lstrip(", ")).replace("EPI_ARGS", args)
-    types = BF16_HOST if "#define HALF 1" in defines else FP32_HOST
+    types = HOST_CONVERT + f"typedef {'__nv_bfloat16' if '#define HALF 1' in defines else 'float'} out_t;\n" + device_function(src, NARROW16)
     return host_library(tmp_path, HOST_PRELUDE + defines + types + taps + body + harness), args.count("e")
 
 

@@ -9,10 +9,9 @@ import pytest
 
 from cuforge.kernels.topk_chunks import TopkChunks, widths
 from cuforge.problems.suites import load_suite
-from template_helpers import HOST_CUDA, host_library, problem_from_expr, smoke_compile
+from template_helpers import HOST_CONVERT, HOST_CUDA, host_library, problem_from_expr, smoke_compile
 
-HOST_PRELUDE = HOST_CUDA + r"""
-static inline float to_float(float x) { return x; }
+HOST_PRELUDE = HOST_CUDA + HOST_CONVERT + r"""
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 """
 # Each block's THREADS threads at once as host threads (template_helpers.HOST_CUDA), every block in turn.
