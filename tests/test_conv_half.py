@@ -61,7 +61,7 @@ def test_a_1x1_convolution_reads_x_as_it_lies(tmp_path):
     cand = fam.render(nchw, p)
     # no channels-last planes: only the weight's layout kernel runs first, and TMA reads x's planes of pixels
     assert [pre[0] for pre in cand.launch.pre] == ["conv_half_sm90_split"] and cand.launch.scratch[0][0] == "(1,)"
-    assert cand.launch.args[0] == "tma_nd(in0.view(NB, C, -1), (64, 64, 1))"
+    assert cand.launch.args[0] == "tma_nd(in0, (64, 64, 1), view=(NB, C, -1))"
     assert "#define NCHW 1" in cand.source and "WGMMA_ONE wgmma_half_mn_a" in cand.source
     assert not fam.valid({**nchw, "XVEC": 1}, p) and not fam.valid({**nchw, "FLAT": 0, "TW": 32, "TH": 4}, p)
     # a 3x3, a strided or a padded 1x1, planes of no whole 16 bytes (7 x 7 pixels), fp32: x goes through planes

@@ -2,6 +2,7 @@
 classification and the anti-cheat checks that need no GPU, with misbehaving candidates."""
 
 import hashlib
+import re
 import textwrap
 from dataclasses import asdict
 
@@ -215,6 +216,24 @@ def test_scratch_buffers_are_allocated_per_call_and_checked():
     assert LaunchSpec.from_dict({**asdict(spec), "scratch": [["(n,)", "int32"]]}).scratch == (("(n,)", "int32", "zeros"),)
     with pytest.raises(ValueError, match="'zeros' or 'empty'"):
         LaunchSpec(entry="k", grid="(1,)", block="(32,)", args=(), outputs=(), scratch=(("(n,)", "int32", "ones"),))
+
+
+def test_launch_expressions_call_only_what_their_builtin_free_namespace_can_run():
+    # A launch expression runs without builtins, where a torch call that imports lazily fails; a
+    # 1x1 convolution's view of x, written into its launch arguments, failed so on the GPU only.
+    def spec(*args: str, grid: str = "(1,)") -> LaunchSpec:
+        return LaunchSpec(entry="k", grid=grid, block="(32,)", args=args, outputs=(("in0.shape", "float16"),))
+
+    spec("tma_nd(in0, (64, 64, 1), view=(NB, C, -1))", "in0.numel()", "in0.size(0) * in0.stride(0)",
+         grid="(min(cdiv(in0.numel(), 256), torch.cuda.get_device_properties(0).multi_processor_count),)")
+    for bad, call in (("tma_nd(in0.view(NB, C, -1), (64, 64, 1))", "in0.view"), ("in0.contiguous()", "in0.contiguous"),
+                      ("__import__('os')", "__import__")):
+        with pytest.raises(ValueError, match=f"calls {re.escape(call)}: launch expressions call only"):
+            spec(bad)
+    with pytest.raises(ValueError, match="calls in0.view"):
+        spec("in0", grid="(in0.view(-1).shape[0],)")
+    with pytest.raises(ValueError, match="is not Python"):
+        spec("in0 +")
 
 
 def test_error_shape_separates_precision_loss_from_bugs():

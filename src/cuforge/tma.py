@@ -105,11 +105,18 @@ def tma_2d(tensor: Any, box_inner: int, box_outer: int, swizzle: int = 128) -> T
     return _encode(tensor, dtype, (cols, rows), (box_inner, box_outer), (1, 1), swizzle, "tma_2d")
 
 
-def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] = (), swizzle: int = 128) -> TensorMap:
+def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] = (), swizzle: int = 128,
+           view: tuple[int, ...] = ()) -> TensorMap:
     """A TMA descriptor over all dims of a contiguous CUDA tensor (up to 5): `box` and
     `element_strides` list the dims innermost first, as the hardware does. A stride s > 1 loads every
     s-th element of box[i] (ceil(box[i] / s) of them): a strided convolution's window. Coordinates
-    may run past either edge (negative too): those elements load as zero, a convolution's padding."""
+    may run past either edge (negative too): those elements load as zero, a convolution's padding.
+    `view` reshapes the tensor first (outermost first, as torch's view), here rather than in the launch
+    expression: launch expressions run without builtins, and torch's view of a CUDA tensor may import."""
+    if view:
+        if not getattr(tensor, "is_cuda", False) or not tensor.is_contiguous():
+            raise LaunchError("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
+        tensor = tensor.view(*view)
     if not getattr(tensor, "is_cuda", False) or not 1 <= tensor.dim() <= 5 or not tensor.is_contiguous():
         raise LaunchError("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
     rank = tensor.dim()

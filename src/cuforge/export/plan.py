@@ -147,7 +147,7 @@ def lower(problem: Problem, candidate: Candidate, sm_count: int) -> tuple[Kernel
 
     ns["torch"] = type("T", (), {"cuda": type("C", (), {"get_device_properties": staticmethod(lambda *_: _Props)})})
 
-    def no_tma(*_: Any) -> None:
+    def no_tma(*_: Any, **__: Any) -> None:
         raise NotExportable("TMA descriptors (gemm_sm90) are encoded per call on the host; exports do not ship "
                             "that yet, so these shapes use the fallback")
 

@@ -428,7 +428,7 @@ class ConvTf32x3Sm90(GraphFamily):
             tiles = f"{'OD * ' if f.dims == 3 else ''}cdiv(OH * {wp}, {self.BM})"
         pre = (x_pre, w_pre)
         if c.get("NCHW", 0):  # x itself as [NB][C][IH * IW]: boxes of 64 flat pixels by BK channels
-            x_map = f"tma_nd({f.x}.view(NB, C, -1), (64, {self.BK}, 1))"
+            x_map = f"tma_nd({f.x}, (64, {self.BK}, 1), view=(NB, C, -1))"
             x_planes, pre = "(1,)", (w_pre,)
         if c.get("DIRECT"):  # x itself, innermost first: W (densely), H, D, its channels, the image; unswizzled
             x_map = (f"tma_nd({f.x}, ({', '.join((str(raw_row(c, f)),) + x_box[2:-1])}, 32, 1), "

@@ -55,6 +55,13 @@ class LaunchSpec:
         for launch in self.pre:
             if len(launch) != 4 or not all(isinstance(x, str) for x in launch):
                 raise ValueError(f"a pre kernel is (entry, grid, block, args), four expressions, not {launch!r}")
+        for expr in self.expressions():
+            _calls_only_namespace_functions(expr)
+
+    def expressions(self) -> tuple[str, ...]:
+        """Every Python expression the forward evaluates."""
+        return (self.grid, self.block, self.shared_mem, *self.args, *(e for _, e in self.bindings),
+                *(o[0] for o in self.outputs), *(s[0] for s in self.scratch), *(x for p in self.pre for x in p[1:]))
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> LaunchSpec:
@@ -67,6 +74,35 @@ class LaunchSpec:
             pre=tuple(tuple(p) for p in d.get("pre", ())),  # type: ignore[misc]
             cooperative=bool(d.get("cooperative", False)),
         )
+
+
+# What a launch expression may call. The expressions run without builtins, so a call into torch from
+# them (a tensor's view, say) can fail where torch imports lazily: "KeyError: '__import__'" on a GPU
+# only. Such work belongs in a namespace function, whose own module has builtins.
+_NAMESPACE_FUNCTIONS = frozenset({"cdiv", "min", "max", "tma_2d", "tma_nd"})
+_TENSOR_SIZES = frozenset({"numel", "size", "stride", "dim", "element_size"})  # numbers read off a tensor
+
+
+def _calls_only_namespace_functions(expr: str) -> None:
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"launch expression {expr!r} is not Python: {e.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        while isinstance(f, ast.Attribute):
+            f = f.value
+        if isinstance(node.func, ast.Name) and node.func.id in _NAMESPACE_FUNCTIONS:
+            continue
+        if isinstance(node.func, ast.Attribute) and isinstance(f, ast.Name) and f.id == "torch":
+            continue  # torch's own functions (device properties): module-level, found by attribute
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _TENSOR_SIZES:
+            continue
+        raise ValueError(f"launch expression {expr!r} calls {ast.unparse(node.func)}: launch expressions call only "
+                         f"{', '.join(sorted(_NAMESPACE_FUNCTIONS))}, torch's functions and a tensor's "
+                         f"{', '.join(sorted(_TENSOR_SIZES))}")
 
 
 def normalize_source(source: str) -> str:
