@@ -56,7 +56,7 @@ def test_a_1x1_convolution_reads_x_as_it_lies(tmp_path):
     # MobileNetV2's expansion: 24 channels (one k-tile, zero-filled past them), 784 pixels (a ragged last tile)
     p = half_conv(tmp_path, "nn.Conv2d(24, 144, 1, bias=False)", "2, 24, 28, 28", tail="torch.clamp(y, 0, 6)")
     fam = ConvHalfSm90()
-    nchw = fam.seeds(p)[-1]  # last until a GPU has timed it
+    nchw = fam.seeds(p)[0]  # first: timed faster than every other seed
     assert nchw["NCHW"] == 1 and nchw["FLAT"] == 1 and not nchw.get("XVEC")
     cand = fam.render(nchw, p)
     # no channels-last planes: only the weight's layout kernel runs first, and TMA reads x's planes of pixels
