@@ -344,7 +344,8 @@ def attention_table(name: str) -> list[str]:
         out.append(row(shape, r["backend"], f"{k['ms']:.3f} ({k['p20_ms']:.3f}-{k['p80_ms']:.3f})",
                        f"{r['backend_ms']:.3f}", f"{r['vs_backend']:.2f}x", f"{r['kernel_tflops']:.0f}",
                        f"{r['backend_tflops']:.0f}", cfg))
-    return out + ["", f"contract `{d['contract']}`, {d['dtype']}; baseline: {d['baseline']} ({stamp(d)})"]
+    family = d.get("family", "flash_attention")  # records from before --family: the mma.sync family's
+    return out + ["", f"{family}; contract `{d['contract']}`, {d['dtype']}; baseline: {d['baseline']} ({stamp(d)})"]
 
 
 TABLES: dict[str, Callable[..., list[str]]] = {

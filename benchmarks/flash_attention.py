@@ -1,10 +1,12 @@
-"""Issue #56's attention target: the flash_attention family's kernel against PyTorch's own SDPA backends
+"""Issue #56's attention target: an attention family's kernel (flash_attention, or flash_attention_sm90 on
+Hopper: --family) against PyTorch's own SDPA backends
 (its default dispatch, FlashAttention-2, cuDNN), side by side in one worker under the `pytorch` contract.
 Each backend is a problem file whose forward runs F.scaled_dot_product_attention under that backend
 (the float64 reference runs the math path); the family's seeds are judged and timed against the default
 dispatch, and the fastest against each backend.
 
     python benchmarks/flash_attention.py --name flash_attention
+    python benchmarks/flash_attention.py --family flash_attention_sm90 --name flash_attention_sm90
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json): per shape and backend the kernel's median,
 the backend's, their ratio, and the attained TFLOP/s (causal: half the square of scores).
@@ -55,15 +57,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3, help="seeds judged per shape against the default dispatch")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="the first N shapes")
     ap.add_argument("--max-timing", type=float, default=0.5)
+    ap.add_argument("--family", default="flash_attention", choices=("flash_attention", "flash_attention_sm90"))
     ap.add_argument("--name", default="flash_attention")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.flash_attention import FlashAttention
+    from cuforge.kernels.flash_attention_sm90 import FlashAttentionSm90
     from cuforge.problems.loader import load_files
     from cuforge.sandbox.driver.supervisor import Supervisor
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
-    fam = FlashAttention()
+    fam = FlashAttentionSm90() if a.family == "flash_attention_sm90" else FlashAttention()
     config = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False, precision="pytorch")
     folder = Path(tempfile.mkdtemp(prefix="cuforge-attention-"))
     rows = []
@@ -103,7 +107,7 @@ def main() -> None:
                     best = best or k["config"]
                     row.update(best_ms=k["ms"], backend_ms=k["backend_ms"], vs_backend=k["backend_ms"] / k["ms"],
                                kernel_tflops=flops / k["ms"] / 1e9, backend_tflops=flops / k["backend_ms"] / 1e9)
-    write_result(a.name, {"contract": "pytorch", "dtype": a.dtype,
+    write_result(a.name, {"contract": "pytorch", "dtype": a.dtype, "family": fam.name,
                           "baseline": "F.scaled_dot_product_attention under each backend (default: PyTorch's dispatch)",
                           "wall_s": round(time.perf_counter() - t0, 1), "rows": rows, "worker": info})
 
