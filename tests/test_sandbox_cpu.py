@@ -234,6 +234,12 @@ def test_launch_expressions_call_only_what_their_builtin_free_namespace_can_run(
         spec("in0", grid="(in0.view(-1).shape[0],)")
     with pytest.raises(ValueError, match="is not Python"):
         spec("in0 +")
+    # A spec stored before the check (a run being resumed) still loads; its run fails as it did then.
+    stored = asdict(spec("in0"))
+    stored["args"] = ["tma_nd(in0.view(NB, C, -1), (64, 64, 1))"]
+    assert LaunchSpec.from_dict(stored).args == ("tma_nd(in0.view(NB, C, -1), (64, 64, 1))",)
+    with pytest.raises(ValueError, match="calls in0.view"):
+        spec(*stored["args"])
 
 
 def test_error_shape_separates_precision_loss_from_bugs():

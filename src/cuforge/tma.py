@@ -113,11 +113,11 @@ def tma_nd(tensor: Any, box: tuple[int, ...], element_strides: tuple[int, ...] =
     may run past either edge (negative too): those elements load as zero, a convolution's padding.
     `view` reshapes the tensor first (outermost first, as torch's view), here rather than in the launch
     expression: launch expressions run without builtins, and torch's view of a CUDA tensor may import."""
+    if not getattr(tensor, "is_cuda", False) or not tensor.is_contiguous():
+        raise LaunchError("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
     if view:
-        if not getattr(tensor, "is_cuda", False) or not tensor.is_contiguous():
-            raise LaunchError("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
-        tensor = tensor.view(*view)
-    if not getattr(tensor, "is_cuda", False) or not 1 <= tensor.dim() <= 5 or not tensor.is_contiguous():
+        tensor = tensor.view(*view)  # of a contiguous tensor: contiguous
+    if not 1 <= tensor.dim() <= 5:
         raise LaunchError("tma_nd needs a contiguous CUDA tensor of 1 to 5 dims")
     rank = tensor.dim()
     strides = tuple(element_strides) or (1,) * rank

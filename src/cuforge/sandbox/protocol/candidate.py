@@ -7,6 +7,7 @@ kernel with cuforge's fast runtime and launches it from ModelNew.forward.
 from __future__ import annotations
 
 import ast
+import contextvars
 import hashlib
 import io
 import re
@@ -55,8 +56,9 @@ class LaunchSpec:
         for launch in self.pre:
             if len(launch) != 4 or not all(isinstance(x, str) for x in launch):
                 raise ValueError(f"a pre kernel is (entry, grid, block, args), four expressions, not {launch!r}")
-        for expr in self.expressions():
-            _calls_only_namespace_functions(expr)
+        if _CHECK_CALLS.get():
+            for expr in self.expressions():
+                _calls_only_namespace_functions(expr)
 
     def expressions(self) -> tuple[str, ...]:
         """Every Python expression the forward evaluates."""
@@ -65,21 +67,28 @@ class LaunchSpec:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> LaunchSpec:
-        return LaunchSpec(
-            entry=d["entry"], grid=d["grid"], block=d["block"], args=tuple(d["args"]),
-            outputs=tuple(tuple(o) for o in d["outputs"]), bindings=tuple((a, b) for a, b in d.get("bindings", ())),
-            shared_mem=str(d.get("shared_mem", "0")), options=tuple(d.get("options", ())),
-            name_expressions=tuple(d.get("name_expressions", ())),
-            scratch=tuple((s[0], s[1], s[2] if len(s) > 2 else "zeros") for s in d.get("scratch", ())),
-            pre=tuple(tuple(p) for p in d.get("pre", ())),  # type: ignore[misc]
-            cooperative=bool(d.get("cooperative", False)),
-        )
+        """A spec as sent or stored. Its calls are not checked again: one stored before a check existed
+        (in a run being resumed) runs and fails as it did then, a verdict, rather than stopping the resume."""
+        token = _CHECK_CALLS.set(False)
+        try:
+            return LaunchSpec(
+                entry=d["entry"], grid=d["grid"], block=d["block"], args=tuple(d["args"]),
+                outputs=tuple(tuple(o) for o in d["outputs"]), bindings=tuple((a, b) for a, b in d.get("bindings", ())),
+                shared_mem=str(d.get("shared_mem", "0")), options=tuple(d.get("options", ())),
+                name_expressions=tuple(d.get("name_expressions", ())),
+                scratch=tuple((s[0], s[1], s[2] if len(s) > 2 else "zeros") for s in d.get("scratch", ())),
+                pre=tuple(tuple(p) for p in d.get("pre", ())),  # type: ignore[misc]
+                cooperative=bool(d.get("cooperative", False)),
+            )
+        finally:
+            _CHECK_CALLS.reset(token)
 
 
 # What a launch expression may call. The expressions run without builtins, so a call into torch from
 # them (a tensor's view, say) can fail where torch imports lazily: "KeyError: '__import__'" on a GPU
 # only. Such work belongs in a namespace function, whose own module has builtins.
 _NAMESPACE_FUNCTIONS = frozenset({"cdiv", "min", "max", "tma_2d", "tma_nd"})
+_CHECK_CALLS: contextvars.ContextVar[bool] = contextvars.ContextVar("check_launch_calls", default=True)
 _TENSOR_SIZES = frozenset({"numel", "size", "stride", "dim", "element_size"})  # numbers read off a tensor
 
 
