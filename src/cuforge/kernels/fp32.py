@@ -325,7 +325,8 @@ class GemmF32(Family):
         # 16-byte copies need the contiguous dim of each stored operand to be a multiple of 4.
         va = 4 if (found.m if found.ta else found.k) % 4 == 0 else 1
         vb = 4 if (found.k if found.tb else found.n) % 4 == 0 else 1
-        return {"TA": found.ta, "TB": found.tb, "VA": va, "VB": vb, "BATCHED": found.batched, "EPI": found.epilogue}
+        return {"TA": found.ta, "TB": found.tb, "VA": va, "VB": vb, "BATCHED": found.batched, "A_SHARED": False,
+                "EPI": found.epilogue}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_gemm(problem)

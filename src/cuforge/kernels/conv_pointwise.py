@@ -1,0 +1,114 @@
+"""fp32 1x1 convolutions of stride 1 without padding as the GEMM they are, read as they lie: image n's
+output [C_out, pixels] = W [C_out, C] @ x[n] [C, pixels], then the convolution's epilogue. gemm_f32's
+mma.sync kernel takes both operands in place (W rows of k, x's planes rows of pixels) with one W for every
+image, so no channels-last copy of x is written and read again, as the implicit-GEMM convolution's wgmma
+needs for TF32 (its operands k-major only). Where the precision contract lets the output carry TF32's
+rounding (a convolution under PyTorch's default flags, whose cuDNN runs TF32) one TF32 product a step;
+else three (fp32 accuracy). Runs on sm_80 and later."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu, tiles
+from cuforge.kernels.conv_match import ConvMatch, match_conv
+from cuforge.kernels.registry import family
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.sandbox.protocol.precision import tf32_allowed
+
+
+def pointwise(f: ConvMatch) -> str | None:
+    """Why the convolution is not one image-by-image GEMM of x's planes, or None."""
+    if f.transposed or f.groups != 1:
+        return "a transposed or grouped convolution"
+    if set(f.kernel) != {1} or set(f.stride) != {1} or set(f.padding) != {0}:
+        return f"a {'x'.join(map(str, f.kernel))} convolution of stride {f.stride}, padding {f.padding}: not 1x1, stride 1, unpadded"
+    if f.pool:
+        return "a convolution summed over its pixels (the implicit-GEMM family's case)"
+    return None
+
+
+@family(252)
+class ConvPointwiseF32(GraphFamily):
+    """gemm_f32's tiles over (output channels, pixels) for each image; MATH tf32 (one product) or tf32x3."""
+
+    template = "gemm_f32"
+    anchors = frozenset({"convolution"})
+
+    def __init__(self) -> None:
+        super().__init__("conv_pointwise_f32", {
+            "BM": (32, 64, 128), "BN": (64, 128, 256), "BK": (16, 32), "WM": (1, 2, 4), "WN": (1, 2, 4),
+            "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8), "MATH": ("tf32", "tf32x3"), "PROMOTE": (1,)})
+
+    def match(self, problem: Problem) -> ConvMatch | str:
+        found = match_conv(problem)
+        if isinstance(found, str):
+            return found
+        return pointwise(found) or found
+
+    def reduced_precision(self, config: dict[str, Any]) -> bool:
+        return config.get("MATH") == "tf32"
+
+    @staticmethod
+    def smem_bytes(c: dict[str, Any]) -> int:
+        """W's tile rows of BK (+8) and x's BK rows of BN pixels (+4): gemm_f32's layout with TA = TB = 0."""
+        return c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 4)) * 4
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        f = self.match(problem)
+        if isinstance(f, str):
+            return False
+        if c["WM"] * c["WN"] not in (2, 4, 8) or c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]):
+            return False
+        if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
+            return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
+        # Three products hold each operand fragment twice (big and small parts): at most 64 accumulators
+        # then compile without spills on sm_90a (ptxas -v), 128 with one product.
+        accumulators = (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
+        most = 128 if c["MATH"] == "tf32" else 64
+        return 16 <= accumulators <= most and self.smem_bytes(c) <= SMEM_LIMIT
+
+    PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8),
+        dict(BM=64, BN=128, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8),
+        dict(BM=128, BN=256, BK=16, WM=2, WN=4, STAGES=4, GROUP_M=8),
+        dict(BM=64, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=1),
+        dict(BM=32, BN=64, BK=32, WM=1, WN=2, STAGES=4, GROUP_M=1),
+    )
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        """The presets that fill the GPU first; each with one TF32 product first where the contract allows
+        it, else with three."""
+        f = self.matched(problem)
+        pixels = math.prod(f.out_spatial)
+        maths = ("tf32", "tf32x3") if tf32_allowed(problem.contract(), problem.ops) else ("tf32x3",)
+        out = [{**c, "MATH": m, "PROMOTE": 1} for m in maths for c in self.PRESETS]
+        out = [c for c in out if self.valid(c, problem)]
+
+        def blocks(c: dict[str, Any]) -> int:
+            return tiles(f.c_out, pixels, c["BM"], c["BN"]) * f.n
+
+        # Stable: the presets' order among those that fill the GPU; the most blocks first among the rest.
+        return sorted(out, key=lambda c: (c["MATH"] != maths[0], not fills_gpu(blocks(c)), -min(blocks(c), SEED_SMS)))
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = self.matched(problem)
+        pixels = math.prod(f.out_spatial)
+        # 16-byte copies need rows of W (C values) and of x's planes (pixels) in whole 16 bytes.
+        return {"TA": False, "TB": False, "VA": 4 if f.c % 4 == 0 else 1, "VB": 4 if pixels % 4 == 0 else 1,
+                "BATCHED": True, "A_SHARED": True, "EPI": f.epilogue}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = self.matched(problem)
+        out_shape = (f.n, f.c_out, *f.out_spatial)
+        # M, K, N: output channels, input channels, pixels an image; rows of C run over (image, channel),
+        # the flat row the convolution's epilogue reads its channel from (row % C_out).
+        return LaunchSpec(entry=self.name, grid=f"(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), BATCH)",
+                          block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
+                          args=(f.w, f.x, "out0", "M", "N", "K", *f.epilogue.launch_args()),
+                          outputs=((repr(out_shape), "float32"),),
+                          bindings=(("M", f"{f.w}.shape[0]"), ("K", f"{f.w}.shape[1]"),
+                                    ("N", f"{f.x}.numel() // ({f.x}.shape[0] * {f.x}.shape[1])"),
+                                    ("BATCH", f"{f.x}.shape[0]")))

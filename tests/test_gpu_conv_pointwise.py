@@ -1,0 +1,60 @@
+"""fp32 1x1 convolutions as a GEMM of x as it lies (conv_pointwise_f32) on a real GPU, judged against
+float64: three TF32 products under the `fp32` contract, one under `pytorch` (cuDNN's TF32, as PyTorch's
+default flags run it) and judged a downgrade under `fp32`; the epilogue's per-channel bias, batch norm
+and residual read at the flat row's channel; 1-D, 2-D and 3-D pixels, rows of odd lengths (4-byte copies),
+a ragged last tile of channels and of pixels."""
+
+import pytest
+
+from cuforge.kernels.conv_pointwise import ConvPointwiseF32
+from cuforge.sandbox.protocol.evaluation import EvalConfig
+from template_helpers import CFG, assert_all_ok, conv_problem, family_configs
+
+pytestmark = pytest.mark.gpu
+
+DEFAULT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="pytorch")
+STRICT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="fp32")
+
+CONVS = [
+    ("nn.Conv2d(64, 128, 1)", "(4, 64, 56, 56)", "torch.relu(y) * self.bias"),  # level1/87's kind, smaller
+    ("nn.Conv2d(256, 64, 1, bias=False)", "(2, 256, 28, 28)", "y"),  # ResNet's reduction
+    ("nn.Conv1d(30, 50, 1)", "(3, 30, 37)", "torch.tanh(y)"),  # odd rows, a ragged tile of both
+    ("nn.Conv3d(16, 24, 1)", "(2, 16, 6, 10, 12)", "y - self.bias"),
+]
+
+
+@pytest.mark.parametrize("layer, x_shape, tail", CONVS, ids=[c[0] for c in CONVS])
+def test_three_products_under_fp32(sup, tmp_path, layer, x_shape, tail):
+    fam = ConvPointwiseF32()
+    p = conv_problem(tmp_path, layer, x_shape, tail)
+    assert fam.supports(p) is None, fam.supports(p)
+    configs = family_configs(fam, p, 2)
+    assert {c["MATH"] for c in configs} == {"tf32x3"}
+    assert_all_ok(sup, fam, p, configs, CFG, what=(layer,))
+
+
+@pytest.mark.parametrize("layer, x_shape, tail", CONVS[:2], ids=[c[0] for c in CONVS[:2]])
+def test_one_tf32_product_under_pytorch_and_a_downgrade_under_fp32(sup, tmp_path, layer, x_shape, tail):
+    fam = ConvPointwiseF32()
+    p = conv_problem(tmp_path, layer, x_shape, tail).under("pytorch")
+    ones = [c for c in fam.seeds(p) if c["MATH"] == "tf32"]
+    assert ones
+    assert_all_ok(sup, fam, p, ones[:3], DEFAULT, what=(layer,))
+    strict = sup.evaluate(p, fam.render(ones[0], p), STRICT)
+    assert strict.status in ("cheat:precision_downgrade", "wrong_output"), (layer, strict.status, strict.message)
+
+
+def test_a_batch_norm_and_a_residual_after_the_convolution(sup, tmp_path):
+    # ResNet's expansion in eval mode: the batch norm's channel and the residual's element at the flat row
+    from template_helpers import problem_from_expr
+
+    p = problem_from_expr(tmp_path, "torch.relu(self.bn(self.conv(a)) + r)",
+                          "torch.randn(2, 64, 28, 28), torch.randn(2, 256, 28, 28)", "a, r",
+                          "        self.conv = nn.Conv2d(64, 256, 1, bias=False)\n        self.bn = nn.BatchNorm2d(256)\n"
+                          "        self.bn.running_mean.uniform_(-1, 1)\n        self.bn.running_var.uniform_(0.5, 2)\n"
+                          "        self.eval()", prefix="gpu")
+    fam = ConvPointwiseF32()
+    assert fam.supports(p) is None, fam.supports(p)
+    assert_all_ok(sup, fam, p, fam.seeds(p)[:3], CFG)
+    q = p.under("pytorch")
+    assert_all_ok(sup, fam, q, [c for c in fam.seeds(q) if c["MATH"] == "tf32"][:2], DEFAULT)
