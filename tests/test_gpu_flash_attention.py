@@ -62,7 +62,8 @@ def ragged_cases(tmp_path, dtype, scaled, biased):
 def test_ragged_and_masked_forms(sup, tmp_path, dtype):
     fam = FlashAttention()
     for expr, p in ragged_cases(tmp_path, dtype, ("(5, 100, 32)", "(5, 72, 32)"), 96):
-        assert families_for(p)[0][0].name == "flash_attention", (expr, families_for(p))
+        names = [f.name for f in families_for(p)[0]]  # on Hopper the wgmma kernel leads at head dim 128
+        assert names[0] == "flash_attention" or names[:2] == ["flash_attention_sm90", "flash_attention"], (expr, names)
         # The first three seeds and two valid configs drawn at random (the search proposes such too).
         configs = family_configs(fam, p, 2)
         assert_all_ok(sup, fam, p, configs[:3] + configs[len(fam.seeds(p)):], what=(expr, dtype))
