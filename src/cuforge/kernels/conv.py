@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, sm_count
 from cuforge.kernels.chains import literal, per_16_bytes
-from cuforge.kernels.conv_match import ConvMatch, direct_only, match_conv
+from cuforge.kernels.conv_match import ConvMatch, direct_only, match_conv, pointwise
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.sandbox.protocol.precision import contract, tf32_allowed
@@ -92,8 +92,7 @@ def reads_nchw(f: ConvMatch) -> bool:
     """Whether a half kernel can read x as it lies (NCHW): a 2-D 1x1 convolution of stride 1 without
     padding, whose output pixel p is input pixel p, so a tile's 128 flat pixels are 128 consecutive
     elements of each channel's plane; a plane of whole 16 bytes (TMA's global strides)."""
-    return (f.dims == 2 and set(f.kernel) == {1} and set(f.stride) == {1} and set(f.padding) == {0} and not f.transposed
-            and f.groups == 1 and math.prod(f.spatial) % 8 == 0 and f.dtype != "float32")
+    return pointwise(f) is None and f.dims == 2 and math.prod(f.spatial) % 8 == 0 and f.dtype != "float32"
 
 
 def flat_padded(f: ConvMatch, axis: int) -> int:

@@ -172,3 +172,15 @@ def match_conv(problem: Problem, grouped: bool = False, dtypes: tuple[str, ...] 
         return f"the pooling is scaled by {pool[0]}"
     return ConvMatch(x, w, sx.shape[0], c_in, c_out, tuple(sx.shape[2:]), tuple(sw.shape[2:]), st, pad, dil,
                      full[2:], epi, bool(transposed), out_pad if transposed else (), groups, *pool, dtype=dtype)
+
+
+def pointwise(f: ConvMatch) -> str | None:
+    """Why the convolution is not one image-by-image GEMM of x's planes (1x1, stride 1, unpadded, neither
+    transposed nor grouped, not pooled), or None: each output pixel is the input pixel at its place."""
+    if f.transposed or f.groups != 1:
+        return "a transposed or grouped convolution"
+    if set(f.kernel) != {1} or set(f.stride) != {1} or set(f.padding) != {0}:
+        return f"a {'x'.join(map(str, f.kernel))} convolution of stride {f.stride}, padding {f.padding}: not 1x1, stride 1, unpadded"
+    if f.pool:
+        return "a convolution summed over its pixels (the implicit-GEMM family's case)"
+    return None

@@ -12,22 +12,11 @@ import math
 from typing import Any
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu, tiles
-from cuforge.kernels.conv_match import ConvMatch, match_conv
+from cuforge.kernels.conv_match import ConvMatch, match_conv, pointwise
 from cuforge.kernels.registry import family
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.sandbox.protocol.precision import tf32_allowed
-
-
-def pointwise(f: ConvMatch) -> str | None:
-    """Why the convolution is not one image-by-image GEMM of x's planes, or None."""
-    if f.transposed or f.groups != 1:
-        return "a transposed or grouped convolution"
-    if set(f.kernel) != {1} or set(f.stride) != {1} or set(f.padding) != {0}:
-        return f"a {'x'.join(map(str, f.kernel))} convolution of stride {f.stride}, padding {f.padding}: not 1x1, stride 1, unpadded"
-    if f.pool:
-        return "a convolution summed over its pixels (the implicit-GEMM family's case)"
-    return None
 
 
 @family(252)
