@@ -19,7 +19,7 @@ CONVS = [
     ("nn.Conv2d(64, 128, 1)", "(4, 64, 56, 56)", "torch.relu(y) * self.bias"),  # level1/87's kind, smaller
     ("nn.Conv2d(256, 64, 1, bias=False)", "(2, 256, 28, 28)", "y"),  # ResNet's reduction
     ("nn.Conv1d(30, 50, 1)", "(3, 30, 37)", "torch.tanh(y)"),  # odd rows, a ragged tile of both
-    ("nn.Conv3d(16, 24, 1)", "(2, 16, 6, 10, 12)", "y - self.bias"),
+    ("nn.Conv3d(16, 24, 1)", "(2, 16, 6, 10, 12)", "y - self.bias.unsqueeze(-1)"),
 ]
 
 
@@ -58,3 +58,16 @@ def test_a_batch_norm_and_a_residual_after_the_convolution(sup, tmp_path):
     assert_all_ok(sup, fam, p, fam.seeds(p)[:3], CFG)
     q = p.under("pytorch")
     assert_all_ok(sup, fam, q, [c for c in fam.seeds(q) if c["MATH"] == "tf32"][:2], DEFAULT)
+
+
+@pytest.mark.parametrize("tiles_per_block", [2, 4, 8])
+def test_several_tiles_a_block_and_a_short_last_block(sup, tmp_path, tiles_per_block):
+    fam = ConvPointwiseF32()
+    base = dict(BM=64, BN=64, BK=16, WM=2, WN=2, STAGES=3, GROUP_M=1, PROMOTE=1, NT=tiles_per_block)
+    # 3 x 50 = 150 pixels an image in tiles of 64: 3 tiles, so each NT leaves the last block short; 2-D
+    # pixels of a ragged channel tile; three TF32 products (cuDNN keeps so few channels in fp32)
+    p = conv_problem(tmp_path, "nn.Conv2d(48, 40, 1)", "(3, 48, 3, 50)", "torch.relu(y) + self.bias")
+    assert_all_ok(sup, fam, p, [{**base, "MATH": "tf32x3"}], CFG, what=(tiles_per_block,))
+    # one TF32 product where cuDNN runs TF32: 56 x 56 pixels, 49 tiles of 64, a short last block again
+    q = conv_problem(tmp_path, *CONVS[0]).under("pytorch")
+    assert_all_ok(sup, fam, q, [{**base, "MATH": "tf32"}], DEFAULT, what=(tiles_per_block,))
