@@ -1,7 +1,8 @@
-"""Issue #57: the implicit-GEMM convolution with one TF32 product per k-tile (PASSES 1) against what
-eager PyTorch runs under its default flags (cuDNN with TF32), side by side in one worker, under the
-`pytorch` precision contract. Each file's first PASSES-1 seeds and its first 3xTF32 seed (fp32
-accuracy) are judged and timed beside eager under both flag sets.
+"""Issue #57: the fp32 convolution families with one TF32 product per k-step against what eager PyTorch
+runs under its default flags (cuDNN with TF32), side by side in one worker, under the `pytorch`
+precision contract. For each file, the first one-product seeds of every family that covers it (the
+implicit GEMM, conv_tf32x3_sm90; for 1x1 convolutions also conv_pointwise_f32) and the implicit GEMM's
+first 3xTF32 seed (fp32 accuracy) are judged and timed beside eager under both flag sets.
 
     python benchmarks/conv_tf32.py --files 54_,55_,56_,59_,60_,62_,63_,66_,80_,87_ --name conv_tf32_l1
 
@@ -24,19 +25,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--levels", default="1")
     ap.add_argument("--files", default="", help="comma list of file-name prefixes (54_,55_)")
-    ap.add_argument("--seeds", type=int, default=2, help="PASSES-1 seeds judged per file")
+    ap.add_argument("--seeds", type=int, default=2, help="one-product seeds judged per family and file")
     ap.add_argument("--max-timing", type=float, default=0.5)
     ap.add_argument("--name", default="conv_tf32")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.conv import ConvTf32x3Sm90
+    from cuforge.kernels.conv_pointwise import ConvPointwiseF32
     from cuforge.problems.loader import load_files
     from cuforge.rewards import geomean
     from cuforge.sandbox.driver.supervisor import Supervisor
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.protocol.precision import STRICT_EAGER
 
-    fam = ConvTf32x3Sm90()
+    fam, pointwise = ConvTf32x3Sm90(), ConvPointwiseF32()
     config = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False, precision="pytorch")
     rows = []
     t0 = time.perf_counter()
@@ -51,22 +53,27 @@ def main() -> None:
                 continue
             p = problems[0].under("pytorch")
             seeds = fam.seeds(p)
-            chosen = [c for c in seeds if c.get("PASSES") == 1][:a.seeds] + [next(c for c in seeds if c.get("PASSES", 3) == 3)]
+            chosen = [(fam, c) for c in seeds if fam.reduced_precision(c)][:a.seeds]
+            if pointwise.supports(p) is None:
+                chosen += [(pointwise, c) for c in pointwise.seeds(p) if pointwise.reduced_precision(c)][:a.seeds]
+            chosen.append((fam, next(c for c in seeds if not fam.reduced_precision(c))))
             row["kernels"] = []
-            for c in chosen:
-                ev = sup.evaluate(p, fam.render(c, p), config)
+            for f, c in chosen:
+                ev = sup.evaluate(p, f.render(c, p), config)
                 t = {k: v.median_ms for k, v in ev.timings.items()}
-                row["kernels"].append({"config": c, "status": ev.status, "message": ev.message[:300],
+                row["kernels"].append({"family": f.name, "config": c, "one_product": f.reduced_precision(c),
+                                       "status": ev.status, "message": ev.message[:300],
                                        "ms": t.get("candidate"), "cudnn_tf32_ms": t.get("torch"),
                                        "eager_strict_ms": t.get(STRICT_EAGER)})
-                print(path.name, c, ev.status, t, flush=True)
+                print(path.name, f.name, c, ev.status, t, flush=True)
             ok = [k for k in row["kernels"] if k["status"] == "ok" and k["ms"]]
-            ones = [k for k in ok if k["config"].get("PASSES") == 1]
+            ones = [k for k in ok if k["one_product"]]
             if ones:
                 best = min(ones, key=lambda k: k["ms"])
-                row.update(best_ms=best["ms"], cudnn_tf32_ms=best["cudnn_tf32_ms"], eager_strict_ms=best["eager_strict_ms"],
+                row.update(best_ms=best["ms"], best_family=best["family"], cudnn_tf32_ms=best["cudnn_tf32_ms"],
+                           eager_strict_ms=best["eager_strict_ms"],
                            vs_cudnn_tf32=best["cudnn_tf32_ms"] / best["ms"] if best["cudnn_tf32_ms"] else None)
-            three = [k for k in ok if k["config"].get("PASSES", 3) == 3]
+            three = [k for k in ok if not k["one_product"]]
             if three and ones:
                 row["one_pass_vs_three"] = three[0]["ms"] / row["best_ms"]
     ratios = [r["vs_cudnn_tf32"] for r in rows if r.get("vs_cudnn_tf32")]

@@ -128,8 +128,9 @@ _HEADS = [f for f in FAMILIES if f.name in ("conv_tf32x3_sm90", "gemm_tf32x3_sm9
 # A training-mode dropout is PyTorch's own call (its mask is random): a stage between kernels, never alone.
 _SINGLES = list(FAMILIES) + [TorchDropout()]
 FAMILIES += staged_families(_HEADS, _SINGLES)
-# Three or four kernels, tried only where nothing above covers the graph (its search is the slowest).
-PIPELINE = Pipeline(_HEADS, _SINGLES)
+# Three or four kernels, tried only where nothing above covers the graph (its search is the slowest). A
+# 1x1 convolution starts one as the GEMM of x as it lies where that leads (one TF32 product allowed).
+PIPELINE = Pipeline(_HEADS + [f for f in FAMILIES if f.name == "conv_pointwise_f32"], _SINGLES)
 
 
 def one_kernel(problem: Problem) -> Family | None:

@@ -46,7 +46,7 @@ def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tu
         if head is None:
             continue
         tail_feed = (("stage", first),) + tuple(feed[j] for j in cut.tail_inputs)
-        last = next((f for f in singles if f.supports(cut.tail) is None), None)
+        last = next((f for f in by_lead(singles, cut.tail) if f.supports(cut.tail) is None), None)
         if last is not None:
             return [Stage(head, cut.head, feed), Stage(last, cut.tail, tail_feed)]
         if room > 2:
