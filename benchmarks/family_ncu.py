@@ -6,6 +6,8 @@ memory-bound kernel's time goes when its timing alone does not say.
         --config '{"BLOCK": 512, "UNROLL": 2, "BACK": 1, "PREFETCH": 0, "KEEP_ROW": 1}' --name ln_ncu
     python benchmarks/family_ncu.py src/cuforge/problems/builtin/models/lstm_cell.py gated_cell --dtype bf16 \
         --name lstm_bf16_ncu
+    python benchmarks/family_ncu.py .kb/level1/87_conv_pointwise_2D.py conv_pointwise_f32 --precision pytorch \
+        --name conv87_ncu
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -25,6 +27,8 @@ def main() -> None:
     ap.add_argument("family")
     ap.add_argument("--config", action="append", default=[], help="a config (JSON); default: the family's seeds")
     ap.add_argument("--dtype", default=None, help="run the fp32 problem in bf16 or fp16 (as --dtype does)")
+    ap.add_argument("--precision", default=None, help="the contract the family's configs are chosen under "
+                    "(fp32, pytorch, kernelbench; default: the problem's own)")
     ap.add_argument("--name", default="family_ncu")
     a = ap.parse_args()
     from cuforge.kernels.families import FAMILIES
@@ -42,6 +46,12 @@ def main() -> None:
         from cuforge.problems.loader import load_in_dtype
 
         problem = next((p for p in problems if p.id.endswith(f"@{a.dtype}")), None) or load_in_dtype(problem, a.dtype)
+    if a.precision:
+        from cuforge.sandbox.protocol.precision import CONTRACTS
+
+        if a.precision not in CONTRACTS:
+            raise SystemExit(f"--precision {a.precision!r}: one of {', '.join(CONTRACTS)}")
+        problem = problem.under(a.precision)
     why = fam.supports(problem)
     if why is not None:
         raise SystemExit(f"{a.family} does not cover {a.file}: {why}")
@@ -51,7 +61,7 @@ def main() -> None:
         summary = ncu_profile(problem, fam.render(config, problem))
         rows.append({"config": config, "ncu": summary})
         print(config, json.dumps(summary), flush=True)
-    write_result(a.name, {"file": a.file, "family": a.family, "dtype": a.dtype, "rows": rows})
+    write_result(a.name, {"file": a.file, "family": a.family, "dtype": a.dtype, "contract": problem.contract(), "rows": rows})
 
 
 if __name__ == "__main__":
