@@ -20,7 +20,7 @@ def test_every_family_is_registered_once_in_its_order_of_preference():
     assert len(names) == len(set(names)) == 40
     assert names[:3] == ["gemm_sm90", "linear_sm90", "gemm_sm80"] and names[-2:] == ["topk_rows", "topk_chunks"]
     assert names.index("conv_tf32x3_sm90") + 1 == names.index("conv_half_sm90") == names.index("conv_direct") - 1
-    assert names.index("conv_direct") + 1 == names.index("conv_pointwise_f32")  # after the implicit GEMM until timed
+    assert names.index("conv_direct") + 1 == names.index("conv_pointwise_f32")  # leads() puts it first under one TF32 product
     assert names.index("gemm_tf32x3_sm90") + 1 == names.index("gemm_planes_sm90") == names.index("gemm_f32") - 1
     assert [f.name for f in F.FAMILIES[:40]] == names
     assert "gated_cell" in names
@@ -74,6 +74,31 @@ def test_the_index_finds_what_asking_every_family_finds(corpus, capsys):
         assert bool(why) == bool(all_why), p.id
     with capsys.disabled():
         print(f"\n{len(problems)} problems: families_for {t1 - t0:.1f} s indexed, {t2 - t1:.1f} s asking every family")
+
+
+def test_the_pipeline_s_index_picks_each_stage_s_family_as_asking_every_family_does(corpus):
+    """The pipeline asks only the families a part's ops could match about each part it cuts; the family
+    chosen for each stage is the one asking every family (leaders first) finds, on every problem a
+    pipeline covers: level1-2 and the built-in suites, and the models suite's fp32 CNN blocks under both
+    contracts (where conv_pointwise_f32 leads the 1x1 convolutions or does not)."""
+    from cuforge.kernels.pipeline import by_lead
+    from cuforge.kernels.staged import first_computed
+    from cuforge.problems.suites import load_problem
+
+    blocks = [load_problem(f"models/{name}").under(contract) for name in ("resnet_bottleneck", "mobilenetv2_inverted_residual")
+              for contract in ("fp32", "pytorch")]
+    checked = 0
+    for p in corpus + blocks:
+        stages = F.PIPELINE.memo_match(p)
+        if isinstance(stages, str):
+            continue
+        for i, stage in enumerate(stages):
+            anchored = first_computed(p) in ("convolution", "mm", "bmm", "addmm")  # as the pipeline starts
+            pool = F.PIPELINE.heads if i == 0 and anchored else F.PIPELINE.singles
+            asked_all = next((f for f in by_lead(pool, stage.problem) if f.supports(stage.problem) is None), None)
+            assert stage.family is asked_all, (p.id, i, stage.family.name, asked_all and asked_all.name)
+            checked += 1
+    assert checked >= 3 * len(blocks)
 
 
 def test_every_family_answers_every_problem_without_raising(corpus):

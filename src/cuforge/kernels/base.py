@@ -213,6 +213,11 @@ def tiles(m: int, n: int, bm: int, bn: int) -> int:
     return -(-m // bm) * -(-n // bn)
 
 
+def could_match(fam: Family, ops: frozenset[str]) -> bool:
+    """The index: a family built around some aten ops is asked only about graphs that contain one."""
+    return fam.anchors is None or bool(fam.anchors & ops)
+
+
 def fills_gpu(tile_count: int) -> bool:
     """Enough output tiles for (nearly) one block per multiprocessor."""
     return tile_count >= 0.9 * SEED_SMS

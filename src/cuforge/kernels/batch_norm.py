@@ -91,6 +91,8 @@ class BatchNorm(GraphFamily):
     """Statistics: SPLIT blocks per channel, BLOCK threads, VEC-wide loads where a channel's span allows
     (16 bytes: 4 fp32 or 8 fp16/bf16 elements); the write pass: a grid-stride loop over VEC-wide vectors."""
 
+    anchors = frozenset({"native_batch_norm"})  # the graph's first live op
+
     def __init__(self) -> None:
         super().__init__("batch_norm", {"BLOCK": (256, 512, 1024), "VEC": (1, 4, 8), "WAVES": (1, 2, 4)})
 

@@ -40,6 +40,7 @@ class BatchNormTeam(GraphFamily):
     normally, 2 with an L2 evict-last hint); BACK: the tail reread last batch first."""
 
     template = "batch_norm_team"
+    anchors = frozenset({"native_batch_norm"})  # batch_norm's match, then its own conditions
 
     def __init__(self) -> None:
         super().__init__("batch_norm_team", {"BLOCK": (256, 512, 1024), "UNROLL": (2, 4, 8), "VEC": (1, 4), "KEEP": (0, 1, 2),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, fills_gpu, grid_stride_grid, sm_count, tiles  # noqa: F401
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, Family, config_of, could_match, fills_gpu, grid_stride_grid, sm_count, tiles  # noqa: F401
 from cuforge.problems.problem import Problem
 from cuforge.kernels.dropout import TorchDropout
 from cuforge.kernels.inputs import unusual_tensors
@@ -142,11 +142,6 @@ def one_kernel(problem: Problem) -> Family | None:
 
 # Any number of kernels with PyTorch between them: where nothing else covers the graph.
 PARTITION = Partition(one_kernel)
-
-
-def could_match(fam: Family, ops: frozenset[str]) -> bool:
-    """The index: a family built around some aten ops is asked only about graphs that contain one."""
-    return fam.anchors is None or bool(fam.anchors & ops)
 
 
 def families_for(problem: Problem, index: bool = True, several: bool = True) -> tuple[list[Family], str]:

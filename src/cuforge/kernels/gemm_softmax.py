@@ -84,6 +84,7 @@ class GemmSoftmax(Family):
     (statistics, then output) through a cp.async pipeline, scores never leave registers."""
 
     template = "gemm_softmax"
+    anchors = frozenset(SOFTMAX_OPS) - SAFE_OPS  # its match needs one such softmax after the GEMM
 
     def __init__(self) -> None:
         super().__init__("gemm_softmax", {"WARPS": (2, 4, 8), "MW": (1, 2), "BN": (32, 64, 128),

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cuforge.kernels.base import PY_CONFIG_TAG, BadConfig, Family, GraphFamily, as_stage
+from cuforge.kernels.base import PY_CONFIG_TAG, BadConfig, Family, GraphFamily, as_stage, could_match
 from cuforge.kernels.staged import MAX_CUTS, cut_at, cut_points, first_computed
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, wrap_stages
@@ -34,6 +34,15 @@ def by_lead(families: list[Family], problem: Problem) -> list[Family]:
     return sorted(families, key=lambda f: not f.leads(problem))
 
 
+def first_covering(families: list[Family], problem: Problem) -> Family | None:
+    """The first of `families` that covers the problem, those that lead on it first. A family whose anchor
+    ops the graph lacks is not asked (on a recurrent graph of 15k nodes, asking the attention and
+    gated-cell matchers about every cut took most of a minute)."""
+    ops = frozenset(problem.ops)
+    asked = [f for f in families if could_match(f, ops)]
+    return next((f for f in by_lead(asked, problem) if f.supports(problem) is None), None)
+
+
 def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tuple[tuple[str, int], ...],
           first: int, room: int) -> list[Stage] | None:
     """The problem as `first`-numbered stages, at most `room` of them, the first from `heads`, the rest from
@@ -42,11 +51,11 @@ def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tu
         cut = cut_at(problem, k)
         if isinstance(cut, str):
             continue
-        head = next((f for f in by_lead(heads, cut.head) if f.supports(cut.head) is None), None)
+        head = first_covering(heads, cut.head)
         if head is None:
             continue
         tail_feed = (("stage", first),) + tuple(feed[j] for j in cut.tail_inputs)
-        last = next((f for f in by_lead(singles, cut.tail) if f.supports(cut.tail) is None), None)
+        last = first_covering(singles, cut.tail)
         if last is not None:
             return [Stage(head, cut.head, feed), Stage(last, cut.tail, tail_feed)]
         if room > 2:
