@@ -87,10 +87,17 @@ def _one_inspector():
         yield
 
 
+def session_cache_dir(tmp_path_factory) -> Path:  # noqa: ANN001
+    """The cache every test of this run shares, never the user's: one for all the test processes of a
+    run (pytest-xdist gives each its own base folder under the run's), so a kernel the same seeds and
+    problem make in two processes compiles once; a fresh one each run."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):  # noqa: ANN001
-    # Tests never read or write the user's cache.
-    monkeypatch.setenv("CUFORGE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("CUFORGE_CACHE_DIR", str(session_cache_dir(tmp_path_factory)))
 
 
 def benchmark_module(name: str):

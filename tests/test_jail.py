@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import relu_problem_source, run_cli
+from conftest import relu_problem_source, run_cli, session_cache_dir
 
 import cuforge
 from cuforge.problems.loader import load_files
@@ -94,7 +94,7 @@ def world(tmp_path_factory, jail_kind):
     (home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY-MARKER\n")
     store_path = root / "results" / "cuforge.db"
     Store(store_path).close()
-    cache = tmp_path_factory.getbasetemp() / "cache"  # what the autouse fixture points CUFORGE_CACHE_DIR at
+    cache = session_cache_dir(tmp_path_factory)  # what the autouse fixture points CUFORGE_CACHE_DIR at
     (cache / "cubins").mkdir(parents=True, exist_ok=True)
     (cache / "cubins" / "trusted.cubin").write_bytes(b"trusted")
     listener = socket.socket()

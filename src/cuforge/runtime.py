@@ -271,8 +271,10 @@ def _store(key: str, path: Path, data: bytes, mapping: dict[str, str]) -> None:
         _MEMORY_CACHE[key] = data
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if mapping:
-            _mapping_path(key).write_text("".join(f"{a}\t{b}\n" for a, b in mapping.items()))
+        if mapping:  # whole or not at all, as the cubin: processes sharing a cache read it as another writes
+            names = Path(f"{_mapping_path(key)}.tmp{os.getpid()}")
+            names.write_text("".join(f"{a}\t{b}\n" for a, b in mapping.items()))
+            names.replace(_mapping_path(key))
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_bytes(data)
         tmp.replace(path)
