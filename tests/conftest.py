@@ -87,17 +87,21 @@ def _one_inspector():
         yield
 
 
-def session_cache_dir(tmp_path_factory) -> Path:  # noqa: ANN001
-    """The cache every test of this run shares, never the user's: one for all the test processes of a
-    run (pytest-xdist gives each its own base folder under the run's), so a kernel the same seeds and
-    problem make in two processes compiles once; a fresh one each run."""
+def session_cache_dir(tmp_path_factory, shared: bool = True) -> Path:  # noqa: ANN001
+    """The cache the tests use, never the user's: by default one for all the test processes of a run
+    (pytest-xdist gives each its own base folder under the run's), so a kernel the same seeds and
+    problem make in two processes compiles once; a fresh one each run. `shared=False`: this test
+    process's own, for tests that check nothing else wrote to it."""
     base = tmp_path_factory.getbasetemp()
-    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
+    return (base.parent if shared and os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):  # noqa: ANN001
-    monkeypatch.setenv("CUFORGE_CACHE_DIR", str(session_cache_dir(tmp_path_factory)))
+def _isolated_cache(request, tmp_path_factory, monkeypatch):  # noqa: ANN001
+    # A module that sets OWN_CACHE = True (the jail's: a candidate must leave the cache as it found it)
+    # gets its process's own cache, which other processes' compiles do not change under it.
+    shared = not getattr(request.module, "OWN_CACHE", False)
+    monkeypatch.setenv("CUFORGE_CACHE_DIR", str(session_cache_dir(tmp_path_factory, shared)))
 
 
 def benchmark_module(name: str):

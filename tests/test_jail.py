@@ -66,6 +66,8 @@ SECRET = "sk-jail-test-9f2c41d7e0"
 # These tests start drivers (and their jailed workers) on one machine-wide resource each: one xdist
 # worker runs them all, one after another.
 pytestmark = pytest.mark.xdist_group("jail")
+# The candidate must leave the cache as it found it: this module checks that on its process's own.
+OWN_CACHE = True
 CFG = EvalConfig(device="cpu", trials=5, min_samples=5, max_samples=10, timeout_s=60)
 HONEST = """
 class ModelNew(torch.nn.Module):
@@ -94,7 +96,7 @@ def world(tmp_path_factory, jail_kind):
     (home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY-MARKER\n")
     store_path = root / "results" / "cuforge.db"
     Store(store_path).close()
-    cache = session_cache_dir(tmp_path_factory)  # what the autouse fixture points CUFORGE_CACHE_DIR at
+    cache = session_cache_dir(tmp_path_factory, shared=False)  # what the autouse fixture points CUFORGE_CACHE_DIR at
     (cache / "cubins").mkdir(parents=True, exist_ok=True)
     (cache / "cubins" / "trusted.cubin").write_bytes(b"trusted")
     listener = socket.socket()

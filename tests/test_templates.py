@@ -39,7 +39,7 @@ def test_coverage_and_clear_refusals(tmp_path):
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
     # The families built around a GEMM or a convolution (the two-kernel ones too) say why once, together.
     assert why.count("built around _embedding_bag, _log_softmax_lastdim, _safe_softmax_lastdim, _softmax_lastdim, "
-                     "addmm, bmm, chunk, convolution, mean, mm, mv, native_layer_norm, split, topk, unsafe_chunk, unsafe_split: none of these "
+                     "addmm, bmm, chunk, convolution, mean, mm, mv, native_batch_norm, native_layer_norm, split, topk, unsafe_chunk, unsafe_split: none of these "
                      "ops is in the graph") == 1
     assert "staged: " not in why
     assert "multiples of 8" in GemmSm80().supports(hgemm_problem(100, 70, 33))
