@@ -82,7 +82,6 @@ def test_the_pipeline_s_index_picks_each_stage_s_family_as_asking_every_family_d
     pipeline covers: level1-2 and the built-in suites, and the models suite's fp32 CNN blocks under both
     contracts (where conv_pointwise_f32 leads the 1x1 convolutions or does not)."""
     from cuforge.kernels.pipeline import by_lead
-    from cuforge.kernels.staged import first_computed
     from cuforge.problems.suites import load_problem
 
     blocks = [load_problem(f"models/{name}").under(contract) for name in ("resnet_bottleneck", "mobilenetv2_inverted_residual")
@@ -92,9 +91,9 @@ def test_the_pipeline_s_index_picks_each_stage_s_family_as_asking_every_family_d
         stages = F.PIPELINE.memo_match(p)
         if isinstance(stages, str):
             continue
+        first_pool = F.PIPELINE.heads if F.PIPELINE.starts_with_head(p) else F.PIPELINE.singles
         for i, stage in enumerate(stages):
-            anchored = first_computed(p) in ("convolution", "mm", "bmm", "addmm")  # as the pipeline starts
-            pool = F.PIPELINE.heads if i == 0 and anchored else F.PIPELINE.singles
+            pool = first_pool if i == 0 else F.PIPELINE.singles
             asked_all = next((f for f in by_lead(pool, stage.problem) if f.supports(stage.problem) is None), None)
             assert stage.family is asked_all, (p.id, i, stage.family.name, asked_all and asked_all.name)
             checked += 1

@@ -91,11 +91,16 @@ class Pipeline(GraphFamily):
     def match(self, problem: Problem) -> list[Stage] | str:
         return self.memo_match(problem)
 
+    @staticmethod
+    def starts_with_head(problem: Problem) -> bool:
+        """Whether the graph starts with a convolution or GEMM, so its first part comes from `heads`."""
+        return first_computed(problem) in ("convolution", "mm", "bmm", "addmm")
+
     def _match(self, problem: Problem) -> list[Stage] | str:
         # A convolution or GEMM first: its kernel, then the rest; anything else first (a pooling before the
         # convolution, KernelBench level2/38): any family's kernel, then the rest - two kernels too, which
         # `staged` (a convolution or GEMM head only) does not offer.
-        anchored = first_computed(problem) in ("convolution", "mm", "bmm", "addmm")
+        anchored = self.starts_with_head(problem)
         if len(problem.graph) < (3 if anchored else 2):
             return "too few ops for several kernels (one or two kernels' case)"
         feed = tuple(("in", j) for j in range(len(problem.inputs)))
