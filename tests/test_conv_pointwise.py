@@ -90,3 +90,18 @@ def test_no_seed_spills(tmp_path):
                                capture_output=True, text=True, timeout=300)
             assert r.returncode == 0, r.stderr[-2000:]
             assert arch != "sm_90a" or "0 bytes spill stores" in r.stderr, (c, arch, r.stderr[-2000:])
+
+
+def test_w_resident_configs_and_configs_from_before_the_knobs(tmp_path):
+    p = conv_problem(tmp_path, "nn.Conv2d(64, 256, 1)", "(2, 64, 20, 24)", "y").under("pytorch")
+    c = dict(BM=128, BN=64, BK=32, WM=2, WN=2, STAGES=3, GROUP_M=8, MATH="tf32", PROMOTE=1, NT=4, A_RES=1)
+    assert FAM.valid(c, p)
+    assert not FAM.valid({**c, "NT": 1}, p)  # one tile a block: nothing to keep W for
+    # W's 128 rows of 64 channels (+8) once, beside three stages of x's tiles
+    assert FAM.smem_bytes(c, 64) == (128 * 72 + 3 * 32 * 68) * 4
+    # two block rows of W (256 channels out), each over its own stretch of 480 pixels in tiles of 64
+    assert FAM.launch(c, p).grid == "(cdiv(M, 128) * cdiv(cdiv(N, 64), 4), BATCH)"
+    assert len(compile_cuda(FAM.render(c, p).source, arch="sm_90a").cubin) > 0
+    # a config stored before NT and A_RES existed means one tile a block, W loaded for it
+    old = {k: v for k, v in c.items() if k not in ("NT", "A_RES")}
+    assert FAM.render(old, p).source == FAM.render({**old, "NT": 1, "A_RES": 0}, p).source

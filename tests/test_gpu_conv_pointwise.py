@@ -71,3 +71,23 @@ def test_several_tiles_a_block_and_a_short_last_block(sup, tmp_path, tiles_per_b
     # one TF32 product where cuDNN runs TF32: 56 x 56 pixels, 49 tiles of 64, a short last block again
     q = conv_problem(tmp_path, *CONVS[0]).under("pytorch")
     assert_all_ok(sup, fam, q, [{**base, "MATH": "tf32"}], DEFAULT, what=(tiles_per_block,))
+
+
+RESIDENT = [
+    # 40 channels out of 48 in: one block row, short of BM; three products (cuDNN keeps this in fp32)
+    ("nn.Conv2d(48, 40, 1)", "(3, 48, 3, 50)", "torch.relu(y) + self.bias", "fp32", 64, "tf32x3"),
+    # ResNet's expansion: two block rows of W, each over its own stretch of pixels; one TF32 product
+    ("nn.Conv2d(64, 256, 1)", "(2, 64, 28, 28)", "y * self.bias", "pytorch", 128, "tf32"),
+    # 30 input channels: 4-byte copies, W's rows zero past K inside the resident block
+    ("nn.Conv1d(30, 50, 1)", "(3, 30, 37)", "torch.tanh(y)", "fp32", 64, "tf32x3"),
+]
+
+
+@pytest.mark.parametrize("layer, x_shape, tail, contract, bm, maths", RESIDENT, ids=[r[0] for r in RESIDENT])
+def test_w_resident_over_a_blocks_tiles(sup, tmp_path, layer, x_shape, tail, contract, bm, maths):
+    fam = ConvPointwiseF32()
+    p = conv_problem(tmp_path, layer, x_shape, tail).under(contract)
+    configs = [dict(BM=bm, BN=64, BK=16, WM=2, WN=2, STAGES=3, GROUP_M=1, PROMOTE=1, NT=nt, A_RES=1, MATH=maths)
+               for nt in (2, 4)]
+    assert all(fam.valid(c, p) for c in configs), configs
+    assert_all_ok(sup, fam, p, configs, DEFAULT if contract == "pytorch" else CFG, what=(layer,))

@@ -18,20 +18,35 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.sandbox.protocol.precision import tf32_allowed
 
+# Blocks a problem must run, in SMs' worth, for the resident-W seeds to lead (see seeds()).
+MANY_WAVES = 16
+
+
+def blocks_of(channels_out: int, pixels: int, c: dict[str, Any]) -> int:
+    """Blocks an image takes: NT tiles each, within one block row of W where A_RES keeps it resident."""
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // b)
+
+    if c.get("A_RES"):
+        return cdiv(channels_out, c["BM"]) * cdiv(cdiv(pixels, c["BN"]), c["NT"])
+    return cdiv(tiles(channels_out, pixels, c["BM"], c["BN"]), c.get("NT", 1))
+
 
 @family(252)
 class ConvPointwiseF32(GraphFamily):
     """gemm_f32's tiles over (output channels, pixels) for each image; MATH tf32 (one product) or tf32x3;
-    NT tiles a block, one after another in one pipeline (the next tile's loads overlap this one's stores)."""
+    NT tiles a block, one after another in one pipeline (the next tile's loads overlap this one's stores);
+    A_RES keeps the block's rows of W for all input channels in shared memory across its tiles."""
 
     template = "gemm_f32"
     anchors = frozenset({"convolution"})
+    DEFAULTS = {"NT": 1, "A_RES": 0}  # a stored config from before either knob: one tile a block, W per tile
 
     def __init__(self) -> None:
         super().__init__("conv_pointwise_f32", {
             "BM": (32, 64, 128), "BN": (64, 128, 256), "BK": (16, 32), "WM": (1, 2, 4), "WN": (1, 2, 4),
             "STAGES": (2, 3, 4, 5), "GROUP_M": (1, 8), "MATH": ("tf32", "tf32x3"), "PROMOTE": (1,),
-            "NT": (1, 2, 4, 8)})
+            "NT": (1, 2, 4, 8), "A_RES": (0, 1)})
 
     def match(self, problem: Problem) -> ConvMatch | str:
         found = match_conv(problem)
@@ -50,9 +65,13 @@ class ConvPointwiseF32(GraphFamily):
         return config.get("MATH") == "tf32"
 
     @staticmethod
-    def smem_bytes(c: dict[str, Any]) -> int:
-        """W's tile rows of BK (+8) and x's BK rows of BN pixels (+4): gemm_f32's layout with TA = TB = 0."""
-        return c["STAGES"] * (c["BM"] * (c["BK"] + 8) + c["BK"] * (c["BN"] + 4)) * 4
+    def smem_bytes(c: dict[str, Any], channels: int = 0) -> int:
+        """W's tile rows of BK (+8) and x's BK rows of BN pixels (+4) a stage: gemm_f32's layout with
+        TA = TB = 0; with A_RES, W's rows of all `channels` (rounded up to BK, +8) once instead."""
+        x_tiles = c["STAGES"] * c["BK"] * (c["BN"] + 4)
+        if c.get("A_RES"):
+            return (c["BM"] * (-(-channels // c["BK"]) * c["BK"] + 8) + x_tiles) * 4
+        return (c["STAGES"] * c["BM"] * (c["BK"] + 8) + x_tiles) * 4
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         f = self.match(problem)
@@ -60,17 +79,23 @@ class ConvPointwiseF32(GraphFamily):
             return False
         if c["WM"] * c["WN"] not in (2, 4, 8) or c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]):
             return False
+        if c.get("A_RES") and c.get("NT", 1) < 2:
+            return False  # W's rows are kept for the block's later tiles: one tile a block has none
         if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
             return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
         # Three products hold each operand fragment twice (big and small parts): at most 64 accumulators
         # then compile without spills on sm_90a (ptxas -v), 128 with one product.
         accumulators = (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
         most = 128 if c["MATH"] == "tf32" else 64
-        return 16 <= accumulators <= most and self.smem_bytes(c) <= SMEM_LIMIT
+        return 16 <= accumulators <= most and self.smem_bytes(c, f.c) <= SMEM_LIMIT
 
-    # Four tiles a block lead: on level1/87 (64 -> 128 channels, 1M pixels, one TF32 product) the
-    # 128 x 128 tile took 4.5 ms with NT 4 against 5.7 ms with NT 1 at three stages.
+    # W resident across four or eight tiles a block leads: on level1/87 (64 -> 128 channels, 1M pixels,
+    # one TF32 product) 3.85-3.90 ms against 4.46-4.51 with W loaded for each tile, which took 4.5 ms
+    # at NT 4 against 5.7 ms at NT 1 (three stages).
     PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, NT=4, A_RES=1),
+        dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=4, GROUP_M=8, NT=8, A_RES=1),
+        dict(BM=128, BN=64, BK=32, WM=2, WN=2, STAGES=4, GROUP_M=8, NT=8, A_RES=1),
         dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8, NT=4),
         dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=2, GROUP_M=8, NT=4),
         dict(BM=128, BN=128, BK=32, WM=2, WN=4, STAGES=3, GROUP_M=8),
@@ -86,21 +111,31 @@ class ConvPointwiseF32(GraphFamily):
         f = self.matched(problem)
         pixels = math.prod(f.out_spatial)
         maths = ("tf32", "tf32x3") if tf32_allowed(problem.contract(), problem.ops) else ("tf32x3",)
-        out = [{"NT": 1, **c, "MATH": m, "PROMOTE": 1} for m in maths for c in self.PRESETS]
-        out = [c for c in out if self.valid(c, problem)]
+        out = [{**self.DEFAULTS, **c, "MATH": m, "PROMOTE": 1} for m in maths for c in self.PRESETS]
+        # W resident only where it leaves room for two blocks an SM (as on level1/87): over many input
+        # channels it would take the second block's place, which has not been timed.
+        out = [c for c in out if self.valid(c, problem) and (not c["A_RES"] or self.smem_bytes(c, f.c) <= SMEM_LIMIT // 2)]
 
         def blocks(c: dict[str, Any]) -> int:
-            return -(-tiles(f.c_out, pixels, c["BM"], c["BN"]) // c["NT"]) * f.n
+            return blocks_of(f.c_out, pixels, c) * f.n
+
+        def resident_last(c: dict[str, Any]) -> bool:
+            # W resident leads only over many waves of blocks: on level1/87 (32k blocks) 3.85-3.90 ms
+            # against 4.46-4.51 with W loaded each tile, but in the CNN blocks' 1x1 convolutions (16
+            # images of 56 x 56 pixels, about 200 blocks) their pipelines took 0.275-0.293 ms with it and
+            # 0.217-0.251 without (MobileNetV2), 0.287 against 0.222 (ResNet's 64 -> 256).
+            return bool(c["A_RES"]) and blocks(c) < MANY_WAVES * SEED_SMS
 
         # Stable: the presets' order among those that fill the GPU; the most blocks first among the rest.
-        return sorted(out, key=lambda c: (c["MATH"] != maths[0], not fills_gpu(blocks(c)), -min(blocks(c), SEED_SMS)))
+        return sorted(out, key=lambda c: (c["MATH"] != maths[0], resident_last(c), not fills_gpu(blocks(c)),
+                                          -min(blocks(c), SEED_SMS)))
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = self.matched(problem)
         pixels = math.prod(f.out_spatial)
         # 16-byte copies need rows of W (C values) and of x's planes (pixels) in whole 16 bytes.
         return {"TA": False, "TB": False, "VA": 4 if f.c % 4 == 0 else 1, "VB": 4 if pixels % 4 == 0 else 1,
-                "BATCHED": True, "A_SHARED": True, "EPI": f.epilogue}
+                "BATCHED": True, "A_SHARED": True, "EPI": f.epilogue, "KRES": f.c}
 
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = self.matched(problem)
@@ -108,9 +143,11 @@ class ConvPointwiseF32(GraphFamily):
         # M, K, N: output channels, input channels, pixels an image; rows of C run over (image, channel),
         # the flat row the convolution's epilogue reads its channel from (row % C_out).
         tiles_per_block = c.get("NT", 1)
-        return LaunchSpec(entry=self.name,
-                          grid=f"(cdiv(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), {tiles_per_block}), BATCH)",
-                          block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c)),
+        # A_RES: each block row of W over NT tiles along the pixels; else any NT consecutive tiles.
+        blocks = (f"cdiv(M, {c['BM']}) * cdiv(cdiv(N, {c['BN']}), {tiles_per_block})" if c.get("A_RES")
+                  else f"cdiv(cdiv(M, {c['BM']}) * cdiv(N, {c['BN']}), {tiles_per_block})")
+        return LaunchSpec(entry=self.name, grid=f"({blocks}, BATCH)",
+                          block=f"({c['WM'] * c['WN'] * 32},)", shared_mem=str(self.smem_bytes(c, f.c)),
                           args=(f.w, f.x, "out0", "M", "N", "K", *f.epilogue.launch_args()),
                           outputs=((repr(out_shape), "float32"),),
                           bindings=(("M", f"{f.w}.shape[0]"), ("K", f"{f.w}.shape[1]"),
