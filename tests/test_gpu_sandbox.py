@@ -72,6 +72,8 @@ def test_honest_runtime_kernel_with_events_and_profile(sup, problems):
     assert k["name"] == "relu4" and k["registers"] > 0 and k["launches"] > 0
     assert 0 < ev.profile.roofline_fraction <= 1.2 and ev.profile.bound == "memory" and "GB/s" in ev.profile.summary
     assert ev.correctness["reference"] == "float64" and ev.correctness["trials_passed"] == 5
+    # the device memory the worker held before the evaluation is in its record, never more than its peak
+    assert 0 <= ev.correctness["held_device_bytes"] <= ev.correctness["peak_device_bytes"]
 
 
 def test_short_kernels_are_timed_by_graph_replay(sup, problems):

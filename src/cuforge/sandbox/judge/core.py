@@ -77,6 +77,13 @@ def seeds(config: EvalConfig) -> tuple[int, int]:
     return seed, init_seed
 
 
+def held_bytes(device: torch.device) -> int:
+    """The device memory this worker still holds as an evaluation starts (what earlier ones left
+    allocated), and the peak counted from it."""
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))
+
+
 def evaluate(problem: dict[str, Any], candidate: dict[str, Any], config: EvalConfig, device_info: dict[str, Any],
              runner: Runner) -> tuple[Evaluation, bool]:
     """One evaluation: (its record, whether the worker must be replaced afterwards)."""
@@ -85,12 +92,13 @@ def evaluate(problem: dict[str, Any], candidate: dict[str, Any], config: EvalCon
     device = torch.device(config.device)
     seed, init_seed = seeds(config)
     base = dict(problem_id=problem["id"], candidate_id=cand.id, device=device_info)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    held = held_bytes(device) if device.type == "cuda" else 0
     module, tol, tf32 = steps.problem_setup(problem, config)
     ctx = runner.context(Context(problem, candidate, config, device, module, tol, seed,
                                  {"seed": seed, "init_seed": init_seed, "precision": config.precision}, {}, tf32=tf32))
     phase = ctx.phase = Phases(ctx.correctness.setdefault("judge_phases_s", {}))
+    if device.type == "cuda":
+        ctx.correctness["held_device_bytes"] = held  # what the worker held before this evaluation
     status, message, restart = "ok", "", False
     diagnostics: list[Diagnostic] = []
     try:
