@@ -114,7 +114,9 @@ class ConvPointwiseF32(GraphFamily):
         out = [{**self.DEFAULTS, **c, "MATH": m, "PROMOTE": 1} for m in maths for c in self.PRESETS]
         # W resident only where it leaves room for two blocks an SM (as on level1/87): over many input
         # channels it would take the second block's place, which has not been timed.
-        out = [c for c in out if self.valid(c, problem) and (not c["A_RES"] or self.smem_bytes(c, f.c) <= SMEM_LIMIT // 2)]
+        # With one TF32 product only: three held 255 registers and spilled (ptxas -v on sm_90a).
+        out = [c for c in out if self.valid(c, problem) and (not c["A_RES"] or (
+            c["MATH"] == "tf32" and self.smem_bytes(c, f.c) <= SMEM_LIMIT // 2))]
 
         def blocks(c: dict[str, Any]) -> int:
             return blocks_of(f.c_out, pixels, c) * f.n
