@@ -47,13 +47,13 @@ def test_few_input_channels_are_direct_and_lead_the_implicit_gemm_unless_transpo
     assert [f.name for f in families_for(rgb3d)[0]] == [FAM.name]  # 3-D into few channels: direct alone
     assert "conv_direct's case" in ConvTf32x3Sm90().supports(rgb3d)
     rgb2d = conv_problem(tmp_path, "nn.Conv2d(8, 16, 3)", "(2, 8, 10, 10)")
-    assert [f.name for f in families_for(rgb2d)[0]] == [FAM.name, ConvTf32x3Sm90().name]
+    assert [f.name for f in families_for(rgb2d)[0]][:2] == [FAM.name, ConvTf32x3Sm90().name]
     wide = conv_problem(tmp_path, "nn.Conv3d(3, 64, 3)", "(2, 3, 6, 8, 8)")
     assert [f.name for f in families_for(wide)[0]][:2] == [FAM.name, ConvTf32x3Sm90().name]
     transposed = conv_problem(tmp_path, "nn.ConvTranspose3d(3, 16, 3)", "(2, 3, 6, 8, 8)")
     assert [f.name for f in families_for(transposed)[0]][:2] == [ConvTf32x3Sm90().name, FAM.name]
     many = conv_problem(tmp_path, "nn.Conv2d(16, 32, 3)", "(2, 16, 10, 10)")
-    assert [f.name for f in families_for(many)[0]] == [ConvTf32x3Sm90().name]
+    assert [f.name for f in families_for(many)[0]] == [ConvTf32x3Sm90().name, "conv_rows_f32"]
     # Pooled in the implicit GEMM's epilogue: one kernel ahead of a direct head and a reduction after it.
     pooled = conv_problem(tmp_path, "nn.Conv2d(8, 64, 3)", "(2, 8, 20, 21)", "torch.mean(torch.relu(y), dim=(2, 3))")
     assert [f.name for f in families_for(pooled)[0]][:2] == [ConvTf32x3Sm90().name, "staged:conv_direct+reduce_dim"]

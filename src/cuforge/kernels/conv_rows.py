@@ -1,0 +1,123 @@
+"""fp32 2-D convolutions of stride 1 (a 3x3 over few channels: level1/63, a CNN's early layers) as a
+GEMM of W with the input's patches, read in place: x [N, C, H, W] and y [N, C_out, H_out, W_out] as they
+lie, no im2col and no channels-last copy. A block keeps W's rows for all of K = C*KH*KW in shared memory
+and walks down an image's output rows, each input row loaded once into a ring and read by the KH output
+rows that need it; the mma's B fragments are read from the ring at their taps. One TF32 product a step
+where the precision contract allows TF32 (cuDNN's convolutions under PyTorch's default flags), else three.
+Runs on sm_80 and later. Not yet timed on a GPU: ranked after the implicit GEMM, and leads nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu
+from cuforge.kernels.conv_match import ConvMatch, match_conv
+from cuforge.kernels.registry import family
+from cuforge.problems.problem import Problem
+from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.sandbox.protocol.precision import tf32_allowed
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def refusal(f: ConvMatch) -> str | None:
+    """Why the convolution is not this family's (2-D, stride 1, undilated, ungrouped, fp32), or None."""
+    if f.transposed or f.groups != 1 or f.pool:
+        return "a transposed, grouped or pooled convolution"
+    if f.dims != 2:
+        return f"a {f.dims}-D convolution: conv_rows_f32 walks the rows of 2-D images"
+    if set(f.stride) != {1} or set(f.dilation) != {1}:
+        return f"stride {f.stride}, dilation {f.dilation}: conv_rows_f32 takes stride 1 undilated only"
+    if f.dtype != "float32":
+        return f"{f.dtype} operands: conv_rows_f32 is fp32"
+    return None
+
+
+def k_padded(f: ConvMatch) -> int:
+    """K as the kernel lays it out: the taps times the channels rounded up to 8."""
+    return f.taps * cdiv(f.c, 8) * 8
+
+
+@family(254)
+class ConvRowsF32(GraphFamily):
+    """BM output channels x BN output columns a block over NT output rows of one image; WM x WN warps;
+    STAGES input rows loaded ahead; MATH tf32 (one product) or tf32x3."""
+
+    template = "conv_rows_f32"
+    anchors = frozenset({"convolution"})
+
+    def __init__(self) -> None:
+        super().__init__("conv_rows_f32", {
+            "BM": (32, 64, 128), "BN": (64, 128), "WM": (1, 2, 4), "WN": (1, 2, 4), "NT": (4, 8, 16, 32),
+            "STAGES": (1, 2, 3), "MATH": ("tf32", "tf32x3")})
+
+    def match(self, problem: Problem) -> ConvMatch | str:
+        found = match_conv(problem)
+        if isinstance(found, str):
+            return found
+        return refusal(found) or found
+
+    def reduced_precision(self, config: dict[str, Any]) -> bool:
+        return config.get("MATH") == "tf32"
+
+    @staticmethod
+    def smem_bytes(c: dict[str, Any], f: ConvMatch) -> int:
+        """W's BM rows of K (rounded up to 32, +4) and the ring's KH + STAGES input rows of every (padded)
+        channel, BN + KW - 1 columns rounded up to 32, +8: the template's layout."""
+        ldw = cdiv(k_padded(f), 32) * 32 + 4
+        ldx = cdiv(c["BN"] + f.kernel[1] - 1, 32) * 32 + 8
+        return (c["BM"] * ldw + (f.kernel[0] + c["STAGES"]) * cdiv(f.c, 8) * 8 * ldx) * 4
+
+    def valid(self, c: dict[str, Any], problem: Problem) -> bool:
+        f = self.match(problem)
+        if isinstance(f, str):
+            return False
+        if c["WM"] * c["WN"] not in (2, 4, 8) or c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]):
+            return False
+        if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
+            return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
+        # Three products hold each operand fragment twice: with 64 accumulators a thread and an epilogue
+        # the 128 x 128 tile held 255 registers and spilled (ptxas -v, sm_90a), so at most 32; 128 with one.
+        accumulators = (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
+        most = 128 if c["MATH"] == "tf32" else 32
+        return 16 <= accumulators <= most and self.smem_bytes(c, f) <= SMEM_LIMIT
+
+    PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=128, BN=128, WM=2, WN=4, NT=16, STAGES=2),
+        dict(BM=64, BN=128, WM=2, WN=4, NT=16, STAGES=2),
+        dict(BM=128, BN=64, WM=4, WN=2, NT=16, STAGES=2),
+        dict(BM=64, BN=64, WM=2, WN=2, NT=8, STAGES=2),
+        dict(BM=32, BN=64, WM=1, WN=2, NT=8, STAGES=1),
+    )
+
+    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
+        """The presets that fill the GPU first; one TF32 product first where the contract allows it."""
+        f = self.matched(problem)
+        maths = ("tf32", "tf32x3") if tf32_allowed(problem.contract(), problem.ops) else ("tf32x3",)
+        out = [{**c, "MATH": m} for m in maths for c in self.PRESETS]
+        out = [c for c in out if self.valid(c, problem)]
+
+        def blocks(c: dict[str, Any]) -> int:
+            h_out, w_out = f.out_spatial
+            return cdiv(f.c_out, c["BM"]) * cdiv(w_out, c["BN"]) * cdiv(h_out, c["NT"]) * f.n
+
+        return sorted(out, key=lambda c: (c["MATH"] != maths[0], not fills_gpu(blocks(c)), -min(blocks(c), SEED_SMS)))
+
+    def extra(self, problem: Problem) -> dict[str, Any]:
+        f = self.matched(problem)
+        return {"CIN": f.c, "KH": f.kernel[0], "KW": f.kernel[1], "PH": f.padding[0], "PW": f.padding[1],
+                "EPI": f.epilogue}
+
+    def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
+        f = self.matched(problem)
+        h_out, w_out = f.out_spatial
+        out_shape = (f.n, f.c_out, h_out, w_out)
+        grid = (f"(cdiv(C_out, {c['BM']}) * cdiv(W_out, {c['BN']}) * cdiv(H_out, {c['NT']}), {f.n})")
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['WM'] * c['WN'] * 32},)",
+                          shared_mem=str(self.smem_bytes(c, f)),
+                          args=(f.x, f.w, "out0", "H", "W", "H_out", "W_out", "C_out", *f.epilogue.launch_args()),
+                          outputs=((repr(out_shape), "float32"),),
+                          bindings=(("H", f"{f.x}.shape[2]"), ("W", f"{f.x}.shape[3]"), ("H_out", str(h_out)),
+                                    ("W_out", str(w_out)), ("C_out", f"{f.w}.shape[0]")))
