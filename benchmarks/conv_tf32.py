@@ -1,8 +1,9 @@
 """Issue #57: the fp32 convolution families with one TF32 product per k-step against what eager PyTorch
 runs under its default flags (cuDNN with TF32), side by side in one worker, under the `pytorch`
-precision contract. For each file, the first one-product seeds of every family that covers it (the
-implicit GEMM, conv_tf32x3_sm90; for 1x1 convolutions also conv_pointwise_f32) and the implicit GEMM's
-first 3xTF32 seed (fp32 accuracy) are judged and timed beside eager under both flag sets.
+precision contract. For each file, the first one-product seeds of every fp32 convolution family that
+covers it (the implicit GEMM, conv_tf32x3_sm90; for 1x1 convolutions conv_pointwise_f32; for 2-D ones of
+stride 1 conv_rows_f32) and the implicit GEMM's first 3xTF32 seed (fp32 accuracy) are judged and timed
+beside eager under both flag sets.
 
     python benchmarks/conv_tf32.py --files 54_,55_,56_,59_,60_,62_,63_,66_,80_,87_ --name conv_tf32_l1
 
@@ -32,12 +33,13 @@ def main() -> None:
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
     from cuforge.kernels.conv import ConvTf32x3Sm90
     from cuforge.kernels.conv_pointwise import ConvPointwiseF32
+    from cuforge.kernels.conv_rows import ConvRowsF32
     from cuforge.problems.loader import load_files
     from cuforge.sandbox.driver.supervisor import Supervisor
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.protocol.precision import STRICT_EAGER
 
-    fam, pointwise = ConvTf32x3Sm90(), ConvPointwiseF32()
+    fam, others = ConvTf32x3Sm90(), (ConvPointwiseF32(), ConvRowsF32())
     config = EvalConfig(baselines=("torch",), max_timing_s=a.max_timing, profile=False, precision="pytorch")
     rows = []
     t0 = time.perf_counter()
@@ -53,8 +55,9 @@ def main() -> None:
             p = problems[0].under("pytorch")
             seeds = fam.seeds(p)
             chosen = [(fam, c) for c in seeds if fam.reduced_precision(c)][:a.seeds]
-            if pointwise.supports(p) is None:
-                chosen += [(pointwise, c) for c in pointwise.seeds(p) if pointwise.reduced_precision(c)][:a.seeds]
+            for other in others:
+                if other.supports(p) is None:
+                    chosen += [(other, c) for c in other.seeds(p) if other.reduced_precision(c)][:a.seeds]
             chosen.append((fam, next(c for c in seeds if not fam.reduced_precision(c))))
             row["kernels"] = []
             for f, c in chosen:
