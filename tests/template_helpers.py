@@ -95,6 +95,40 @@ def assert_all_ok(sup, fam, p, configs, cfg=CFG, what=()):
         assert ev.status == "ok", (*what, p.id, c, ev.status, ev.message)
 
 
+# The fp32 convolution families on mma.sync TF32: judged under PyTorch's default flags (one product
+# allowed where cuDNN runs TF32) and under strict fp32.
+TF32_DEFAULT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="pytorch")
+TF32_STRICT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="fp32")
+
+
+def assert_three_products_ok(sup, fam, p, configs, what=()):
+    """Under the fp32 contract `fam` (MATH tf32 or tf32x3) offers three products only, each judged ok."""
+    assert fam.supports(p) is None, fam.supports(p)
+    assert {c["MATH"] for c in configs} == {"tf32x3"}
+    assert_all_ok(sup, fam, p, configs, CFG, what=what)
+
+
+def conv_bn_residual_problem(tmp_path, layer, x_shape, out_shape):
+    """A ResNet block's tail in eval mode: relu(batch_norm(`layer`(a)) + r), r of `out_shape`, the batch
+    norm's running statistics not the identity (so its channel must be read at the flat row)."""
+    channels = out_shape[1]
+    return problem_from_expr(tmp_path, "torch.relu(self.bn(self.conv(a)) + r)",
+                             f"torch.randn{tuple(x_shape)}, torch.randn{tuple(out_shape)}", "a, r",
+                             f"        self.conv = {layer}\n        self.bn = nn.BatchNorm2d({channels})\n"
+                             "        self.bn.running_mean.uniform_(-1, 1)\n        self.bn.running_var.uniform_(0.5, 2)\n"
+                             "        self.eval()", prefix="gpu")
+
+
+def assert_one_product_ok_and_a_downgrade_under_fp32(sup, fam, p, what=()):
+    """`p` under the pytorch contract: `fam`'s first one-TF32-product seeds judged ok, and the first of
+    them judged a downgrade (or wrong) under the fp32 contract."""
+    ones = [c for c in fam.seeds(p) if c["MATH"] == "tf32"]
+    assert ones
+    assert_all_ok(sup, fam, p, ones[:3], TF32_DEFAULT, what=what)
+    strict = sup.evaluate(p, fam.render(ones[0], p), TF32_STRICT)
+    assert strict.status in ("cheat:precision_downgrade", "wrong_output"), (*what, strict.status, strict.message)
+
+
 def check_family(sup, fam, p, cfg=CFG, n_random=2):
     """The family covers `p`, and its seeds plus `n_random` random valid configs all come out ok."""
     assert fam.supports(p) is None, fam.supports(p)

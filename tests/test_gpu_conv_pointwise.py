@@ -7,13 +7,11 @@ a ragged last tile of channels and of pixels."""
 import pytest
 
 from cuforge.kernels.conv_pointwise import ConvPointwiseF32
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import CFG, assert_all_ok, conv_problem, family_configs
+from template_helpers import (CFG, TF32_DEFAULT, assert_all_ok, assert_one_product_ok_and_a_downgrade_under_fp32,
+                              assert_three_products_ok, conv_bn_residual_problem, conv_problem, family_configs)
 
 pytestmark = pytest.mark.gpu
 
-DEFAULT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="pytorch")
-STRICT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="fp32")
 
 CONVS = [
     ("nn.Conv2d(64, 128, 1)", "(4, 64, 56, 56)", "torch.relu(y) * self.bias"),  # level1/87's kind, smaller
@@ -27,37 +25,23 @@ CONVS = [
 def test_three_products_under_fp32(sup, tmp_path, layer, x_shape, tail):
     fam = ConvPointwiseF32()
     p = conv_problem(tmp_path, layer, x_shape, tail)
-    assert fam.supports(p) is None, fam.supports(p)
-    configs = family_configs(fam, p, 2)
-    assert {c["MATH"] for c in configs} == {"tf32x3"}
-    assert_all_ok(sup, fam, p, configs, CFG, what=(layer,))
+    assert_three_products_ok(sup, fam, p, family_configs(fam, p, 2), what=(layer,))
 
 
 @pytest.mark.parametrize("layer, x_shape, tail", CONVS[:2], ids=[c[0] for c in CONVS[:2]])
 def test_one_tf32_product_under_pytorch_and_a_downgrade_under_fp32(sup, tmp_path, layer, x_shape, tail):
-    fam = ConvPointwiseF32()
     p = conv_problem(tmp_path, layer, x_shape, tail).under("pytorch")
-    ones = [c for c in fam.seeds(p) if c["MATH"] == "tf32"]
-    assert ones
-    assert_all_ok(sup, fam, p, ones[:3], DEFAULT, what=(layer,))
-    strict = sup.evaluate(p, fam.render(ones[0], p), STRICT)
-    assert strict.status in ("cheat:precision_downgrade", "wrong_output"), (layer, strict.status, strict.message)
+    assert_one_product_ok_and_a_downgrade_under_fp32(sup, ConvPointwiseF32(), p, what=(layer,))
 
 
 def test_a_batch_norm_and_a_residual_after_the_convolution(sup, tmp_path):
     # ResNet's expansion in eval mode: the batch norm's channel and the residual's element at the flat row
-    from template_helpers import problem_from_expr
-
-    p = problem_from_expr(tmp_path, "torch.relu(self.bn(self.conv(a)) + r)",
-                          "torch.randn(2, 64, 28, 28), torch.randn(2, 256, 28, 28)", "a, r",
-                          "        self.conv = nn.Conv2d(64, 256, 1, bias=False)\n        self.bn = nn.BatchNorm2d(256)\n"
-                          "        self.bn.running_mean.uniform_(-1, 1)\n        self.bn.running_var.uniform_(0.5, 2)\n"
-                          "        self.eval()", prefix="gpu")
+    p = conv_bn_residual_problem(tmp_path, "nn.Conv2d(64, 256, 1, bias=False)", (2, 64, 28, 28), (2, 256, 28, 28))
     fam = ConvPointwiseF32()
     assert fam.supports(p) is None, fam.supports(p)
     assert_all_ok(sup, fam, p, fam.seeds(p)[:3], CFG)
     q = p.under("pytorch")
-    assert_all_ok(sup, fam, q, [c for c in fam.seeds(q) if c["MATH"] == "tf32"][:2], DEFAULT)
+    assert_all_ok(sup, fam, q, [c for c in fam.seeds(q) if c["MATH"] == "tf32"][:2], TF32_DEFAULT)
 
 
 @pytest.mark.parametrize("tiles_per_block", [2, 4, 8])
@@ -70,7 +54,7 @@ def test_several_tiles_a_block_and_a_short_last_block(sup, tmp_path, tiles_per_b
     assert_all_ok(sup, fam, p, [{**base, "MATH": "tf32x3"}], CFG, what=(tiles_per_block,))
     # one TF32 product where cuDNN runs TF32: 56 x 56 pixels, 49 tiles of 64, a short last block again
     q = conv_problem(tmp_path, *CONVS[0]).under("pytorch")
-    assert_all_ok(sup, fam, q, [{**base, "MATH": "tf32"}], DEFAULT, what=(tiles_per_block,))
+    assert_all_ok(sup, fam, q, [{**base, "MATH": "tf32"}], TF32_DEFAULT, what=(tiles_per_block,))
 
 
 RESIDENT = [
@@ -90,4 +74,4 @@ def test_w_resident_over_a_blocks_tiles(sup, tmp_path, layer, x_shape, tail, con
     configs = [dict(BM=bm, BN=64, BK=16, WM=2, WN=2, STAGES=3, GROUP_M=1, PROMOTE=1, NT=nt, A_RES=1, MATH=maths)
                for nt in (2, 4)]
     assert all(fam.valid(c, p) for c in configs), configs
-    assert_all_ok(sup, fam, p, configs, DEFAULT if contract == "pytorch" else CFG, what=(layer,))
+    assert_all_ok(sup, fam, p, configs, TF32_DEFAULT if contract == "pytorch" else CFG, what=(layer,))

@@ -7,13 +7,11 @@ multiple of 8, a 5x5 kernel, ragged tiles of channels, columns and rows."""
 import pytest
 
 from cuforge.kernels.conv_rows import ConvRowsF32
-from cuforge.sandbox.protocol.evaluation import EvalConfig
-from template_helpers import CFG, assert_all_ok, conv_problem, family_configs, problem_from_expr
+from template_helpers import (CFG, TF32_DEFAULT, assert_all_ok, assert_one_product_ok_and_a_downgrade_under_fp32,
+                              assert_three_products_ok, conv_bn_residual_problem, conv_problem, family_configs)
 
 pytestmark = pytest.mark.gpu
 
-DEFAULT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="pytorch")
-STRICT = EvalConfig(baselines=("torch",), max_timing_s=0.3, min_samples=5, profile=False, precision="fp32")
 
 CONVS = [
     ("nn.Conv2d(16, 128, 3)", "(2, 16, 66, 130)", "torch.relu(y) * self.bias"),  # level1/63's kind, smaller
@@ -23,34 +21,19 @@ CONVS = [
 
 
 @pytest.mark.parametrize("layer, x_shape, tail", CONVS, ids=[c[0] for c in CONVS])
-def test_three_products_under_fp32(sup, tmp_path, layer, x_shape, tail):
+def test_three_products_under_fp32_and_one_under_pytorch(sup, tmp_path, layer, x_shape, tail):
     fam = ConvRowsF32()
     p = conv_problem(tmp_path, layer, x_shape, tail)
-    assert fam.supports(p) is None, fam.supports(p)
-    configs = family_configs(fam, p, 1)
-    assert {c["MATH"] for c in configs} == {"tf32x3"}
-    assert_all_ok(sup, fam, p, configs[:3], CFG, what=(layer,))
-
-
-@pytest.mark.parametrize("layer, x_shape, tail", CONVS[:2], ids=[c[0] for c in CONVS[:2]])
-def test_one_tf32_product_under_pytorch_and_a_downgrade_under_fp32(sup, tmp_path, layer, x_shape, tail):
-    fam = ConvRowsF32()
-    p = conv_problem(tmp_path, layer, x_shape, tail).under("pytorch")
-    ones = [c for c in fam.seeds(p) if c["MATH"] == "tf32"]
-    assert ones
-    assert_all_ok(sup, fam, p, ones[:3], DEFAULT, what=(layer,))
-    strict = sup.evaluate(p, fam.render(ones[0], p), STRICT)
-    assert strict.status in ("cheat:precision_downgrade", "wrong_output"), (layer, strict.status, strict.message)
+    assert_three_products_ok(sup, fam, p, family_configs(fam, p, 1)[:3], what=(layer,))
+    if layer != CONVS[2][0]:  # one TF32 product where cuDNN computes in TF32 (it keeps 3 channels in fp32)
+        assert_one_product_ok_and_a_downgrade_under_fp32(sup, fam, p.under("pytorch"), what=(layer,))
 
 
 def test_a_batch_norm_and_a_residual_after_the_convolution(sup, tmp_path):
-    # ResNet's basic block's second 3x3 in eval mode: the batch norm's channel and the residual's
-    # element at the flat row
-    p = problem_from_expr(tmp_path, "torch.relu(self.bn(self.conv(a)) + r)",
-                          "torch.randn(2, 64, 28, 28), torch.randn(2, 64, 28, 28)", "a, r",
-                          "        self.conv = nn.Conv2d(64, 64, 3, padding=1, bias=False)\n        self.bn = nn.BatchNorm2d(64)\n"
-                          "        self.bn.running_mean.uniform_(-1, 1)\n        self.bn.running_var.uniform_(0.5, 2)\n"
-                          "        self.eval()", prefix="gpu")
+    # ResNet's basic block's second 3x3 in eval mode, three products and one: the batch norm's channel and
+    # the residual's element at the flat row
     fam = ConvRowsF32()
-    assert fam.supports(p) is None, fam.supports(p)
-    assert_all_ok(sup, fam, p, fam.seeds(p)[:2], CFG)
+    p = conv_bn_residual_problem(tmp_path, "nn.Conv2d(64, 64, 3, padding=1, bias=False)", (2, 64, 28, 28), (2, 64, 28, 28))
+    for q, cfg in ((p, CFG), (p.under("pytorch"), TF32_DEFAULT)):
+        assert fam.supports(q) is None, fam.supports(q)
+        assert_all_ok(sup, fam, q, fam.seeds(q)[:2], cfg)

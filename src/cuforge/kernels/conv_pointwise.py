@@ -14,6 +14,7 @@ from typing import Any
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu, tiles
 from cuforge.kernels.conv_match import ConvMatch, match_conv, pointwise
 from cuforge.kernels.registry import family
+from cuforge.kernels.tf32_tiles import tf32_tiles_valid
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.sandbox.protocol.precision import tf32_allowed
@@ -77,17 +78,10 @@ class ConvPointwiseF32(GraphFamily):
         f = self.match(problem)
         if isinstance(f, str):
             return False
-        if c["WM"] * c["WN"] not in (2, 4, 8) or c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]):
-            return False
         if c.get("A_RES") and c.get("NT", 1) < 2:
             return False  # W's rows are kept for the block's later tiles: one tile a block has none
-        if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
-            return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
-        # Three products hold each operand fragment twice (big and small parts): at most 64 accumulators
-        # then compile without spills on sm_90a (ptxas -v), 128 with one product.
-        accumulators = (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
-        most = 128 if c["MATH"] == "tf32" else 64
-        return 16 <= accumulators <= most and self.smem_bytes(c, f.c) <= SMEM_LIMIT
+        # Three products: at most 64 accumulators compile without spills on sm_90a (ptxas -v).
+        return tf32_tiles_valid(c, problem, 64) and self.smem_bytes(c, f.c) <= SMEM_LIMIT
 
     # W resident across four or eight tiles a block leads: on level1/87 (64 -> 128 channels, 1M pixels,
     # one TF32 product) 3.85-3.90 ms against 4.46-4.51 with W loaded for each tile, which took 4.5 ms

@@ -13,6 +13,7 @@ from typing import Any
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu
 from cuforge.kernels.conv_match import ConvMatch, match_conv
 from cuforge.kernels.registry import family
+from cuforge.kernels.tf32_tiles import tf32_tiles_valid
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.sandbox.protocol.precision import tf32_allowed
@@ -74,15 +75,9 @@ class ConvRowsF32(GraphFamily):
         f = self.match(problem)
         if isinstance(f, str):
             return False
-        if c["WM"] * c["WN"] not in (2, 4, 8) or c["BM"] % (16 * c["WM"]) or c["BN"] % (8 * c["WN"]):
-            return False
-        if self.reduced_precision(c) and not tf32_allowed(problem.contract(), problem.ops):
-            return False  # one TF32 product: only where the contract lets the output carry TF32's rounding
-        # Three products hold each operand fragment twice: with 64 accumulators a thread and an epilogue
-        # the 128 x 128 tile held 255 registers and spilled (ptxas -v, sm_90a), so at most 32; 128 with one.
-        accumulators = (c["BM"] // c["WM"] // 16) * (c["BN"] // c["WN"] // 8) * 4
-        most = 128 if c["MATH"] == "tf32" else 32
-        return 16 <= accumulators <= most and self.smem_bytes(c, f) <= SMEM_LIMIT
+        # Three products: with 64 accumulators a thread and an epilogue the 128 x 128 tile held 255
+        # registers and spilled (ptxas -v, sm_90a), so at most 32.
+        return tf32_tiles_valid(c, problem, 32) and self.smem_bytes(c, f) <= SMEM_LIMIT
 
     PRESETS: tuple[dict[str, Any], ...] = (
         dict(BM=128, BN=128, WM=2, WN=4, NT=16, STAGES=2),
