@@ -209,8 +209,13 @@ class GraphFamily(Family):
 SEED_SMS = 132  # an H100's multiprocessors: the seeds' notion of "fills the GPU"; the search corrects it
 
 
+def cdiv(a: int, b: int) -> int:
+    """a / b rounded up (positive b)."""
+    return -(-a // b)
+
+
 def tiles(m: int, n: int, bm: int, bn: int) -> int:
-    return -(-m // bm) * -(-n // bn)
+    return cdiv(m, bm) * cdiv(n, bn)
 
 
 def could_match(fam: Family, ops: frozenset[str]) -> bool:

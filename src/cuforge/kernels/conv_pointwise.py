@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu, tiles
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, cdiv, fills_gpu, tiles
 from cuforge.kernels.conv_match import ConvMatch, match_conv, pointwise
 from cuforge.kernels.registry import family
 from cuforge.kernels.tf32_tiles import tf32_tiles_valid
@@ -25,9 +25,6 @@ MANY_WAVES = 16
 
 def blocks_of(channels_out: int, pixels: int, c: dict[str, Any]) -> int:
     """Blocks an image takes: NT tiles each, within one block row of W where A_RES keeps it resident."""
-    def cdiv(a: int, b: int) -> int:
-        return -(-a // b)
-
     if c.get("A_RES"):
         return cdiv(channels_out, c["BM"]) * cdiv(cdiv(pixels, c["BN"]), c["NT"])
     return cdiv(tiles(channels_out, pixels, c["BM"], c["BN"]), c.get("NT", 1))
@@ -71,7 +68,7 @@ class ConvPointwiseF32(GraphFamily):
         TA = TB = 0; with A_RES, W's rows of all `channels` (rounded up to BK, +8) once instead."""
         x_tiles = c["STAGES"] * c["BK"] * (c["BN"] + 4)
         if c.get("A_RES"):
-            return (c["BM"] * (-(-channels // c["BK"]) * c["BK"] + 8) + x_tiles) * 4
+            return (c["BM"] * (cdiv(channels, c["BK"]) * c["BK"] + 8) + x_tiles) * 4
         return (c["STAGES"] * c["BM"] * (c["BK"] + 8) + x_tiles) * 4
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, fills_gpu
+from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, cdiv, fills_gpu
 from cuforge.kernels.conv_match import ConvMatch, match_conv
 from cuforge.kernels.registry import family
 from cuforge.kernels.tf32_tiles import tf32_tiles_valid
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import LaunchSpec
 from cuforge.sandbox.protocol.precision import tf32_allowed
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def refusal(f: ConvMatch) -> str | None:
