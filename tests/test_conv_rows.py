@@ -147,10 +147,18 @@ def test_covers_2d_stride_1_convolutions_after_the_implicit_gemm(tmp_path):
     ("nn.Conv1d(16, 32, 3)", "(1, 16, 12)", "2-D"),
     ("nn.Conv3d(4, 8, 3)", "(1, 4, 6, 6, 6)", "2-D"),
     ("nn.ConvTranspose2d(16, 8, 3)", "(1, 16, 6, 6)", "transposed"),
+    ("nn.Conv2d(64, 64, 7)", "(1, 64, 12, 12)", "too large"),  # K = 64 x 49: W's rows do not fit
 ])
 def test_other_convolutions_are_refused_with_the_reason(tmp_path, layer, shape, why):
     p = conv_problem(tmp_path, layer, shape)
     assert why in (FAM.supports(p) or ""), FAM.supports(p)
+
+
+def test_whatever_it_covers_has_seeds(tmp_path):
+    # the last preset takes the least shared memory of any config: where it fits, a seed exists
+    for layer, shape in (("nn.Conv2d(64, 64, 3, padding=1)", "(1, 64, 14, 14)"), ("nn.Conv2d(24, 8, 5)", "(1, 24, 9, 9)")):
+        p = conv_problem(tmp_path, layer, shape)
+        assert FAM.supports(p) is None and FAM.seeds(p), layer
 
 
 def test_one_tf32_product_only_where_the_contract_allows_tf32(tmp_path):

@@ -8,7 +8,7 @@ Runs on sm_80 and later. Not yet timed on a GPU: ranked after the implicit GEMM,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from cuforge.kernels.base import SEED_SMS, SMEM_LIMIT, GraphFamily, cdiv, fills_gpu
 from cuforge.kernels.conv_match import ConvMatch, match_conv
@@ -50,11 +50,21 @@ class ConvRowsF32(GraphFamily):
             "BM": (32, 64, 128), "BN": (64, 128), "WM": (1, 2, 4), "WN": (1, 2, 4), "NT": (4, 8, 16, 32),
             "STAGES": (1, 2, 3), "MATH": ("tf32", "tf32x3")})
 
+    # The least shared memory a config takes (the last preset's): W's rows 32 at a time, 64 columns, one
+    # stage ahead. Where even that does not fit, no config does.
+    SMALLEST: ClassVar[dict[str, Any]] = dict(BM=32, BN=64, STAGES=1)
+
     def match(self, problem: Problem) -> ConvMatch | str:
         found = match_conv(problem)
         if isinstance(found, str):
             return found
-        return refusal(found) or found
+        why = refusal(found)
+        if why:
+            return why
+        if self.smem_bytes(self.SMALLEST, found) > SMEM_LIMIT:
+            return (f"K = {found.c} x {found.taps} too large: W's rows for all of it do not fit in shared "
+                    "memory beside the input rows, even 32 rows at a time")
+        return found
 
     def reduced_precision(self, config: dict[str, Any]) -> bool:
         return config.get("MATH") == "tf32"
