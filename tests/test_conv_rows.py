@@ -135,9 +135,21 @@ def test_covers_2d_stride_1_convolutions_after_the_implicit_gemm(tmp_path):
     p = conv_problem(tmp_path, "nn.Conv2d(16, 128, 3)", "(2, 16, 20, 24)", "torch.relu(y) + self.bias")
     assert FAM.supports(p) is None
     names = [f.name for f in families_for(p)[0]]
-    assert names.index("conv_tf32x3_sm90") < names.index("conv_rows_f32")  # not yet timed: it leads nothing
+    assert names.index("conv_tf32x3_sm90") < names.index("conv_rows_f32")  # three products: not timed against it
     launch = FAM.launch(FAM.seeds(p)[0], p)
     assert launch.grid.startswith("(cdiv(C_out, ") and launch.grid.endswith(", 2)")
+
+
+@pytest.mark.parametrize("layer, shape, first", [
+    ("nn.Conv2d(16, 128, 3)", "(2, 16, 66, 130)", "conv_rows_f32"),          # level1/63's kind: 64 of W's rows fit
+    ("nn.Conv2d(64, 128, 3)", "(2, 64, 66, 130)", "conv_tf32x3_sm90"),       # level1/55's kind: only 32 fit
+    ("nn.Conv2d(64, 128, 1)", "(2, 64, 66, 130)", "conv_pointwise_f32"),     # a 1x1: the GEMM of x as it lies
+])
+def test_leads_under_pytorch_only_where_w_fits_64_rows_at_a_time(tmp_path, layer, shape, first):
+    p = conv_problem(tmp_path, layer, shape)
+    assert FAM.supports(p) is None
+    assert families_for(p.under("pytorch"))[0][0].name == first
+    assert not FAM.leads(p)  # under fp32 (three products) it is not measured against the implicit GEMM
 
 
 @pytest.mark.parametrize("layer, shape, why", [

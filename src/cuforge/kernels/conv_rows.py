@@ -4,7 +4,8 @@ lie, no im2col and no channels-last copy. A block keeps W's rows for all of K = 
 and walks down an image's output rows, each input row loaded once into a ring and read by the KH output
 rows that need it; the mma's B fragments are read from the ring at their taps. One TF32 product a step
 where the precision contract allows TF32 (cuDNN's convolutions under PyTorch's default flags), else three.
-Runs on sm_80 and later. Not yet timed on a GPU: ranked after the implicit GEMM, and leads nothing."""
+Runs on sm_80 and later. Ranked after the implicit GEMM; leads it where one TF32 product is allowed and
+W's rows fit 64 at a time (few input channels: leads())."""
 
 from __future__ import annotations
 
@@ -66,6 +67,16 @@ class ConvRowsF32(GraphFamily):
                     "memory beside the input rows, even 32 rows at a time")
         return found
 
+    def leads(self, problem: Problem) -> bool:
+        """Ahead of the implicit GEMM where one TF32 product is allowed, the kernel is wider than 1x1 (a 1x1
+        is conv_pointwise_f32's) and W's rows fit 64 at a time: on level1/63 (K = 16 x 9) its
+        first seed took 6.69 ms against the implicit GEMM's 9.58, beside cuDNN's TF32 at 6.5. Where K allows only 32 rows
+        (level1/55, 64 x 9) it took 22 ms against 3.2; with three products it has not been timed against it."""
+        f = self.match(problem)
+        if isinstance(f, str) or f.taps == 1 or not tf32_allowed(problem.contract(), problem.ops):
+            return False
+        return any(c["BM"] >= 64 for c in self.seeds(problem))
+
     def reduced_precision(self, config: dict[str, Any]) -> bool:
         return config.get("MATH") == "tf32"
 
@@ -85,11 +96,15 @@ class ConvRowsF32(GraphFamily):
         # registers and spilled (ptxas -v, sm_90a), so at most 32.
         return tf32_tiles_valid(c, problem, 32) and self.smem_bytes(c, f) <= SMEM_LIMIT
 
+    # On level1/63 (16 -> 128 channels, 3x3, 1022 x 1022 outputs, one TF32 product; cuDNN's TF32 6.5 ms),
+    # timed beside cuDNN: 64 x 128 by 2 x 4 warps over 32 rows 6.69 ms, 64 x 64 6.71, 128 x 128 7.44,
+    # 128 x 64 8.14 (benchmarks/data/conv_rows_sweep_63.json). 64 x 128 by 2 x 2 warps took 6.49 but holds
+    # 64 accumulators a thread and spilled with an epilogue (ptxas -v, sm_90a): not a seed.
     PRESETS: tuple[dict[str, Any], ...] = (
+        dict(BM=64, BN=128, WM=2, WN=4, NT=32, STAGES=3),
+        dict(BM=64, BN=64, WM=2, WN=2, NT=16, STAGES=2),
         dict(BM=128, BN=128, WM=2, WN=4, NT=16, STAGES=2),
-        dict(BM=64, BN=128, WM=2, WN=4, NT=16, STAGES=2),
         dict(BM=128, BN=64, WM=4, WN=2, NT=16, STAGES=2),
-        dict(BM=64, BN=64, WM=2, WN=2, NT=8, STAGES=2),
         dict(BM=32, BN=64, WM=1, WN=2, NT=8, STAGES=1),
     )
 
