@@ -248,6 +248,26 @@ def gpu_suite_table(name: str) -> list[str]:
 
 def conv_tf32_table(name: str = "conv_tf32_l1") -> list[str]:
     d = load(name)
+    if "with_a_correct_kernel" not in d:
+        return conv_tf32_one_product_table(d)
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    # One TF32 product a step (1xTF32) or fp32 accuracy (3xTF32, or fp32 arithmetic in the direct convolution).
+    out = [*header("file", "best correct kernel ms", "its family", "eager, default flags (cuDNN) ms", "ratio",
+                   "eager, TF32 off ms", "best 1xTF32 kernel ms", "its ratio", "judged")]
+    for r in d["rows"]:
+        judged = ", ".join(f"{'1xTF32' if k['one_product'] else 'fp32'} {k['status']}" for k in r.get("kernels", []))
+        family = f"{r['best_family']} ({'1xTF32' if r['best_one_product'] else 'fp32'})" if r.get("best_family") else "-"
+        out.append(row(r["file"].split("/")[-1][:48], fmt(r.get("best_ms")), family, fmt(r.get("cudnn_tf32_ms")),
+                       fmt(r.get("vs_cudnn_tf32")), fmt(r.get("eager_strict_ms")), fmt(r.get("one_product_ms")),
+                       fmt(r.get("one_product_vs_cudnn_tf32")), judged or r.get("why", "-")))
+    return out + ["", f"contract `{d['contract']}`; geomean vs cuDNN (default flags) {fmt(d['geomean_vs_cudnn_tf32'])} over "
+                      f"{d['with_a_correct_kernel']} files with a correct kernel, {d['faster_than_cudnn_tf32']} faster; "
+                      f"one TF32 product: {fmt(d['one_product_geomean_vs_cudnn_tf32'])} over "
+                      f"{d['with_a_correct_one_pass_kernel']} files ({stamp(d)})"]
+
+
+def conv_tf32_one_product_table(d: dict[str, Any]) -> list[str]:
+    """Records before conv_tf32.py timed every covering family: the best one-product kernel per file."""
     fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
     # Records before conv_pointwise_f32 hold the implicit GEMM alone, one product where PASSES is 1.
     one = lambda k: k.get("one_product", k["config"].get("PASSES") == 1)  # noqa: E731
