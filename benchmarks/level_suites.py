@@ -22,7 +22,8 @@ from _common import write_result
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--suite", action="append", default=[], help="level1, level2 (default both)")
+    ap.add_argument("--suite", action="append", default=[], help="level1, level2 (default both), models, or a "
+                    "directory of KernelBench-format files")
     ap.add_argument("--generations", type=int, default=4)
     ap.add_argument("--wall-time", type=float, default=None)
     ap.add_argument("--compile-only", action="store_true")
@@ -39,10 +40,12 @@ def main() -> None:
                          "as DIR/NAME-SUITE.db; default: a new temporary directory, named in the output")
     a = ap.parse_args()
     store_dir = a.store_dir or tempfile.mkdtemp(prefix="cuforge-suites-")
-    for suite in a.suite or ["level1", "level2"]:
-        if os.path.exists(os.path.join(store_dir, f"{a.name}-{suite}.db")):
-            raise SystemExit(f"level_suites: {os.path.join(store_dir, f'{a.name}-{suite}.db')} exists; "
-                             f"pick another --name or --store-dir")
+    # a suite given as a directory keeps its store beside the others, named by the directory's own name
+    store_of = {suite: os.path.join(store_dir, f"{a.name}-{os.path.basename(os.path.normpath(suite))}.db")
+                for suite in a.suite or ["level1", "level2"]}
+    for path in store_of.values():
+        if os.path.exists(path):
+            raise SystemExit(f"level_suites: {path} exists; pick another --name or --store-dir")
     os.makedirs(store_dir, exist_ok=True)
     gpus = [int(g) for g in a.gpus.split(",") if g]
     from cuforge.agent.config import RunConfig
@@ -58,7 +61,7 @@ def main() -> None:
         problems = [p for p in load_suite(suite).problems if not a.problem or p.id in a.problem]
         covered = {p.id for p in problems if families_for(p)[0]}
         uncovered = {p.id: families_for(p)[1] for p in problems if p.id not in covered}
-        store_path = os.path.join(store_dir, f"{a.name}-{suite}.db")
+        store_path = store_of[suite]
         store = Store(store_path)
         print(f"{suite}: results store {store_path}", flush=True)
         cfg = RunConfig(suite=suite, problems=sorted(covered), islands=1, generations=a.generations,
