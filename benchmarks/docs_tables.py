@@ -11,7 +11,7 @@ Each generated table in the page sits between two markers naming the command tha
     python benchmarks/docs_tables.py NAME RESULT...   # print one table (the commands the markers name)
 
 The tables printed here (NAME): compile, throughput, repeatability, jail, hgemm, level3, gpu_checks, conv_half,
-models, dtype_coverage, conv_tf32, replay, skinny, models_search, attention, configs.
+models, dtype_coverage, conv_tf32, replay, skinny, models_search, both_flags, attention, configs.
 Commands run from the repository root; the KernelBench search tables come from
 kernelbench_search_summary.py.
 """
@@ -186,6 +186,28 @@ def models_search_table(name: str, *later: str) -> list[str]:
         out.append(row(problem, fmt(r["vs_torch"]), compile_cell(r), f"{r['correct']} / {r['evaluations']}",
                        run, why.replace("|", "/")))
     return out
+
+
+def both_flags_table(name: str) -> list[str]:
+    """level_suites.py's search of a suite under `pytorch`: each best kernel re-timed once beside eager and
+    torch.compile under PyTorch's default flags and under strict fp32 flags (TF32 off), all in one worker."""
+    from cuforge.rewards import geomean
+
+    d = load(name)
+    suite = next(iter(d["suites"].values()))
+    fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
+    out = [*header("problem", "evaluated", "vs eager, default flags", "vs torch.compile, default flags",
+                   "vs eager, TF32 off", "vs torch.compile, TF32 off")]
+    for r in sorted(suite["rows"], key=lambda r: r["problem"]):
+        c = r.get("recheck", {})
+        out.append(row(r["problem"].split("/")[-1][:56], r["evaluations"], fmt(c.get("vs_torch")),
+                       fmt(c.get("vs_torch_compile")), fmt(c.get("vs_torch.strict")), fmt(c.get("vs_torch.compile.strict"))))
+    eager = [r.get("recheck", {}).get("vs_torch") for r in suite["rows"]]
+    compiled = [r.get("recheck", {}).get("vs_torch_compile") for r in suite["rows"]]
+    return out + ["", f"contract `{suite['precision']}`, {d['generations']} generations; faster than default-flag eager "
+                      f"on {sum(1 for v in eager if v and v > 1)} of {len(eager)}, geomean {geomean(v for v in eager if v):.2f}x; "
+                      f"than default-flag torch.compile on {sum(1 for v in compiled if v and v > 1)}, geomean "
+                      f"{geomean(v for v in compiled if v):.2f}x ({stamp(d)})"]
 
 
 def compile_cell(r: dict[str, Any]) -> str:
@@ -379,7 +401,7 @@ TABLES: dict[str, Callable[..., list[str]]] = {
     "gpu_suite": gpu_suite_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
     "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
-    "models_search": models_search_table, "attention": attention_table, "configs": configs_table,
+    "models_search": models_search_table, "both_flags": both_flags_table, "attention": attention_table, "configs": configs_table,
 }
 
 
