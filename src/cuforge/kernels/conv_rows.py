@@ -69,9 +69,10 @@ class ConvRowsF32(GraphFamily):
 
     def leads(self, problem: Problem) -> bool:
         """Ahead of the implicit GEMM where one TF32 product is allowed, the kernel is wider than 1x1 (a 1x1
-        is conv_pointwise_f32's) and W's rows fit 64 at a time: on level1/63 (K = 16 x 9) its
-        first seed took 6.69 ms against the implicit GEMM's 9.58, beside cuDNN's TF32 at 6.5. Where K allows only 32 rows
-        (level1/55, 64 x 9) it took 22 ms against 3.2; with three products it has not been timed against it."""
+        is conv_pointwise_f32's) and W's rows fit 64 at a time: on level1/63 (K = 16 x 9) its first seed
+        took 6.69 ms against the implicit GEMM's 9.58, beside cuDNN's TF32 at 6.5. Where K allows only 32
+        rows (level1/55, 64 x 9) it took 22 ms against 3.2. With three products it has not been timed
+        against the implicit GEMM."""
         f = self.match(problem)
         if isinstance(f, str) or f.taps == 1 or not tf32_allowed(problem.contract(), problem.ops):
             return False
