@@ -8,6 +8,8 @@ best kernel timed again beside eager PyTorch and torch.compile in one worker.
     python benchmarks/kernelbench_search.py --levels 1 --families pointwise,reduce_dim,scan_rows \
         --generations 2 --name kb_search_l1
     python benchmarks/kernelbench_search.py --levels 1 --files 55_,56_ --precision pytorch --name kb_search_l1_pytorch
+    python benchmarks/kernelbench_search.py --levels 1,2 --precision pytorch --shard 0/4 --wall-time 400 \
+        --recheck-deadline 120 --name kb_search_pytorch_0of4      # a quarter of both levels, on every GPU
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -26,13 +28,26 @@ from _common import write_result
 from kernelbench import KB, prevalidate
 
 
-def files_of(levels: list[str], prefixes: list[str]) -> list[tuple[str, Path]]:
+def files_of(levels: list[str], prefixes: list[str], shard: tuple[int, int] = (0, 1)) -> list[tuple[str, Path]]:
+    """KernelBench's files of `levels` in numeric order whose names start with one of `prefixes` (all
+    where none): a prefix `2/1_` names level 2's files only, a plain `1_` every level's. `shard` (i, n)
+    keeps every n-th file from the i-th, so n calls share the files out."""
+    want = [p.partition("/")[::2] if "/" in p else ("", p) for p in prefixes]
     out = []
     for level in levels:
         for path in sorted((KB / f"level{level}").glob("*.py"), key=lambda p: (len(p.name.split("_")[0]), p.name)):
-            if not prefixes or any(path.name.startswith(x) for x in prefixes):
+            if not want or any(lv in ("", level) and path.name.startswith(x) for lv, x in want):
                 out.append((level, path))
-    return out
+    i, n = shard
+    return out[i::n]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """--shard I/N (0 <= I < N) -> (I, N); anything else exits naming the expected form."""
+    i, sep, n = text.partition("/")
+    if not (sep and i.isdigit() and n.isdigit() and 0 <= int(i) < int(n)):
+        raise SystemExit(f"--shard {text}: expected I/N with 0 <= I < N, e.g. 0/4")
+    return int(i), int(n)
 
 
 def coverage(chosen: list[tuple[str, Path]]) -> dict:
@@ -58,7 +73,8 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
 
 
 def search(chosen: list[tuple[str, Path]], families: set[str], generations: int, max_timing: float,
-           precision: str = "fp32") -> dict:
+           precision: str = "fp32", wall_time: float | None = None, gpus: str = "all",
+           recheck_deadline: float | None = None) -> dict:
     """The template search over the chosen files that a wanted family covers; leaderboard rows, then
     each best kernel re-timed beside eager and torch.compile."""
     from level_suites import time_against_torch_compile
@@ -83,30 +99,45 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     wanted = sorted(pid for pid, fam in covered.items() if not families or fam in families or fam.split(":")[0] in families)
     store = Store(str(work / "cuforge.db"))
     cfg = RunConfig(suite=str(suite_dir), problems=wanted, islands=1, generations=generations, baseline="torch",
-                    max_timing_s=max_timing, precision=precision)
+                    max_timing_s=max_timing, precision=precision, wall_time_s=wall_time, gpus=gpus)
     t0 = time.perf_counter()
     run_id, searched = execute(cfg, store, None, False)
     board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
     rows = [{"problem": r.problem_id, "family": covered.get(r.problem_id), "evaluations": r.evaluations, "correct": r.correct,
              "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": None, "best_ms": r.best_median_ms,
              "best_candidate_id": r.best_candidate_id} for r in board.rows]
-    time_against_torch_compile(store, {p.id: p.under(precision) for p in problems}, rows, precision)
+    # the recheck on the GPUs the search used (every visible one for "all"), a worker each
+    recheck_gpus = list(range(max(1, torch_device_count()))) if gpus == "all" else [int(g) for g in gpus.split(",")]
+    deadline = None if recheck_deadline is None else time.monotonic() + recheck_deadline
+    time_against_torch_compile(store, {p.id: p.under(precision) for p in problems}, rows, precision, recheck_gpus, deadline)
     for r in rows:  # the side-by-side recheck is the number reported
         if r.get("recheck", {}).get("status") == "ok":
             r["vs_torch"] = r["recheck"]["vs_torch"]
     best = {r["problem"]: r["vs_torch"] for r in rows}
     compiled = {r["problem"]: r["vs_torch_compile"] for r in rows}
-    return {"problems": len(wanted), "generations": generations, "precision": precision, "wall_s": round(time.perf_counter() - t0, 1),
+    return {"problems": len(wanted), "generations": generations, "precision": precision, "stop_reason": searched.stats.stop_reason,
+            "wall_s": round(time.perf_counter() - t0, 1),
             "evaluations": searched.stats.evaluations, "fast_1_vs_torch": fast_p(best, wanted, 1.0),
             "fast_1_vs_torch_compile": fast_p(compiled, wanted, 1.0),
             "geomean_vs_torch": geomean(v for v in best.values() if v),
             "geomean_vs_torch_compile": geomean(v for v in compiled.values() if v), "rows": rows}
 
 
+def torch_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--levels", default="1,2")
-    ap.add_argument("--files", default="", help="comma list of file-name prefixes (19_,20_)")
+    ap.add_argument("--files", default="", help="comma list of file-name prefixes (19_,20_; 2/1_ for level 2's only)")
+    ap.add_argument("--shard", default="0/1", help="I/N: every N-th chosen file from the I-th (N calls share them)")
+    ap.add_argument("--wall-time", type=float, default=None, help="the search's wall-clock limit in seconds")
+    ap.add_argument("--recheck-deadline", type=float, default=None,
+                    help="seconds after the search past which no more best kernels are re-timed (named in the rows)")
+    ap.add_argument("--gpus", default="all", help="GPUs the search and the recheck use: all, or indices 0,1")
     ap.add_argument("--coverage", action="store_true", help="coverage only (no GPU)")
     ap.add_argument("--families", default="", help="search only files whose preferred family is one of these "
                                                     "(staged: every two-kernel family)")
@@ -118,12 +149,13 @@ def main() -> None:
     ap.add_argument("--name", default="kernelbench_search")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
-    chosen = files_of([x for x in a.levels.split(",") if x], [x for x in a.files.split(",") if x])
+    chosen = files_of([x for x in a.levels.split(",") if x], [x for x in a.files.split(",") if x], parse_shard(a.shard))
     prevalidate([p for _, p in chosen], a.inspectors)
     out: dict = {"coverage": coverage(chosen)}
     print(out["coverage"]["summary"], flush=True)
     if not a.coverage:
-        out["search"] = search(chosen, {x for x in a.families.split(",") if x}, a.generations, a.max_timing, a.precision)
+        out["search"] = search(chosen, {x for x in a.families.split(",") if x}, a.generations, a.max_timing, a.precision,
+                               a.wall_time, a.gpus, a.recheck_deadline)
         s = out["search"]
         print(f"{s['problems']} problems: fast_1 vs eager {s['fast_1_vs_torch']:.2f}, vs torch.compile "
               f"{s['fast_1_vs_torch_compile']:.2f}, geomean vs eager {s['geomean_vs_torch']}", flush=True)
