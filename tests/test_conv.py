@@ -9,7 +9,7 @@ from cuforge.kernels.conv import ConvTf32x3Sm90, flat_lead, flat_pitch, macs_per
 from cuforge.kernels.conv_match import match_conv
 from cuforge.kernels.families import families_for
 from cuforge.runtime import compile_cuda
-from template_helpers import conv_problem, problem_from_expr, smoke_compile
+from template_helpers import CHECK_COMPILE, conv_problem, problem_from_expr, smoke_compile
 
 FAM = ConvTf32x3Sm90()
 
@@ -169,7 +169,7 @@ def test_dense_w_tiles_span_every_phase_of_w(tmp_path):
     assert not FAM.valid(c, plain)
     assert not FAM.valid(c, conv_problem(tmp_path, "nn.Conv1d(32, 64, 3, stride=2)", "(2, 32, 1000)"))
     for q in (p, one_d):
-        assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
+        assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a", options=CHECK_COMPILE).signatures
     # Seeded second where an output value takes few multiply-adds (32 channels x 9 / 25 taps here): its stores,
     # not its MACs, bound it; not where it takes many (64 x 9 / 4)
     assert macs_per_output(FAM.matched(p)) == 32 * 9 / 25 and FAM.seeds(p)[1].get("DENSE_W") == 1
@@ -209,7 +209,7 @@ def test_direct_configs_compile(tmp_path, layer, x_shape):
     assert direct
     for d in direct:
         cand = FAM.render(d, p)
-        assert FAM.name in compile_cuda(cand.source, arch="sm_90a").signatures
+        assert FAM.name in compile_cuda(cand.source, arch="sm_90a", options=CHECK_COMPILE).signatures
 
 
 def test_flat_tiles_run_over_padded_planes(tmp_path):
@@ -238,7 +238,7 @@ def test_flat_tiles_run_over_padded_planes(tmp_path):
     four = {**seed, "TW": 32, "BN": 32}
     assert FAM.valid(four, plain) and FAM.render(four, plain).launch.args[0] == "tma_nd(scratch0, (32, 32, 1))"
     for c, q in ((seed, p), (four, plain), ({**four, "PERSIST": 1, "OVERLAP": 1}, plain)):
-        assert FAM.name + "_pad_x" in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
+        assert FAM.name + "_pad_x" in compile_cuda(FAM.render(c, q).source, arch="sm_90a", options=CHECK_COMPILE).signatures
     # 3-D: planes of padded depths, a tile 128 flat pixels of one depth (the depth a TMA coordinate of its own)
     cube = conv_problem(tmp_path, "nn.ConvTranspose3d(16, 24, (2, 3, 3), padding=(0, 1, 1))", "(2, 16, 5, 20, 24)")
     h = FAM.matched(cube)
@@ -250,7 +250,7 @@ def test_flat_tiles_run_over_padded_planes(tmp_path):
                                  "(in0, scratch0, C, CP, ID, IH, IW, 7, 22, 1, 1, 1)")
     assert launch.scratch[0][0] == "(2 * NB, 7, 572, CP)" and launch.args[0] == "tma_nd(scratch0, (32, 128, 1, 1))"
     assert launch.grid == "(NB * OD * cdiv(OH * 26, 128) * cdiv(CO, 32),)"
-    assert FAM.name + "_pad_x" in compile_cuda(FAM.render(flat3, cube).source, arch="sm_90a").signatures
+    assert FAM.name + "_pad_x" in compile_cuda(FAM.render(flat3, cube).source, arch="sm_90a", options=CHECK_COMPILE).signatures
     # not where a stride, a single dim, folded channels or x read as it lies breaks the fixed tap offsets
     for layer, x_shape in (("nn.Conv2d(16, 24, 3, stride=(1, 2))", "(2, 16, 20, 24)"),
                            ("nn.ConvTranspose2d(16, 24, 3, stride=2)", "(2, 16, 20, 24)"),
@@ -291,7 +291,7 @@ def test_one_tf32_pass_only_where_the_contract_allows_tf32(tmp_path, layer, x_sh
     for c in ones:
         cand = FAM.render(c, default)
         assert "#define PASSES 1" in cand.source
-        mod = compile_cuda(cand.source, arch="sm_90a", options=cand.launch.options)
+        mod = compile_cuda(cand.source, arch="sm_90a", options=(*cand.launch.options, *CHECK_COMPILE))
         assert FAM.name in mod.signatures and len(mod.cubin) > 0, c
 
 
@@ -347,7 +347,7 @@ def test_the_epilogue_by_runs_stages_both_consumers_tiles_and_compiles_over_ever
     for q, c in cases:
         c = {**c, "EPI_RUNS": 1}
         assert FAM.valid(c, q), c
-        assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a").signatures
+        assert FAM.name in compile_cuda(FAM.render(c, q).source, arch="sm_90a", options=CHECK_COMPILE).signatures
 
 
 
@@ -383,4 +383,4 @@ def test_x_laid_out_16_bytes_a_thread_access_as_flat_or_plain_planes(tmp_path):
     assert launch.pre[0] == ("conv_tf32x3_sm90_pad_xv", "(cdiv(IH * IW, 64), cdiv(CP, 64), NB * 1)", "(256,)",
                              "(in0, scratch0, C, CP, 1, IH, IW, 1, IH, 0, 0, 0, IW)")
     for c in (flat, rows):
-        assert FAM.name + "_pad_xv" in compile_cuda(FAM.render(c, p).source, arch="sm_90a").signatures
+        assert FAM.name + "_pad_xv" in compile_cuda(FAM.render(c, p).source, arch="sm_90a", options=CHECK_COMPILE).signatures

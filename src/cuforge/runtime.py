@@ -224,6 +224,11 @@ def _with_extra(opts: Any, extra: tuple[str, ...]) -> Any:
             opts.define_macro = defs
         elif flag in ("-lineinfo", "--generate-line-info"):
             opts.lineinfo = True
+        elif flag.startswith(("-Ofast-compile=", "--Ofast-compile=")):
+            level = flag.split("=", 1)[1]
+            if level not in ("0", "min", "mid", "max"):
+                raise CompileError(f"unsupported compile option {flag!r}: -Ofast-compile takes 0, min, mid or max", [], "")
+            opts.ofast_compile = level
         elif flag.startswith("-O") or flag == "--std=c++17" or flag == "-std=c++17":
             continue
         else:
