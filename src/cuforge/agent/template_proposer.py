@@ -29,9 +29,16 @@ class TemplateProposer:
         # one correct seed must not end the seeding (its mutations are often worse than the next seed).
         self.seeds_first = seeds_first
         self.seeded: dict[str, int] = {}
-        # Problems where a reduced-precision config was judged a downgrade: PyTorch's own default
-        # computation there is fp32 (cuDNN picks TF32 per shape), so no such config can pass.
-        self.fp32_only: set[str] = set()
+        # Per problem, the judge's ruling on reduced-precision configs (one TF32 product), once one has
+        # come back: False where one was judged a downgrade (PyTorch's own default computation there is
+        # fp32: cuDNN picks TF32 per shape), so no such config can pass; True where one passed.
+        self.tf32_ruling: dict[str, bool] = {}
+        # Reduced-precision candidates proposed and not yet judged, and the problems that have had a
+        # full-precision candidate proposed: until the ruling comes back, a second reduced-precision
+        # config waits behind one full-precision config, so that a short search (its proposals run
+        # ahead of the verdicts) still gets a candidate that can pass where TF32 cannot.
+        self.awaiting: dict[str, int] = {}
+        self.hedged: set[str] = set()
 
     def propose_candidate(self, problem: Problem, mode: str, parent: Any, inspirations: list[Any],
                           compute_capability: str | None = None) -> Candidate:
@@ -70,16 +77,25 @@ class TemplateProposer:
         raise NotCovered(f"{'/'.join(by_name)}: no untried valid config left for {problem.id}")
 
     def learn(self, problem: Problem, source: str, status: str) -> None:
-        """An evaluation's verdict on one of this proposer's candidates."""
+        """An evaluation's verdict on one of this proposer's candidates: for a reduced-precision config,
+        whether TF32 can pass on this problem (a downgrade says no, for good; a pass says yes)."""
         cfg = config_of(source)
-        if status != "cheat:precision_downgrade" or not cfg:
+        family = next((f for f in families_for(problem)[0] if f.name == cfg.get("family")), None) if cfg else None
+        if family is None or not family.reduced_precision(cfg, problem):
             return
-        family = next((f for f in families_for(problem)[0] if f.name == cfg.get("family")), None)
-        if family is not None and family.reduced_precision(cfg):
-            self.fp32_only.add(problem.id)
+        self.awaiting[problem.id] = max(self.awaiting.get(problem.id, 0) - 1, 0)
+        if status == "cheat:precision_downgrade":
+            self.tf32_ruling[problem.id] = False
+        elif status == "ok":
+            self.tf32_ruling.setdefault(problem.id, True)
 
     def _allowed(self, family: Family, cfg: dict[str, Any], problem: Problem) -> bool:
-        return problem.id not in self.fp32_only or not family.reduced_precision(cfg)
+        if not family.reduced_precision(cfg, problem):
+            return True
+        ruling = self.tf32_ruling.get(problem.id)
+        if ruling is None:  # not judged yet: one full-precision config before a second reduced one
+            return not self.awaiting.get(problem.id) or problem.id in self.hedged
+        return ruling
 
     def remember(self, problem: Problem, source: str) -> None:
         """A candidate the run already has (restored on --resume): its config is not proposed again,
@@ -104,6 +120,10 @@ class TemplateProposer:
 
     def _take(self, family: Family, cfg: dict[str, Any], problem: Problem, tried: set[str]) -> Candidate:
         tried.add(self._key(family, cfg))
+        if family.reduced_precision(cfg, problem):
+            self.awaiting[problem.id] = self.awaiting.get(problem.id, 0) + 1
+        else:
+            self.hedged.add(problem.id)
         if any(self._key(family, cfg) == self._key(family, s) for s in family.seeds(problem)):
             self.seeded[problem.id] = self.seeded.get(problem.id, 0) + 1
         return family.render(cfg, problem)

@@ -148,10 +148,11 @@ class Family:
         """Template values that follow from the config (not knobs of their own)."""
         return {}
 
-    def reduced_precision(self, config: dict[str, Any]) -> bool:
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
         """Whether the config computes below fp32 accuracy where the precision contract allows it (one
         TF32 product): the search stops proposing such configs for a problem once one was judged a
-        precision downgrade there (PyTorch's own default computation of it stayed fp32)."""
+        precision downgrade there (PyTorch's own default computation of it stayed fp32). `problem`: the
+        one the config is for, which composite families need to know which family runs each part."""
         return False
 
     def runs_on(self, compute_capability: str) -> bool:

@@ -143,7 +143,7 @@ class ConvTf32x3Sm90(GraphFamily):
     def runs_on(self, compute_capability: str) -> bool:
         return compute_capability == "9.0"
 
-    def reduced_precision(self, config: dict[str, Any]) -> bool:
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
         return config.get("PASSES", 3) == 1
 
     def match(self, problem: Problem) -> ConvMatch | str:

@@ -38,7 +38,7 @@ class ConvHalfSm90(ConvTf32x3Sm90):
     def planes(cls, c: dict[str, Any]) -> int:
         return 1
 
-    def reduced_precision(self, config: dict[str, Any]) -> bool:
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
         return False  # fp16/bf16 products summed in fp32: the dtype's own accuracy, as cuDNN computes it
 
     def match(self, problem: Problem) -> ConvMatch | str:

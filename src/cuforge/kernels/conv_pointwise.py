@@ -59,7 +59,7 @@ class ConvPointwiseF32(GraphFamily):
         f = self.match(problem)
         return not isinstance(f, str) and tf32_allowed(problem.contract(), problem.ops)
 
-    def reduced_precision(self, config: dict[str, Any]) -> bool:
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
         return config.get("MATH") == "tf32"
 
     @staticmethod

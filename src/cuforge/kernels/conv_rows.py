@@ -78,7 +78,7 @@ class ConvRowsF32(GraphFamily):
             return False
         return any(c["BM"] >= 64 for c in self.seeds(problem))
 
-    def reduced_precision(self, config: dict[str, Any]) -> bool:
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
         return config.get("MATH") == "tf32"
 
     @staticmethod

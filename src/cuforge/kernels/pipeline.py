@@ -65,6 +65,14 @@ def split(problem: Problem, heads: list[Family], singles: list[Family], feed: tu
     return None
 
 
+def leading_choices(indices: list[list[int]]) -> list[list[int]]:
+    """Per stage, which of its seeds (from `indices`, each stage's in order): every stage's first; then
+    each stage's second with the others' first."""
+    first = [ix[0] for ix in indices]
+    return [first] + [[ix[1] if i == j else first[i] for i, ix in enumerate(indices)]
+                      for j in range(len(indices)) if len(indices[j]) > 1]
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """Per stage, in order, its knobs and their values (each checked by that stage's family)."""
@@ -168,9 +176,23 @@ class Pipeline(GraphFamily):
             return {f"s{i}.{k}": v for i, (seeds, j) in enumerate(zip(per_stage, choice)) for k, v in seeds[j].items()}
 
         # Every stage's first seed; then each stage's second seed with the others' first.
-        choices = [[0] * len(stages)] + [[1 if i == j else 0 for i in range(len(stages))] for j in range(len(stages))
-                                         if len(per_stage[j]) > 1]
+        choices = leading_choices([list(range(len(seeds))) for seeds in per_stage])
+        # Where each of these computes below fp32 (a stage's one-TF32-product seeds come first where the
+        # contract allows them), the same choices over the full-precision seeds after them: the judge may
+        # rule TF32 out (cuDNN picks it per shape), and the search then needs configs to fall back on.
+        full = [[j for j, c in enumerate(seeds) if not s.family.reduced_precision(c, s.problem)]
+                for s, seeds in zip(stages, per_stage)]
+        if all(self.reduced_precision(joined(c), problem) for c in choices) and all(full):
+            choices += leading_choices(full)
         return [joined(c) for c in choices]
+
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
+        """Whether any stage's config computes below fp32 (which family runs a stage follows from the
+        problem's cut, so the problem is needed)."""
+        if problem is None:
+            raise ValueError("a pipeline's stages depend on the problem: pass it to reduced_precision")
+        stages = self.matched(problem)
+        return any(s.family.reduced_precision(c, s.problem) for c, s in zip(self.stage_configs(config, stages), stages))
 
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
         raise NotImplementedError("a pipeline candidate is a module of several launches: use render")

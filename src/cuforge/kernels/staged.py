@@ -185,9 +185,11 @@ class Staged(GraphFamily):
         return ({k[2:]: v for k, v in config.items() if k.startswith("h.")},
                 {k[2:]: v for k, v in config.items() if k.startswith("t.")})
 
-    def reduced_precision(self, config: dict[str, Any]) -> bool:
+    def reduced_precision(self, config: dict[str, Any], problem: Problem | None = None) -> bool:
         h, t = self.split(config)
-        return self.head.reduced_precision(h) or self.tail.reduced_precision(t)
+        cut = None if problem is None else self.matched(problem)
+        return (self.head.reduced_precision(h, cut and cut.head)
+                or self.tail.reduced_precision(t, cut and cut.tail))
 
     def complete(self, config: dict[str, Any]) -> dict[str, Any]:
         h, t = self.split(config)
@@ -218,8 +220,15 @@ class Staged(GraphFamily):
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         cut = self.matched(problem)
         heads, tails = self.head.seeds(cut.head), self.tail.seeds(cut.tail)
-        pairs = [(h, t) for h in heads[:2] for t in tails[:1]] + [(h, t) for h in heads[:1] for t in tails[1:2]]
-        return [{f"h.{k}": v for k, v in h.items()} | {f"t.{k}": v for k, v in t.items()} for h, t in pairs]
+        out = [pair_config(h, t) for h, t in leading_pairs(heads, tails)]
+        # Where each of these computes below fp32 (one TF32 product, first where the contract allows it), the
+        # same pairs of full-precision seeds after them: the judge may still rule TF32 out (cuDNN picks it
+        # per shape), and the search then needs configs to fall back on.
+        if all(self.reduced_precision(c, problem) for c in out):
+            out += [pair_config(h, t) for h, t in leading_pairs(
+                [h for h in heads if not self.head.reduced_precision(h, cut.head)],
+                [t for t in tails if not self.tail.reduced_precision(t, cut.tail)])]
+        return out
 
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
         raise NotImplementedError("a staged candidate is a module of two launches: use render")
@@ -251,3 +260,13 @@ def staged_config_type(head: type, tail: type) -> type:
 def staged_families(heads: list[Family], tails: list[Family]) -> list[Family]:
     """A staged family for every head and tail pair (a family is never its own tail)."""
     return [Staged(h, t) for h in heads for t in tails if t is not h]
+
+
+def pair_config(head: dict[str, Any], tail: dict[str, Any]) -> dict[str, Any]:
+    """A staged config from the head's and the tail's: their knobs as h.* and t.*."""
+    return {f"h.{k}": v for k, v in head.items()} | {f"t.{k}": v for k, v in tail.items()}
+
+
+def leading_pairs(heads: list[dict[str, Any]], tails: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The head's first two seeds with the tail's first, then the head's first with the tail's second."""
+    return [(h, t) for h in heads[:2] for t in tails[:1]] + [(h, t) for h in heads[:1] for t in tails[1:2]]
