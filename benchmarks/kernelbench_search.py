@@ -77,7 +77,7 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
            recheck_deadline: float | None = None) -> dict:
     """The template search over the chosen files that a wanted family covers; leaderboard rows, then
     each best kernel re-timed beside eager and torch.compile."""
-    from level_suites import time_against_torch_compile
+    from level_suites import failures_by_problem, time_against_torch_compile
 
     from cuforge.agent.config import RunConfig
     from cuforge.agent.run import execute
@@ -103,9 +103,11 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     t0 = time.perf_counter()
     run_id, searched = execute(cfg, store, None, False)
     board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
+    failures = failures_by_problem(store, run_id)
     rows = [{"problem": r.problem_id, "family": covered.get(r.problem_id), "evaluations": r.evaluations, "correct": r.correct,
              "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": None, "best_ms": r.best_median_ms,
-             "best_candidate_id": r.best_candidate_id} for r in board.rows]
+             "best_candidate_id": r.best_candidate_id, "best_config": best_config(store, r.best_candidate_id),
+             "failures": failures.get(r.problem_id, [])} for r in board.rows]
     # the recheck on the GPUs the search used (every visible one for "all"), a worker each
     recheck_gpus = list(range(max(1, torch_device_count()))) if gpus == "all" else [int(g) for g in gpus.split(",")]
     deadline = None if recheck_deadline is None else time.monotonic() + recheck_deadline
@@ -121,6 +123,13 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
             "fast_1_vs_torch_compile": fast_p(compiled, wanted, 1.0),
             "geomean_vs_torch": geomean(v for v in best.values() if v),
             "geomean_vs_torch_compile": geomean(v for v in compiled.values() if v), "rows": rows}
+
+
+def best_config(store, candidate_id: int | None) -> dict | None:
+    """The family config a best kernel was rendered from (None where there is no best)."""
+    from cuforge.kernels.base import config_of
+
+    return None if candidate_id is None else config_of(store.candidate_source(candidate_id)["source"]) or None
 
 
 def torch_device_count() -> int:
@@ -161,6 +170,8 @@ def main() -> None:
               f"{s['fast_1_vs_torch_compile']:.2f}, geomean vs eager {s['geomean_vs_torch']}", flush=True)
         for r in s["rows"]:
             print(f"  {r['problem']} [{r['family']}]: vs eager {r['vs_torch']}, vs torch.compile {r['vs_torch_compile']}", flush=True)
+            for f in r["failures"]:
+                print(f"      {f}", flush=True)
     write_result(a.name, out)
 
 

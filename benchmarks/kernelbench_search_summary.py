@@ -6,7 +6,10 @@ family, then the searched files per family (fast_1 and geomean vs eager and torc
     python benchmarks/kernelbench_search_summary.py --level 2 --precision pytorch
 
 A file searched in several result files takes its row from the last one named; without --search, every
-kb_search_*.json result, in the order of the dates they were written.
+kb_search_*.json result, in the order of the dates they were written. Under a contract other than fp32,
+a file with no op the flags change (no convolution; KernelBench's level1/level2 files are fp32 and leave
+matmul TF32 off) runs the same kernels, baselines and bound under both, so where it was not searched
+under that contract it takes its fp32 row, named as such (this reads the KernelBench files' traced ops).
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ def coverage_table(cov: dict[str, Any]) -> None:
         print(f"| {level} | {s['files']} | {s['covered']} ({100 * s['covered'] / s['files']:.0f}%) | {fams} |")
 
 
-def search_tables(rows: list[dict[str, Any]]) -> None:
+def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None = None) -> None:
+    """The per-family table, then the per-file one; `searched_as` names the contract a row was searched
+    under where that is not the table's own (a column then says which)."""
+    searched_as = searched_as or {}
     print("\n| family | files | correct | fast_1 vs eager | fast_1 vs torch.compile | geomean vs eager | geomean vs torch.compile |")
     print("|---|---|---|---|---|---|---|")
     for fam in sorted({r["family"] for r in rows}) + ["all"]:
@@ -51,12 +57,55 @@ def search_tables(rows: list[dict[str, Any]]) -> None:
     # defaults under `fp32`) show that ratio beside the contract's own.
     other = next((k for k in ("vs_torch.strict", "vs_torch.default_flags") if any(k in r.get("recheck", {}) for r in rows)), None)
     label = {"vs_torch.strict": "vs eager, TF32 off", "vs_torch.default_flags": "vs eager, default flags"}.get(other or "")
-    print("\n| file | family | best ms | vs eager | vs torch.compile |" + (f" {label} |" if other else ""))
-    print("|---|---|---|---|---|" + ("---|" if other else ""))
+    print("\n| file | family | best ms | vs eager | vs torch.compile |" + (f" {label} |" if other else "")
+          + (" searched under |" if searched_as else ""))
+    print("|---|---|---|---|---|" + ("---|" if other else "") + ("---|" if searched_as else ""))
     for r in sorted(rows, key=lambda r: (r["problem"].split("_")[0], int(r["problem"].split("_")[1]))):
         level, name = r["problem"].split("/", 1)[1].split("_", 1)  # kernelbench/l1_19_ReLU
         extra = f" {fmt(r.get('recheck', {}).get(other))} |" if other else ""
+        extra += f" {searched_as.get(r['problem'], 'this contract')} |" if searched_as else ""
         print(f"| level{level[1:]}/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |{extra}")
+
+
+def records(precision: str) -> list[str]:
+    """Every kb_search_* result searched under `precision` (those from before contracts were fp32's), by date."""
+    return [n for _, n in sorted(
+        (load(p.stem).get("date", ""), p.stem) for p in RESULTS.glob("kb_search_*.json")
+        if "search" in load(p.stem) and load(p.stem)["search"].get("precision", "fp32") == precision)]
+
+
+def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
+    """Each file's row from the last of `names` that searched it, of `level`'s files (all where empty)."""
+    final: dict[str, dict[str, Any]] = {}
+    for name in names:
+        for r in load(name)["search"]["rows"]:
+            if not level or r["problem"].split("/", 1)[1].startswith(f"l{level}_"):
+                final[r["problem"]] = r
+    return final
+
+
+def flag_free(problem_ids: list[str]) -> set[str]:
+    """Of these rows' problems (kernelbench/l1_19_ReLU), those whose traced ops the two flag sets cannot
+    change (precision.flags_matter), read from the KernelBench files."""
+    from kernelbench import KB
+
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.protocol.precision import flags_matter
+
+    paths = {}
+    for pid in problem_ids:
+        level, name = pid.split("/", 1)[1].split("_", 1)
+        paths[pid] = KB / f"level{level[1:]}" / f"{name}.py"
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise SystemExit(f"{missing[0]}: not found; the KernelBench files decide which fp32 rows hold under "
+                         "another contract (set CUFORGE_KERNELBENCH)")
+    problems, skipped = load_files(list(paths.values()))
+    if skipped:
+        raise SystemExit(f"{skipped[0].path}: not loaded: {skipped[0].reason}")
+    by_path = {str(p.path): p for p in problems}
+    return {pid for pid, path in paths.items()
+            if not flags_matter(by_path[str(path)].ops, by_path[str(path)].meta.dtype)}
 
 
 def main() -> None:
@@ -68,15 +117,14 @@ def main() -> None:
                     "contract (those from before contracts were fp32's)")
     a = ap.parse_args()
     coverage_table(load(a.coverage)["coverage"])
-    names = a.search.split(",") if a.search else [n for _, n in sorted(
-        (load(p.stem).get("date", ""), p.stem) for p in RESULTS.glob("kb_search_*.json")
-        if "search" in load(p.stem) and load(p.stem)["search"].get("precision", "fp32") == a.precision)]
-    final: dict[str, dict[str, Any]] = {}
-    for name in names:
-        for r in load(name)["search"]["rows"]:
-            if not a.level or r["problem"].split("/", 1)[1].startswith(f"l{a.level}_"):
-                final[r["problem"]] = r
-    search_tables(list(final.values()))
+    final = rows_of(a.search.split(",") if a.search else records(a.precision), a.level)
+    searched_as: dict[str, str] = {}
+    if not a.search and a.precision != "fp32":
+        strict = rows_of(records("fp32"), a.level)
+        fill = flag_free(sorted(set(strict) - set(final)))
+        final |= {pid: strict[pid] for pid in fill}
+        searched_as = {pid: "fp32 (no op the flags change)" for pid in fill}
+    search_tables(list(final.values()), searched_as)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,7 @@ def main() -> None:
         run_id, search = execute(cfg, store, None, False)
         board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
         best = {r.problem_id: r.best_speedup for r in board.rows}
-        failures: dict[str, list[str]] = {}  # a problem's failed evaluations, named, so a miss says why
-        for e in store.evaluations(run_id):
-            if e["status"] not in ("ok", "compiled"):
-                failures.setdefault(e["problem_id"], []).append(f"{e['status']}: {(e['message'] or '')[:300]}")
+        failures = failures_by_problem(store, run_id)
         rows = [{"problem": r.problem_id, "evaluations": r.evaluations, "correct": r.correct,
                  "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": r.speedups_of_best.get("torch.compile"),
                  # the search's own side-by-side ratio, kept beside the recheck's: torch.compile's time has
@@ -108,6 +105,15 @@ def main() -> None:
             for f in r["failures"]:
                 print(f"      {f}", flush=True)
     write_result(a.name, out)
+
+
+def failures_by_problem(store, run_id: str) -> dict[str, list[str]]:
+    """Each problem's failed evaluations in a run, verdict and message, so a miss says why."""
+    failures: dict[str, list[str]] = {}
+    for e in store.evaluations(run_id):
+        if e["status"] not in ("ok", "compiled"):
+            failures.setdefault(e["problem_id"], []).append(f"{e['status']}: {(e['message'] or '')[:300]}")
+    return failures
 
 
 def time_against_torch_compile(store, problems: dict, rows: list[dict], precision: str | None = "fp32",
