@@ -168,3 +168,53 @@ def test_the_judge_bounds_bf16_operands_by_a_tf32_reference_s_own_error():
     assert judge(x @ w.T).ok
     bf16 = judge((x.bfloat16().float() @ w.bfloat16().float().T))
     assert not bf16.ok and bf16.kind == "precision_downgrade", (bf16.rel_norm_err, bf16.reason)
+
+
+class _Tf32LinearNorm(_Tf32Linear):
+    """The TF32 linear layer, then a training-mode batch norm of its columns: the normalization divides
+    by a batch statistic, so the sum of |terms| bounds nothing there (KernelBench level2's convolutions
+    followed by a batch, group or layer norm)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _column_norm(super().forward(x))
+
+
+def _column_norm(y: torch.Tensor) -> torch.Tensor:
+    return (y - y.mean(0, keepdim=True)) / torch.sqrt(y.var(0, unbiased=False, keepdim=True) + 1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_after_a_normalization_a_tf32_kernel_in_another_order_passes_and_bf16_operands_do_not(seed):
+    """Under a TF32 reference, a candidate rounding its operands as the reference does but summing in
+    another order (or truncating to TF32) misses other elements by other amounts; judged against the
+    reference's own misses one for one, it was called a downgrade."""
+    import types
+
+    from cuforge.sandbox.judge.context import Context, Models
+    from cuforge.sandbox.judge.output_judge import Judge
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+
+    torch.manual_seed(seed)
+    k = 576
+    eager = _Tf32LinearNorm(k)
+    models = Models(reference=eager, reference64=verify.float64_model(eager), candidate=None)
+    module = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512, k)])
+    x = torch.randn(512, k)
+    refs, native, kind = verify.reference_outputs(models.reference64, models.reference, [x])
+
+    def judge(out: torch.Tensor) -> verify.Comparison:
+        ctx = Context({}, {}, EvalConfig(precision="pytorch"), torch.device("cpu"), module, TOL, 0, {}, {}, tf32=True)
+        return Judge(ctx, models, [x], kind)(0, out, refs[0], native[0])
+
+    w = eager.weight.detach()
+    rounded = lambda t: torch.from_numpy(_round_mantissa(t.numpy(), 10))  # noqa: E731
+    trunc = lambda t: torch.from_numpy(_truncate_mantissa(t.numpy(), 10))  # noqa: E731
+    four_chunks = sum(rounded(x)[:, i::4] @ rounded(w)[:, i::4].T for i in range(4))
+    for name, y in {"another_order": four_chunks, "truncated": trunc(x) @ trunc(w).T, "fp32": x @ w.T}.items():
+        cmp = judge(_column_norm(y))
+        assert cmp.ok, (name, cmp.reason)
+    bf16 = judge(_column_norm(x.bfloat16().float() @ w.bfloat16().float().T))
+    assert not bf16.ok and bf16.kind == "precision_downgrade", (bf16.rel_norm_err, bf16.reason)
+    wrong = _column_norm(four_chunks).clone()
+    wrong[::97, 3] += 0.05  # a few elements off by far more than TF32's rounding
+    assert not judge(wrong).ok

@@ -35,14 +35,16 @@ class Judge:
         # a tiny norm, and varies set to set; the bound rests on the largest seen in this evaluation, not
         # on the one set's draw (an honest pipeline was once called a cheat on a set where eager was lucky).
         floor = self.ctx.native_rel.get(i, 0.0)
-        cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n if float64 else None, native_floor=floor)
+        cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n if float64 else None, native_floor=floor,
+                             tf32=self.ctx.tf32)
         self.ctx.native_rel[i] = max(floor, cmp.native_rel_norm)
         if not cmp.ok and cmp.norm_only and float64 and i not in self.ctx.calibrated:
             # Before an accusation rests on the error norm alone, the floor comes from more than the sets
             # judged so far (on the first set, from none but its own draw).
             self.ctx.calibrated.add(i)
             self.ctx.native_rel[i] = max(self.ctx.native_rel[i], self.calibrate(i))
-            cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n, native_floor=self.ctx.native_rel[i])
+            cmp = verify.compare(o, r, n.dtype, self.ctx.tol, native=n, native_floor=self.ctx.native_rel[i],
+                                 tf32=self.ctx.tf32)
         if cmp.ok or not cmp.on_tolerance or not float64 or contract(self.ctx.config.precision).fixed_tolerance:
             return cmp  # a fixed-tolerance contract (KernelBench's rule) is allclose alone
         if self._scales is None:

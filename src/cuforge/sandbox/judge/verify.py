@@ -331,8 +331,13 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
             norm_bound = max(norm_bound, NORM_ULPS * unit * math.sqrt(scale_sq) / ref_norm)
         bound = (f"atol={tol.atol:g} + rtol={tol.rtol:g} + {ELEMENT_ULPS:g} ulp x the sum of |terms| per element "
                  f"(rounding grows with the terms summed)")
+    # As accurate as the reference: no more misses, none larger. Where the reference itself computed at
+    # TF32's rounding, another summation order (or truncating rather than rounding to TF32) moves which
+    # elements miss and by how much, so the same factor as its error norm's applies (an output that a
+    # normalization divides by a batch statistic has no sum-of-terms bound to fall back on).
+    slack = TF32_NATIVE_NORM_FACTOR if tf32_native else 1.0
     within = (mismatches > 0 and nf is not None and sf is None
-              and mismatches <= native_misses and max_abs <= native_max_abs)
+              and mismatches <= slack * native_misses and max_abs <= slack * native_max_abs)
     scaled = sf is not None
     if mismatches and not within:
         reason = (f"{mismatches} of {numel} elements outside {bound} "
