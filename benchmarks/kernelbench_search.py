@@ -10,6 +10,8 @@ best kernel timed again beside eager PyTorch and torch.compile in one worker.
     python benchmarks/kernelbench_search.py --levels 1 --files 55_,56_ --precision pytorch --name kb_search_l1_pytorch
     python benchmarks/kernelbench_search.py --levels 1,2 --precision pytorch --shard 0/4 --wall-time 400 \
         --recheck-deadline 120 --name kb_search_pytorch_0of4      # a quarter of both levels, on every GPU
+    python benchmarks/kernelbench_search.py --levels 1,2 --flag-dependent --precision pytorch --shard 0/3 \
+        --wall-time 300 --recheck-deadline 150 --name kb_search_pytorch_conv_0of3   # the 98 convolutions' first third
 
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
@@ -48,6 +50,17 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not (sep and i.isdigit() and n.isdigit() and 0 <= int(i) < int(n)):
         raise SystemExit(f"--shard {text}: expected I/N with 0 <= I < N, e.g. 0/4")
     return int(i), int(n)
+
+
+def flag_dependent(chosen: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """The chosen files whose traced ops the two flag sets run differently (precision.flags_matter): where
+    a contract other than fp32 can differ from it. A file that does not load is kept (the search says why)."""
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.protocol.precision import flags_matter
+
+    problems, _ = load_files([p for _, p in chosen])
+    free = {str(p.path) for p in problems if not flags_matter(p.ops, p.meta.dtype)}
+    return [(level, path) for level, path in chosen if str(path) not in free]
 
 
 def coverage(chosen: list[tuple[str, Path]]) -> dict:
@@ -147,6 +160,8 @@ def main() -> None:
     ap.add_argument("--recheck-deadline", type=float, default=None,
                     help="seconds after the search past which no more best kernels are re-timed (named in the rows)")
     ap.add_argument("--gpus", default="all", help="GPUs the search and the recheck use: all, or indices 0,1")
+    ap.add_argument("--flag-dependent", action="store_true", help="only the files whose traced ops the precision "
+                    "flags change (a convolution; a matmul in half precision or with TF32 turned on), before sharding")
     ap.add_argument("--coverage", action="store_true", help="coverage only (no GPU)")
     ap.add_argument("--families", default="", help="search only files whose preferred family is one of these "
                                                     "(staged: every two-kernel family)")
@@ -158,7 +173,11 @@ def main() -> None:
     ap.add_argument("--name", default="kernelbench_search")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
-    chosen = files_of([x for x in a.levels.split(",") if x], [x for x in a.files.split(",") if x], parse_shard(a.shard))
+    chosen = files_of([x for x in a.levels.split(",") if x], [x for x in a.files.split(",") if x])
+    if a.flag_dependent:
+        chosen = flag_dependent(chosen)
+    i, n = parse_shard(a.shard)
+    chosen = chosen[i::n]
     prevalidate([p for _, p in chosen], a.inspectors)
     out: dict = {"coverage": coverage(chosen)}
     print(out["coverage"]["summary"], flush=True)

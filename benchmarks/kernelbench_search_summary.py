@@ -41,9 +41,10 @@ def coverage_table(cov: dict[str, Any]) -> None:
         print(f"| {level} | {s['files']} | {s['covered']} ({100 * s['covered'] / s['files']:.0f}%) | {fams} |")
 
 
-def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None = None) -> None:
+def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None = None, own_rows_only: bool = False) -> None:
     """The per-family table, then the per-file one; `searched_as` names the contract a row was searched
-    under where that is not the table's own (a column then says which)."""
+    under where that is not the table's own (a column then says which, or with `own_rows_only` the
+    per-file table leaves those rows out and the per-family one counts them)."""
     searched_as = searched_as or {}
     print("\n| family | files | correct | fast_1 vs eager | fast_1 vs torch.compile | geomean vs eager | geomean vs torch.compile |")
     print("|---|---|---|---|---|---|---|")
@@ -57,13 +58,18 @@ def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None
     # defaults under `fp32`) show that ratio beside the contract's own.
     other = next((k for k in ("vs_torch.strict", "vs_torch.default_flags") if any(k in r.get("recheck", {}) for r in rows)), None)
     label = {"vs_torch.strict": "vs eager, TF32 off", "vs_torch.default_flags": "vs eager, default flags"}.get(other or "")
+    column = bool(searched_as) and not own_rows_only
+    if own_rows_only:
+        print(f"\n{len(searched_as)} files whose ops the flags cannot change take their fp32 rows (counted above, listed "
+              "in the fp32 table); the files searched under this contract:")
+        rows = [r for r in rows if r["problem"] not in searched_as]
     print("\n| file | family | best ms | vs eager | vs torch.compile |" + (f" {label} |" if other else "")
-          + (" searched under |" if searched_as else ""))
-    print("|---|---|---|---|---|" + ("---|" if other else "") + ("---|" if searched_as else ""))
+          + (" searched under |" if column else ""))
+    print("|---|---|---|---|---|" + ("---|" if other else "") + ("---|" if column else ""))
     for r in sorted(rows, key=lambda r: (r["problem"].split("_")[0], int(r["problem"].split("_")[1]))):
         level, name = r["problem"].split("/", 1)[1].split("_", 1)  # kernelbench/l1_19_ReLU
         extra = f" {fmt(r.get('recheck', {}).get(other))} |" if other else ""
-        extra += f" {searched_as.get(r['problem'], 'this contract')} |" if searched_as else ""
+        extra += f" {searched_as.get(r['problem'], 'this contract')} |" if column else ""
         print(f"| level{level[1:]}/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |{extra}")
 
 
@@ -115,6 +121,8 @@ def main() -> None:
     ap.add_argument("--level", default="", help="only this level's files (1 or 2)")
     ap.add_argument("--precision", default="fp32", help="without --search, the records searched under this "
                     "contract (those from before contracts were fp32's)")
+    ap.add_argument("--own-rows-only", action="store_true", help="under a contract other than fp32, list per file only "
+                    "the files searched under it (the rest are counted, and listed in the fp32 table)")
     a = ap.parse_args()
     coverage_table(load(a.coverage)["coverage"])
     final = rows_of(a.search.split(",") if a.search else records(a.precision), a.level)
@@ -124,7 +132,7 @@ def main() -> None:
         fill = flag_free(sorted(set(strict) - set(final)))
         final |= {pid: strict[pid] for pid in fill}
         searched_as = {pid: "fp32 (no op the flags change)" for pid in fill}
-    search_tables(list(final.values()), searched_as)
+    search_tables(list(final.values()), searched_as, a.own_rows_only)
 
 
 if __name__ == "__main__":

@@ -32,3 +32,42 @@ def test_a_malformed_shard_is_refused_naming_the_form(text):
     with pytest.raises(SystemExit, match="expected I/N"):
         ks.parse_shard(text)
     assert ks.parse_shard("2/4") == (2, 4)
+
+
+summary = benchmark_module("kernelbench_search_summary")
+
+
+def test_only_files_without_a_convolution_are_free_of_the_flags():
+    ids = ["kernelbench/l1_19_ReLU", "kernelbench/l1_63_conv_standard_2D__square_input__square_kernel",
+           "kernelbench/l2_9_Matmul_Subtract_Multiply_ReLU", "kernelbench/l2_4_Conv2d_Mish_Mish"]
+    assert summary.flag_free(ids) == {ids[0], ids[2]}  # an fp32 matmul keeps TF32 off under both flag sets
+
+
+def test_a_missing_kernelbench_file_is_named():
+    with pytest.raises(SystemExit, match="l1_9999_Nothing|9999_Nothing.py: not found"):
+        summary.flag_free(["kernelbench/l1_9999_Nothing"])
+
+
+def row(problem, vs):
+    return {"problem": problem, "family": "pointwise", "correct": 1, "vs_torch": vs, "vs_torch_compile": vs,
+            "best_ms": 1.0, "recheck": {}}
+
+
+def test_rows_taken_from_fp32_are_counted_and_named_or_left_out_of_the_file_table(capsys):
+    rows = [row("kernelbench/l1_19_ReLU", 2.0), row("kernelbench/l1_63_conv", 0.5)]
+    filled = {"kernelbench/l1_19_ReLU": "fp32 (no op the flags change)"}
+    summary.search_tables(rows, filled)
+    out = capsys.readouterr().out
+    assert "| all | 2 | 2 | 1 | 1 | 1.00 | 1.00 |" in out
+    assert "| level1/19_ReLU | pointwise | 1.000 | 2.00 | 2.00 | fp32 (no op the flags change) |" in out
+    assert "| level1/63_conv | pointwise | 1.000 | 0.50 | 0.50 | this contract |" in out
+    summary.search_tables(rows, filled, own_rows_only=True)
+    out = capsys.readouterr().out
+    assert "| all | 2 | 2 | 1 |" in out and "level1/19_ReLU" not in out and "| level1/63_conv |" in out
+    assert "1 files whose ops the flags cannot change" in out
+
+
+def test_the_flag_dependent_files_are_the_98_convolutions_and_shard_after_the_choice():
+    chosen = ks.flag_dependent(ks.files_of(["1", "2"], []))
+    assert len(chosen) == 98 and all("conv" in p.name.lower() for _, p in chosen)
+    assert names(chosen[:2]) == ["1/50", "1/54"] and names(chosen[1::3][:2]) == ["1/54", "1/57"]
