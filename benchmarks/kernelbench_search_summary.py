@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from typing import Any
 
 from _common import ROOT
@@ -81,13 +82,22 @@ def records(precision: str) -> list[str]:
 
 
 def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
-    """Each file's row from the last of `names` that searched it, of `level`'s files (all where empty)."""
+    """Each file's row from the last of `names` that searched it, of `level`'s files (all where empty),
+    with the GPU its record was measured on (`gpu`)."""
     final: dict[str, dict[str, Any]] = {}
     for name in names:
-        for r in load(name)["search"]["rows"]:
+        record = load(name)
+        for r in record["search"]["rows"]:
             if not level or r["problem"].split("/", 1)[1].startswith(f"l{level}_"):
-                final[r["problem"]] = r
+                final[r["problem"]] = {**r, "gpu": record.get("gpu", "unknown GPU")}
     return final
+
+
+def gpus_line(rows: list[dict[str, Any]]) -> str:
+    """Which GPUs the rows were measured on (each ratio is side by side on its own)."""
+    counts = Counter(r.get("gpu", "unknown GPU") for r in rows)
+    return "Measured on " + ", ".join(f"{g} ({n} files)" for g, n in counts.most_common()) + \
+        "; each ratio side by side on its GPU."
 
 
 def flag_free(problem_ids: list[str]) -> set[str]:
@@ -133,6 +143,7 @@ def main() -> None:
         final |= {pid: strict[pid] for pid in fill}
         searched_as = {pid: "fp32 (no op the flags change)" for pid in fill}
     search_tables(list(final.values()), searched_as, a.own_rows_only)
+    print("\n" + gpus_line(list(final.values())))
 
 
 if __name__ == "__main__":

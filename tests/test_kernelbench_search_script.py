@@ -71,3 +71,9 @@ def test_the_flag_dependent_files_are_the_98_convolutions_and_shard_after_the_ch
     chosen = ks.flag_dependent(ks.files_of(["1", "2"], []))
     assert len(chosen) == 98 and all("conv" in p.name.lower() for _, p in chosen)
     assert names(chosen[:2]) == ["1/50", "1/54"] and names(chosen[1::3][:2]) == ["1/54", "1/57"]
+
+
+def test_the_gpus_of_a_table_s_rows_are_named_with_their_counts():
+    rows = [{"gpu": "NVIDIA H200"}, {"gpu": "NVIDIA H100 80GB HBM3"}, {"gpu": "NVIDIA H200"}, {}]
+    assert summary.gpus_line(rows) == ("Measured on NVIDIA H200 (2 files), NVIDIA H100 80GB HBM3 (1 files), "
+                                       "unknown GPU (1 files); each ratio side by side on its GPU.")
