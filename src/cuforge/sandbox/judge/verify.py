@@ -228,8 +228,10 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     product's elements) and passes on to the error-norm bound, which still catches reduced precision.
     `scale` (the sum of |terms| per element, see computation_scale) selects the computation-aware
     bound instead. `native_floor`: eager's relative error norm on other input sets of the same output
-    (the largest seen), which the error-norm bound takes where it exceeds this set's. `tf32`: the
-    computation-aware bound counts TF32's rounding for fp32 outputs (accumulation_unit)."""
+    (the largest seen), which the error-norm bound takes where it exceeds this set's. `tf32` (the
+    reference's own computation rounds to TF32): the computation-aware bound counts TF32's rounding for
+    fp32 outputs (accumulation_unit), and the error norm, the count of misses and their size may reach
+    TF32_NATIVE_NORM_FACTOR times the reference's own."""
     if not isinstance(out, torch.Tensor):
         return Comparison(False, f"output is a {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(ref.shape):
