@@ -140,21 +140,21 @@ class _Tf32Linear(torch.nn.Module):
         return tf32(x) @ tf32(self.weight).T
 
 
-def test_the_judge_bounds_bf16_operands_by_a_tf32_reference_s_own_error():
-    """The whole judging path (plain bounds, then the computation-aware bound) under a contract whose
-    reference rounds to TF32: a candidate as accurate as it passes, bf16 operands are a downgrade."""
+def tf32_judge(model_class: type, seed: int, k: int = 576):
+    """(judge, x, weight): the whole judging path (plain bounds, then the computation-aware bound) of
+    output 0 under the pytorch contract, for `model_class(k)` (a reference that rounds to TF32) on 512
+    rows x, as a function of the candidate's output; the model's weight to compute candidates with."""
     import types
 
     from cuforge.sandbox.judge.context import Context, Models
     from cuforge.sandbox.judge.output_judge import Judge
     from cuforge.sandbox.protocol.evaluation import EvalConfig
 
-    torch.manual_seed(0)
-    k = 576
-    eager = _Tf32Linear(k)
-    models = Models(reference=eager, reference64=verify.float64_model(eager), candidate=None)
-    module = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512, k)])
+    torch.manual_seed(seed)
+    eager = model_class(k)
     x = torch.randn(512, k)
+    models = Models(reference=eager, reference64=verify.float64_model(eager), candidate=None)
+    module = types.SimpleNamespace(get_inputs=lambda: [torch.randn_like(x)])
     refs, native, kind = verify.reference_outputs(models.reference64, models.reference, [x])
     assert kind == "float64"
 
@@ -162,7 +162,13 @@ def test_the_judge_bounds_bf16_operands_by_a_tf32_reference_s_own_error():
         ctx = Context({}, {}, EvalConfig(precision="pytorch"), torch.device("cpu"), module, TOL, 0, {}, {}, tf32=True)
         return Judge(ctx, models, [x], kind)(0, out, refs[0], native[0])
 
-    w = eager.weight.detach()
+    return judge, x, eager.weight.detach()
+
+
+def test_the_judge_bounds_bf16_operands_by_a_tf32_reference_s_own_error():
+    """Under a contract whose reference rounds to TF32: a candidate as accurate as it passes, bf16
+    operands are a downgrade."""
+    judge, x, w = tf32_judge(_Tf32Linear, 0)
     trunc = lambda t: torch.from_numpy(_truncate_mantissa(t.numpy(), 10))  # noqa: E731
     assert judge(trunc(x) @ trunc(w).T).ok
     assert judge(x @ w.T).ok
@@ -188,25 +194,7 @@ def test_after_a_normalization_a_tf32_kernel_in_another_order_passes_and_bf16_op
     """Under a TF32 reference, a candidate rounding its operands as the reference does but summing in
     another order (or truncating to TF32) misses other elements by other amounts; judged against the
     reference's own misses one for one, it was called a downgrade."""
-    import types
-
-    from cuforge.sandbox.judge.context import Context, Models
-    from cuforge.sandbox.judge.output_judge import Judge
-    from cuforge.sandbox.protocol.evaluation import EvalConfig
-
-    torch.manual_seed(seed)
-    k = 576
-    eager = _Tf32LinearNorm(k)
-    models = Models(reference=eager, reference64=verify.float64_model(eager), candidate=None)
-    module = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512, k)])
-    x = torch.randn(512, k)
-    refs, native, kind = verify.reference_outputs(models.reference64, models.reference, [x])
-
-    def judge(out: torch.Tensor) -> verify.Comparison:
-        ctx = Context({}, {}, EvalConfig(precision="pytorch"), torch.device("cpu"), module, TOL, 0, {}, {}, tf32=True)
-        return Judge(ctx, models, [x], kind)(0, out, refs[0], native[0])
-
-    w = eager.weight.detach()
+    judge, x, w = tf32_judge(_Tf32LinearNorm, seed)
     rounded = lambda t: torch.from_numpy(_round_mantissa(t.numpy(), 10))  # noqa: E731
     trunc = lambda t: torch.from_numpy(_truncate_mantissa(t.numpy(), 10))  # noqa: E731
     four_chunks = sum(rounded(x)[:, i::4] @ rounded(w)[:, i::4].T for i in range(4))
