@@ -68,6 +68,8 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files
 
+    from cuforge.sandbox.protocol.precision import flags_matter
+
     rows = []
     for level, path in chosen:
         problems, skipped = load_files([path])
@@ -75,7 +77,9 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
             rows.append({"level": level, "file": path.name, "families": [], "why": f"not loaded: {skipped[0].reason}"})
             continue
         fams, why = families_for(problems[0])
-        rows.append({"level": level, "file": path.name, "families": [f.name for f in fams], "why": why[:400]})
+        # whether the precision flags change what eager runs for it (kernelbench_search_summary reads it)
+        rows.append({"level": level, "file": path.name, "families": [f.name for f in fams], "why": why[:400],
+                     "flags_matter": flags_matter(problems[0].ops, problems[0].meta.dtype)})
     summary = {}
     for level in sorted({r["level"] for r in rows}):
         mine = [r for r in rows if r["level"] == level]

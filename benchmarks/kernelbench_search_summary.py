@@ -9,7 +9,7 @@ A file searched in several result files takes its row from the last one named; w
 kb_search_*.json result, in the order of the dates they were written. Under a contract other than fp32,
 a file with no op the flags change (no convolution; KernelBench's level1/level2 files are fp32 and leave
 matmul TF32 off) runs the same kernels, baselines and bound under both, so where it was not searched
-under that contract it takes its fp32 row, named as such (this reads the KernelBench files' traced ops).
+under that contract it takes its fp32 row, named as such (the coverage record says which files those are).
 """
 
 from __future__ import annotations
@@ -100,28 +100,20 @@ def gpus_line(rows: list[dict[str, Any]]) -> str:
         "; each ratio side by side on its GPU."
 
 
-def flag_free(problem_ids: list[str]) -> set[str]:
+def flag_free(problem_ids: list[str], cov: dict[str, Any]) -> set[str]:
     """Of these rows' problems (kernelbench/l1_19_ReLU), those whose traced ops the two flag sets cannot
-    change (precision.flags_matter), read from the KernelBench files."""
-    from kernelbench import KB
-
-    from cuforge.problems.loader import load_files
-    from cuforge.sandbox.protocol.precision import flags_matter
-
-    paths = {}
+    change, as the coverage record says (kernelbench_search.py --coverage records precision.flags_matter)."""
+    matter = {(r["level"], r["file"]): r.get("flags_matter") for r in cov["rows"]}
+    out = set()
     for pid in problem_ids:
         level, name = pid.split("/", 1)[1].split("_", 1)
-        paths[pid] = KB / f"level{level[1:]}" / f"{name}.py"
-    missing = [str(p) for p in paths.values() if not p.is_file()]
-    if missing:
-        raise SystemExit(f"{missing[0]}: not found; the KernelBench files decide which fp32 rows hold under "
-                         "another contract (set CUFORGE_KERNELBENCH)")
-    problems, skipped = load_files(list(paths.values()))
-    if skipped:
-        raise SystemExit(f"{skipped[0].path}: not loaded: {skipped[0].reason}")
-    by_path = {str(p.path): p for p in problems}
-    return {pid for pid, path in paths.items()
-            if not flags_matter(by_path[str(path)].ops, by_path[str(path)].meta.dtype)}
+        flag = matter.get((level[1:], f"{name}.py"))
+        if flag is None:
+            raise SystemExit(f"{pid}: the coverage record does not say whether the precision flags change it "
+                             "(python benchmarks/kernelbench_search.py --coverage --levels 1,2 --name kb_coverage)")
+        if not flag:
+            out.add(pid)
+    return out
 
 
 def main() -> None:
@@ -134,12 +126,13 @@ def main() -> None:
     ap.add_argument("--own-rows-only", action="store_true", help="under a contract other than fp32, list per file only "
                     "the files searched under it (the rest are counted, and listed in the fp32 table)")
     a = ap.parse_args()
-    coverage_table(load(a.coverage)["coverage"])
+    cov = load(a.coverage)["coverage"]
+    coverage_table(cov)
     final = rows_of(a.search.split(",") if a.search else records(a.precision), a.level)
     searched_as: dict[str, str] = {}
     if not a.search and a.precision != "fp32":
         strict = rows_of(records("fp32"), a.level)
-        fill = flag_free(sorted(set(strict) - set(final)))
+        fill = flag_free(sorted(set(strict) - set(final)), cov)
         final |= {pid: strict[pid] for pid in fill}
         searched_as = {pid: "fp32 (no op the flags change)" for pid in fill}
     search_tables(list(final.values()), searched_as, a.own_rows_only)

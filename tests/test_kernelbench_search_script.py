@@ -37,15 +37,18 @@ def test_a_malformed_shard_is_refused_naming_the_form(text):
 summary = benchmark_module("kernelbench_search_summary")
 
 
-def test_only_files_without_a_convolution_are_free_of_the_flags():
+def test_the_coverage_records_which_files_the_flags_change_and_the_summary_reads_it():
+    cov = ks.coverage(ks.files_of(["1", "2"], ["1/19_", "1/63_", "2/9_", "2/4_"]))
+    assert [r["flags_matter"] for r in cov["rows"]] == [False, True, True, False]  # level1's first, then level2's
     ids = ["kernelbench/l1_19_ReLU", "kernelbench/l1_63_conv_standard_2D__square_input__square_kernel",
            "kernelbench/l2_9_Matmul_Subtract_Multiply_ReLU", "kernelbench/l2_4_Conv2d_Mish_Mish"]
-    assert summary.flag_free(ids) == {ids[0], ids[2]}  # an fp32 matmul keeps TF32 off under both flag sets
+    assert summary.flag_free(ids, cov) == {ids[0], ids[2]}  # an fp32 matmul keeps TF32 off under both flag sets
+    assert summary.flag_free(ids, summary.load("kb_coverage")["coverage"]) == {ids[0], ids[2]}
 
 
-def test_a_missing_kernelbench_file_is_named():
-    with pytest.raises(SystemExit, match="l1_9999_Nothing|9999_Nothing.py: not found"):
-        summary.flag_free(["kernelbench/l1_9999_Nothing"])
+def test_a_file_the_coverage_record_does_not_know_is_named_with_the_command_that_records_it():
+    with pytest.raises(SystemExit, match="l1_9999_Nothing: .*--coverage --levels 1,2 --name kb_coverage"):
+        summary.flag_free(["kernelbench/l1_9999_Nothing"], {"rows": []})
 
 
 def row(problem, vs):
