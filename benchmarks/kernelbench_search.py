@@ -52,14 +52,23 @@ def parse_shard(text: str) -> tuple[int, int]:
     return int(i), int(n)
 
 
-def flag_dependent(chosen: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
-    """The chosen files whose traced ops the two flag sets run differently (precision.flags_matter): where
-    a contract other than fp32 can differ from it. A file that does not load is kept (the search says why)."""
-    from cuforge.problems.loader import load_files
+def flags_change(problem) -> bool:
+    """Whether the two flag sets run the problem's traced ops differently (precision.flags_matter), so a
+    contract other than fp32 can differ from it. A problem whose own code touches the TF32 switches counts
+    as turning matmul TF32 on (the judge reads the switches when it loads the module; a trace does not)."""
     from cuforge.sandbox.protocol.precision import flags_matter
 
+    own = "allow_tf32" in problem.source or "set_float32_matmul_precision" in problem.source
+    return flags_matter(problem.ops, problem.meta.dtype, {"matmul.allow_tf32": True} if own else None)
+
+
+def flag_dependent(chosen: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """The chosen files the flag sets change (flags_change). A file that does not load is kept (the search
+    says why)."""
+    from cuforge.problems.loader import load_files
+
     problems, _ = load_files([p for _, p in chosen])
-    free = {str(p.path) for p in problems if not flags_matter(p.ops, p.meta.dtype)}
+    free = {str(p.path) for p in problems if not flags_change(p)}
     return [(level, path) for level, path in chosen if str(path) not in free]
 
 
@@ -67,8 +76,6 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
     """Per file: the families that cover it (first = preferred) or why none does."""
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files
-
-    from cuforge.sandbox.protocol.precision import flags_matter
 
     rows = []
     for level, path in chosen:
@@ -79,7 +86,7 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
         fams, why = families_for(problems[0])
         # whether the precision flags change what eager runs for it (kernelbench_search_summary reads it)
         rows.append({"level": level, "file": path.name, "families": [f.name for f in fams], "why": why[:400],
-                     "flags_matter": flags_matter(problems[0].ops, problems[0].meta.dtype)})
+                     "flags_matter": flags_change(problems[0])})
     summary = {}
     for level in sorted({r["level"] for r in rows}):
         mine = [r for r in rows if r["level"] == level]

@@ -80,3 +80,13 @@ def test_the_gpus_of_a_table_s_rows_are_named_with_their_counts():
     rows = [{"gpu": "NVIDIA H200"}, {"gpu": "NVIDIA H100 80GB HBM3"}, {"gpu": "NVIDIA H200"}, {}]
     assert summary.gpus_line(rows) == ("Measured on NVIDIA H200 (2 files), NVIDIA H100 80GB HBM3 (1 files), "
                                        "unknown GPU (1 files); each ratio side by side on its GPU.")
+
+
+def test_a_problem_that_turns_tf32_on_itself_counts_as_changed_by_the_flags(tmp_path):
+    from template_helpers import problem_from_expr
+
+    plain = problem_from_expr(tmp_path, "a @ b", "torch.randn(64, 32), torch.randn(32, 48)", args="a, b")
+    assert not ks.flags_change(plain)  # an fp32 matmul: TF32 off under both flag sets
+    own = problem_from_expr(tmp_path, "a @ b", "torch.randn(64, 32), torch.randn(32, 48)", args="a, b",
+                            init="        torch.backends.cuda.matmul.allow_tf32 = True")
+    assert ks.flags_change(own)
