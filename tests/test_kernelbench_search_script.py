@@ -1,25 +1,28 @@
 """benchmarks/kernelbench_search.py's choice of files: prefixes for every level or for one (`2/1_`),
-shards that share the files out over several calls, and a malformed shard refused with its form.
-Skips where ../shared/kernelbench is absent."""
+shards that share the files out over several calls, a malformed shard refused with its form, which
+files the precision flags change; and kernelbench_search_summary's tables under another contract. The
+tests that read KernelBench's files skip where ../shared/kernelbench is absent."""
 
 import pytest
 
 from conftest import benchmark_module
 
 ks = benchmark_module("kernelbench_search")
-pytestmark = pytest.mark.skipif(not ks.KB.is_dir(), reason="../shared/kernelbench is absent")
+needs_kb = pytest.mark.skipif(not ks.KB.is_dir(), reason="../shared/kernelbench is absent")
 
 
 def names(chosen):
     return [f"{level}/{path.name.split('_')[0]}" for level, path in chosen]
 
 
+@needs_kb
 def test_a_prefix_names_every_level_and_a_qualified_one_a_single_level():
     assert names(ks.files_of(["1", "2"], ["1_"])) == ["1/1", "2/1"]
     assert names(ks.files_of(["1", "2"], ["2/1_", "1/63_"])) == ["1/63", "2/1"]
     assert names(ks.files_of(["1"], ["2/1_"])) == []  # a level not chosen is not searched for its prefix
 
 
+@needs_kb
 def test_shards_share_the_files_out_once_each():
     every = ks.files_of(["1", "2"], [])
     shards = [ks.files_of(["1", "2"], [], (i, 3)) for i in range(3)]
@@ -37,13 +40,21 @@ def test_a_malformed_shard_is_refused_naming_the_form(text):
 summary = benchmark_module("kernelbench_search_summary")
 
 
+@needs_kb
 def test_the_coverage_records_which_files_the_flags_change_and_the_summary_reads_it():
     cov = ks.coverage(ks.files_of(["1", "2"], ["1/19_", "1/63_", "2/9_", "2/4_"]))
     assert [r["flags_matter"] for r in cov["rows"]] == [False, True, True, False]  # level1's first, then level2's
     ids = ["kernelbench/l1_19_ReLU", "kernelbench/l1_63_conv_standard_2D__square_input__square_kernel",
            "kernelbench/l2_9_Matmul_Subtract_Multiply_ReLU", "kernelbench/l2_4_Conv2d_Mish_Mish"]
     assert summary.flag_free(ids, cov) == {ids[0], ids[2]}  # an fp32 matmul keeps TF32 off under both flag sets
-    assert summary.flag_free(ids, summary.load("kb_coverage")["coverage"]) == {ids[0], ids[2]}
+
+
+def test_the_stored_coverage_record_names_the_98_convolutions_as_changed_by_the_flags():
+    rows = summary.load("kb_coverage")["coverage"]["rows"]
+    changed = [r["file"] for r in rows if r["flags_matter"]]
+    assert len(rows) == 200 and len(changed) == 98 and all("conv" in f.lower() for f in changed)
+    ids = ["kernelbench/l1_19_ReLU", "kernelbench/l2_4_Conv2d_Mish_Mish"]
+    assert summary.flag_free(ids, summary.load("kb_coverage")["coverage"]) == {ids[0]}
 
 
 def test_a_file_the_coverage_record_does_not_know_is_named_with_the_command_that_records_it():
@@ -70,6 +81,7 @@ def test_rows_taken_from_fp32_are_counted_and_named_or_left_out_of_the_file_tabl
     assert "1 files whose ops the flags cannot change" in out
 
 
+@needs_kb
 def test_the_flag_dependent_files_are_the_98_convolutions_and_shard_after_the_choice():
     chosen = ks.flag_dependent(ks.files_of(["1", "2"], []))
     assert len(chosen) == 98 and all("conv" in p.name.lower() for _, p in chosen)
