@@ -36,6 +36,14 @@ def tiny(answer: int) -> str:
     return TINY.replace("ANSWER", str(answer))
 
 
+def pybound(answer: int) -> str:
+    """A pybind11 module, as torch's extensions are (about 8 s to build without torch's headers): a
+    process hands back the pybind11 module it already loaded under a name."""
+    return ("#include <pybind11/pybind11.h>\n"
+            f"static int answer() {{ return {answer}; }}\n"
+            'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("answer", &answer); }\n')
+
+
 def test_an_extension_built_ahead_is_loaded_not_built_again(tmp_path, monkeypatch):
     from torch.utils import cpp_extension
 
@@ -114,8 +122,8 @@ def test_a_gpu_supervisor_builds_a_candidates_extensions_before_its_turn(tmp_pat
         sup.info = {**sup.start(), "compute_capability": "9.0"}
         holder = hold(gpu, 120)
         done = []
-        name = f"tiny_{uuid.uuid4().hex[:8]}"
-        cand = Candidate(CANDIDATE.format(name=name, source=tiny(42)))
+        name = f"pyb_{uuid.uuid4().hex[:8]}"
+        cand = Candidate(CANDIDATE.format(name=name, source=pybound(42)))
         evaluator = threading.Thread(target=lambda: done.append(sup.evaluate(problem, cand, config)))
         evaluator.start()
         # Built and its builder ended while the holder still has the GPU: the build took no turn.
@@ -130,9 +138,9 @@ def test_a_gpu_supervisor_builds_a_candidates_extensions_before_its_turn(tmp_pat
         assert ev.correctness.get("prebuilt_extensions") == 1 and "prebuilt" not in ev.correctness
 
         # The next candidate gets a fresh builder: nothing of the first one's process reaches it. It
-        # builds under the same name (as LLMs' candidates do) a library whose answer doubles the output:
-        # served the first one's library, it would pass.
-        ev2 = sup.evaluate(problem, Candidate(CANDIDATE.format(name=name, source=tiny(43))), config)
+        # builds under the same name (as LLMs' candidates and KernelBench's adversarial kernels do) a
+        # library whose answer doubles the output: served the first one's module, it would pass.
+        ev2 = sup.evaluate(problem, Candidate(CANDIDATE.format(name=name, source=pybound(43))), config)
         assert ev2.status == "wrong_output" and ev2.correctness.get("prebuilt_extensions") == 1, (ev2.status, ev2.message)
         assert sup.builder.spawns == 2 and sup.builder.proc is None
 

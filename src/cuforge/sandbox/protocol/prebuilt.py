@@ -10,6 +10,11 @@ What is handed over is untrusted - the candidate's own code ran where it was bui
 handed only to the evaluation of that same candidate, whose code could build or load anything
 itself: nothing of one candidate reaches another. A call whose arguments differ from every recorded
 one (a candidate that builds differently when it sees a GPU, say) builds as it would have anyway.
+
+A recorded extension is built and loaded under a module name of its own (the candidate's name and its
+build key): a process hands back the module it already loaded under a name (pybind11's modules, which
+torch's extensions are), so two candidates that both call their extension "fast_matmul", evaluated one
+after the other in one worker, would otherwise both run the first one's code.
 """
 
 from __future__ import annotations
@@ -51,6 +56,18 @@ def build_key(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def module_name(name: str, key: str) -> str:
+    """The module name a recorded build is made and loaded under: the candidate's name, made its own."""
+    return f"{name}_{key[:16]}"
+
+
+def _renamed(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             key: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    bound = inspect.signature(function).bind(*args, **kwargs)
+    bound.arguments["name"] = module_name(str(bound.arguments["name"]), key)
+    return bound.args, bound.kwargs
+
+
 def _extension_api() -> Any:
     import torch.utils.cpp_extension as ext
 
@@ -68,6 +85,8 @@ def recording() -> Iterator[dict[str, Path]]:
     def load_inline(*args: Any, **kwargs: Any) -> Any:
         # The key first: torch appends to the caller's own flag lists (extra_ldflags) as it builds.
         key = build_key(original, args, kwargs)
+        if key is not None:
+            args, kwargs = _renamed(original, args, kwargs, key)
         result = original(*args, **kwargs)
         # A Python module names its library; a library of torch ops alone is returned as its path.
         path = result if isinstance(result, str) else getattr(result, "__file__", None)
@@ -116,7 +135,7 @@ def replaying(packed: dict[str, str] | None, directory: Path) -> Iterator[list[s
             return original(*args, **kwargs)
         bound = inspect.signature(original).bind(*args, **kwargs)
         bound.apply_defaults()
-        name = str(bound.arguments["name"])
+        name = module_name(str(bound.arguments["name"]), key)
         # A new file every time: the same candidate evaluated again in this process must not write over
         # a library it has loaded (rewriting mapped code crashes the process).
         where = directory / f"{key[:24]}-{uuid.uuid4().hex[:12]}"
