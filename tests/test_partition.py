@@ -90,6 +90,26 @@ def test_the_kernel_parts_compile(tmp_path):
     assert cand.meta["parts"].count("torch") >= 1
 
 
+def test_the_products_can_be_left_to_pytorch_around_a_kernel_of_its_own(tmp_path):
+    # The second seed hands the GEMMs back to PyTorch (cuBLAS) and keeps the pointwise kernel between
+    # them: the partition's gain is then the fusion alone. Every kernel handed back is no config: no
+    # kernel of its own is left (KernelBench's mixed rule refuses that).
+    from cuforge.kernels.partition import TORCH_KNOB
+
+    p = mixed(tmp_path)
+    first, library, *_ = FAM.seeds(p)
+    kinds = [q.family.name if q.family else "torch" for q in partition(p)]
+    gemms = [i for i, k in enumerate(kinds) if k.startswith("gemm")]
+    assert library == {**{k: v for k, v in first.items() if int(k.split(".")[0][1:]) not in gemms},
+                       **{f"p{i}.{TORCH_KNOB}": 1 for i in gemms}}
+    assert FAM.valid(library, p)
+    cand = FAM.render(library, p)
+    assert cand.meta["parts"] == "torch+torch+torch+torch+pointwise+torch", cand.meta["parts"]
+    compile(cand.module_source(), "<partition>", "exec")
+    everything = {**library, **{f"p{i}.{TORCH_KNOB}": 1 for i, k in enumerate(kinds) if k != "torch"}}
+    assert not FAM.valid(everything, p)
+
+
 def test_a_resnet_block_is_convolutions_and_pytorch(cpu_sup):
     # KernelBench level3's basic block: training-mode batch norms and in-place ReLUs between convolutions.
     path = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level3" / "8_ResNetBasicBlock.py"

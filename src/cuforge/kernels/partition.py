@@ -35,6 +35,10 @@ PIECES = frozenset({"unbind", "split", "chunk", "split_with_sizes", "unsafe_spli
 # What a cast (traced as _to_copy) to each floating dtype makes.
 FLOAT_CASTS = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 MAX_RUN = 16  # the longest run of ops asked of the families (a fused chain is rarely longer)
+# A kernel part's knob that hands it back to PyTorch: a GEMM or a convolution alone is what cuBLAS and
+# cuDNN are tuned for, and a partition's gain is often the fusion around them, not the product itself.
+TORCH_KNOB = "TORCH"
+LIBRARY_OPS = ("gemm", "linear", "conv", "gemv")  # family name prefixes: what a vendor library runs
 MAX_NODES = 4000  # a longer graph (a recurrent model traced step by step) is not cut: its search would not end
 
 
@@ -451,12 +455,18 @@ class Partition(GraphFamily):
         return compute_capability == "9.0"
 
     def kernel_configs(self, config: dict[str, Any], parts: list[Part]) -> dict[int, dict[str, Any]]:
+        """Each kernel part's own config (parts handed to PyTorch left out)."""
         out: dict[int, dict[str, Any]] = {i: {} for i, p in enumerate(parts) if p.family is not None}
         for key, value in config.items():
             part, _, knob = key.partition(".")
             if part.startswith("p") and part[1:].isdigit() and int(part[1:]) in out and knob:
                 out[int(part[1:])][knob] = value
-        return out
+        return {i: c for i, c in out.items() if not c.get(TORCH_KNOB)}
+
+    def as_run(self, config: dict[str, Any], parts: list[Part]) -> list[Part]:
+        """The parts as the config runs them: a kernel part whose TORCH knob is set runs as PyTorch."""
+        return [replace(p, family=None, problem=None) if config.get(f"p{i}.{TORCH_KNOB}") else p
+                for i, p in enumerate(parts)]
 
     def complete(self, config: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in sorted(config.items()) if k != "family"}
@@ -468,7 +478,10 @@ class Partition(GraphFamily):
         parts = self.match(problem)
         if isinstance(parts, str):
             return False
-        for i, c in self.kernel_configs(config, parts).items():
+        per = self.kernel_configs(config, parts)
+        if not per:  # every kernel handed back: no kernel of its own (KernelBench's mixed rule refuses it)
+            return False
+        for i, c in per.items():
             fam, sub = parts[i].family, parts[i].problem
             assert fam is not None and sub is not None
             try:
@@ -479,12 +492,17 @@ class Partition(GraphFamily):
         return True
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        """Every kernel's first seed; then, for the kernels over the most ops first, one kernel's second
-        seed with the others' first (at most MAX_VARIANTS)."""
+        """Every kernel's first seed; then the same with the GEMMs and convolutions run by PyTorch, where
+        another kernel stays (the library's product with the fusion around it); then, for the kernels
+        over the most ops first, one kernel's second seed with the others' first (at most MAX_VARIANTS)."""
         parts = self.matched(problem)
         per = {i: p.family.seeds(p.problem) for i, p in enumerate(parts) if p.family is not None and p.problem is not None}
         first = {f"p{i}.{k}": v for i, seeds in per.items() for k, v in (seeds[0] if seeds else {}).items()}
         out = [first]
+        library = {i for i in per if parts[i].family.name.startswith(LIBRARY_OPS)}  # type: ignore[union-attr]
+        if library and library != set(per):
+            out.append({**{k: v for k, v in first.items() if int(k.split(".")[0][1:]) not in library},
+                        **{f"p{i}.{TORCH_KNOB}": 1 for i in sorted(library)}})
         for i in sorted(per, key=lambda i: parts[i].start - parts[i].end):
             if len(out) > MAX_VARIANTS:
                 break
@@ -497,8 +515,8 @@ class Partition(GraphFamily):
         raise NotImplementedError("a partition is a module of kernels and PyTorch parts: use render")
 
     def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
-        parts = self.matched(problem)
         cfg = self.complete(config)
+        parts = self.as_run(cfg, self.matched(problem))
         per = self.kernel_configs(cfg, parts)
         stages = [p.family.render(per[i], p.problem) if p.family is not None and p.problem is not None else None
                   for i, p in enumerate(parts)]
