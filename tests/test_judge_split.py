@@ -53,6 +53,13 @@ def test_each_cpu_detectable_cheat_is_still_named(sup, problems, kind):
     assert ev.status == f"cheat:{kind}", (ev.status, ev.message)
 
 
+def test_a_candidate_s_backend_switches_are_its_own_in_its_own_process(sup, problems):
+    # The split judge times eager in another process: cuDNN's autotuning turned on in the candidate's
+    # (an idiom of training scripts) changes nothing of eager's and is no cheat there.
+    ev = run(sup, problems, "torch.backends.cudnn.benchmark = True\n" + HONEST)
+    assert ev.status == "ok", (ev.status, ev.message)
+
+
 WRONG = """
 class ModelNew(torch.nn.Module):
     def forward(self, x):

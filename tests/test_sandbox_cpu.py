@@ -122,6 +122,19 @@ def test_precision_flag_change_is_a_downgrade(sup, problems):
     assert ev.status == "cheat:precision_downgrade" and "allow_tf32" in ev.message
 
 
+@pytest.mark.parametrize("body, switch", [
+    ("torch.backends.cudnn.enabled = False\n" + HONEST, "cudnn.enabled"),
+    ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        torch.set_num_threads(1)\n"
+     "        return x.clamp_min(0)\n", "cpu_threads"),
+])
+def test_a_switch_eager_runs_under_changed_beside_it_is_named(sup, problems, body, switch):
+    # In the worker's own process the switches are eager's too: cuDNN off or one CPU thread would slow the
+    # baselines timed beside the candidate, and every evaluation after it in that worker.
+    ev = run(sup, problems, body)
+    assert ev.status == "cheat:monkeypatch" and switch in ev.message, (ev.status, ev.message)
+    assert run(sup, problems, HONEST).status == "ok"  # the next candidate gets a worker with the switches as they were
+
+
 def test_timeout_kills_and_respawns(problems):
     with Supervisor(cpu_mode=True) as s:
         ev = s.evaluate(problems["relu_any"], Candidate("import time, torch\n" + HONEST.replace("return", "time.sleep(3600); return")),

@@ -94,22 +94,54 @@ def _guarded_classes() -> list[tuple[str, type]]:
     return classes
 
 
+def backend_switches() -> dict[str, str]:
+    """Process-wide switches that choose which kernels eager PyTorch runs, not the precision it computes
+    at: cuDNN off, deterministic algorithms, an attention backend disabled or fewer CPU threads make
+    eager slower (so a contender run beside them looks faster) and persist into every later evaluation
+    in the process."""
+    b = torch.backends
+    probes: dict[str, Callable[[], Any]] = {
+        "cudnn.enabled": lambda: b.cudnn.enabled,
+        "cudnn.benchmark": lambda: b.cudnn.benchmark,
+        "cudnn.deterministic": lambda: b.cudnn.deterministic,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+        "mkldnn.enabled": lambda: b.mkldnn.enabled,
+        "cpu_threads": torch.get_num_threads,
+        "cuda.flash_sdp": b.cuda.flash_sdp_enabled,
+        "cuda.mem_efficient_sdp": b.cuda.mem_efficient_sdp_enabled,
+        "cuda.math_sdp": b.cuda.math_sdp_enabled,
+        "cuda.cudnn_sdp": lambda: b.cuda.cudnn_sdp_enabled(),
+        "cuda.preferred_blas_library": lambda: b.cuda.preferred_blas_library(),
+        "cuda.preferred_linalg_library": lambda: b.cuda.preferred_linalg_library(),
+    }
+    out = {}
+    for name, probe in probes.items():
+        try:
+            out[name] = str(probe())
+        except Exception as e:  # noqa: BLE001 - a switch this torch lacks, or a backend it was built without
+            out[name] = f"unreadable: {type(e).__name__}"
+    return out
+
+
 @dataclass
 class Guard:
-    """Identity of every function a candidate could patch, plus precision flags and tracers."""
+    """Identity of every function a candidate could patch, plus precision flags and tracers; where the
+    candidate shares its process with eager's baselines (the in-process judge), the backend switches too."""
 
     ids: dict[str, int] = field(default_factory=dict)
     flags: dict[str, str] = field(default_factory=dict)
     tracers: tuple[Any, ...] = ()
+    switches: dict[str, str] | None = None
 
     @staticmethod
-    def snapshot() -> Guard:
+    def snapshot(switches: bool = False) -> Guard:
         ids: dict[str, int] = {}
         for prefix, mod in _guarded_modules():
             ids.update(_namespace_ids(prefix, vars(mod)))
         for prefix, cls in _guarded_classes():
             ids.update(_class_ids(prefix, cls))
-        return Guard(ids, precision_flags(), (sys.gettrace(), sys.getprofile(), threading.gettrace() if hasattr(threading, "gettrace") else None))
+        return Guard(ids, precision_flags(), (sys.gettrace(), sys.getprofile(), threading.gettrace() if hasattr(threading, "gettrace") else None),
+                     backend_switches() if switches else None)
 
     def violations(self) -> list[Verdict]:
         now = Guard.snapshot()
@@ -126,6 +158,13 @@ class Guard:
         flags = [f"{k}: {v} -> {now.flags.get(k)}" for k, v in self.flags.items() if now.flags.get(k) != v]
         if flags:
             out.append(("precision_downgrade", f"changed global precision settings: {'; '.join(flags)}"))
+        if self.switches is not None:
+            now_switches = backend_switches()
+            moved = [f"{k}: {v} -> {now_switches.get(k)}" for k, v in self.switches.items() if now_switches.get(k) != v]
+            if moved:
+                out.append(("monkeypatch", f"changed switches eager's baselines run under, in the process they share with "
+                            f"it: {'; '.join(moved)} (the split judge, CUFORGE_JUDGE=split, runs a candidate in a "
+                            "process of its own, where they are its own)"))
         return out
 
 

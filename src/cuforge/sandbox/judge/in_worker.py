@@ -41,7 +41,8 @@ class InWorkerRunner:
 
     def start(self, ctx: Context) -> None:
         # After the problem loaded and the contract set its flags: from here on, any change is the candidate's.
-        self.guard = monitor.Guard.snapshot()
+        # The candidate shares this process with eager's baselines: their backend switches are guarded too.
+        self.guard = monitor.Guard.snapshot(switches=True)
 
     def load(self, ctx: Context) -> tuple[str, str, list[Diagnostic]]:
         cand = Candidate.from_dict(ctx.candidate)
