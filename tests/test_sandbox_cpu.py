@@ -135,6 +135,21 @@ def test_a_switch_eager_runs_under_changed_beside_it_is_named(sup, problems, bod
     assert run(sup, problems, HONEST).status == "ok"  # the next candidate gets a worker with the switches as they were
 
 
+def test_a_switch_the_problem_sets_itself_is_no_candidate_s(sup, tmp_path):
+    # A Model() that turns cuDNN's autotuning on, as training scripts do: its reference keeps it, and an
+    # honest candidate evaluated beside it is not accused of the change.
+    src = relu_problem_source(policy="any").replace(
+        "class Model(torch.nn.Module):\n",
+        "class Model(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        torch.backends.cudnn.benchmark = True\n")
+    assert "cudnn.benchmark = True" in src, src
+    (tmp_path / "relu_tuned.py").write_text(src)
+    (problem,), skipped = load_files([tmp_path / "relu_tuned.py"])
+    assert not skipped
+    ev = sup.evaluate(problem, Candidate("import torch\n" + textwrap.dedent(HONEST)), CFG)
+    assert ev.status == "ok", (ev.status, ev.message)
+
+
 def test_timeout_kills_and_respawns(problems):
     with Supervisor(cpu_mode=True) as s:
         ev = s.evaluate(problems["relu_any"], Candidate("import time, torch\n" + HONEST.replace("return", "time.sleep(3600); return")),

@@ -67,7 +67,14 @@ class InWorkerRunner:
 
     def references(self, ctx: Context) -> Models:
         assert self.cls is not None
-        return build_models(ctx, self.cls)
+        return build_models(ctx, self.cls, self.reference_built)
+
+    def reference_built(self) -> None:
+        """The problem's own Model() may set a backend switch (cuDNN's autotuning, as training scripts
+        do): its reference and baselines keep it, and the guard compares the candidate's calls with it.
+        What the candidate's import changed was judged before (load's check)."""
+        if self.guard is not None and self.guard.switches is not None:
+            self.guard.switches = monitor.backend_switches()
 
     def check_correctness(self, ctx: Context, models: References) -> None:
         assert isinstance(models, Models)
@@ -96,7 +103,9 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     return core.evaluate(problem, candidate, config, device_info, InWorkerRunner())
 
 
-def build_models(ctx: Context, cls: type) -> Models:
+def build_models(ctx: Context, cls: type, reference_built: Any = None) -> Models:
+    """The reference, its float64 copy and the candidate's model; `reference_built()` is called between
+    the problem's Model() and the candidate's ModelNew()."""
     with tensors.on_device(ctx.device):
         init = list(ctx.module.get_init_inputs())
         torch.manual_seed(ctx.correctness["init_seed"])
@@ -104,6 +113,8 @@ def build_models(ctx: Context, cls: type) -> Models:
         # otherwise), as KernelBench runs it and as the candidate's ModelNew is: a BatchNorm of an eval()
         # reference would normalise by running statistics while the candidate's uses the batch's.
         reference = ctx.module.Model(*init).to(ctx.device)
+        if reference_built is not None:
+            reference_built()
         torch.manual_seed(ctx.correctness["init_seed"])
         candidate = monitor.run_candidate(lambda: cls(*init), ctx.device, "ModelNew(*get_init_inputs())")
     if isinstance(candidate, torch.nn.Module):
