@@ -116,10 +116,11 @@ def test_patching_the_harness_timing_module_is_a_timer_patch(sup, problems):
     assert ev.status == "cheat:timer_patch" and "judge.timing._perf_counter" in ev.message, (ev.status, ev.message)
 
 
-def test_precision_flag_change_is_a_downgrade(sup, problems):
-    body = "torch.backends.cuda.matmul.allow_tf32 = True\n" + HONEST
+@pytest.mark.parametrize("flag", ["allow_tf32", "allow_fp16_accumulation"])
+def test_precision_flag_change_is_a_downgrade(sup, problems, flag):
+    body = f"torch.backends.cuda.matmul.{flag} = True\n" + HONEST
     ev = run(sup, problems, body)
-    assert ev.status == "cheat:precision_downgrade" and "allow_tf32" in ev.message
+    assert ev.status == "cheat:precision_downgrade" and flag.removeprefix("allow_") in ev.message, (ev.status, ev.message)
 
 
 @pytest.mark.parametrize("body, switch", [

@@ -31,6 +31,8 @@ def precision_flags() -> dict[str, str]:
         "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
         "matmul.fp16_reduced": lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
         "matmul.bf16_reduced": lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        # fp16 GEMMs accumulating in fp16 (cuBLAS's faster, coarser path), off by default
+        "matmul.fp16_accumulation": lambda: getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", None),
         "float32_matmul_precision": torch.get_float32_matmul_precision,
         "matmul.fp32_precision": lambda: getattr(torch.backends.cuda.matmul, "fp32_precision", None),
         "cudnn.conv.fp32_precision": lambda: getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None),
