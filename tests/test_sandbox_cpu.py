@@ -151,6 +151,31 @@ def test_a_switch_the_problem_sets_itself_is_no_candidate_s(sup, tmp_path):
     assert ev.status == "ok", (ev.status, ev.message)
 
 
+LIBRARY = """
+lib = torch.library.Library("cuforge_test_ns", "DEF")
+lib.define("relu_times(Tensor a) -> Tensor")
+lib.impl("relu_times", lambda a: a.clamp_min(0) * {k}, "CompositeExplicitAutograd")
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.cuforge_test_ns.relu_times(x)
+"""
+
+
+def test_operators_a_candidate_registers_do_not_reach_the_next_candidate(sup, problems):
+    # torch.library namespaces cannot be registered twice in a process, and a search's candidates keep
+    # their parent's: one that fails on a namespace an earlier candidate left is evaluated again in a
+    # fresh worker, and judged there.
+    assert run(sup, problems, LIBRARY.format(k=1)).status == "ok"
+    wrong = run(sup, problems, LIBRARY.format(k=2))
+    assert wrong.status == "wrong_output", (wrong.status, wrong.message)
+    assert "cuforge_test_ns" in wrong.correctness["retried_in_a_fresh_worker"], wrong.correctness
+    again = run(sup, problems, LIBRARY.format(k=1))
+    assert again.status == "ok", (again.status, again.message)
+    # A candidate that registers its namespace twice itself fails in a fresh worker too, once retried.
+    twice = run(sup, problems, LIBRARY.format(k=1) + 'torch.library.Library("cuforge_test_ns", "DEF")\n')
+    assert twice.status == "runtime_error" and "TORCH_LIBRARY" in twice.message, (twice.status, twice.message)
+
+
 def test_timeout_kills_and_respawns(problems):
     with Supervisor(cpu_mode=True) as s:
         ev = s.evaluate(problems["relu_any"], Candidate("import time, torch\n" + HONEST.replace("return", "time.sleep(3600); return")),

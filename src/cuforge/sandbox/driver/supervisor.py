@@ -37,6 +37,9 @@ from cuforge.sandbox.confine.pids_cgroup import CgroupError, PidsCgroup
 from cuforge.sandbox.driver.jail import (LANDLOCK, NAMESPACES, SHARED_CACHE, JailPlan, bwrap_argv, jail_env, jail_plan, landlock_spec,
                                   python_executable, scratch_env, unconfined_allowed)
 
+# What torch says when an operator namespace or operator is registered a second time in a process.
+NAMESPACE_TAKEN = ("Only a single TORCH_LIBRARY can be used to register the namespace",
+                   "with the same name and overload name multiple times")
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
 
@@ -111,6 +114,7 @@ class Supervisor:
         self._closing = threading.Lock()
         self.log_path: Path | None = None
         self.spawns = 0
+        self.served = 0  # evaluations the running worker has answered
         self.processes = ""  # what bounds the running worker's process count, said in its info
         self.ready = False  # the running worker is started up to its `ready` (imports, CUDA context)
         self.ready_arch: str | None = None  # the GPU's compute capability, as the worker said at `ready`
@@ -224,6 +228,7 @@ class Supervisor:
         finally:
             log.close()
         self.spawns += 1
+        self.served = 0
         self.ready = self.greeted = False
         proc = self.proc
         reply = self._read(START_TIMEOUT_S)
@@ -495,6 +500,20 @@ class Supervisor:
 
     def _evaluate_in_worker(self, problem: Problem, candidate: Candidate, config: EvalConfig,
                             prebuilt: dict[str, str] | None = None) -> Evaluation:
+        """One evaluation; again in a fresh worker where it failed on an operator namespace that an
+        earlier candidate left registered in this one (torch's dispatcher keeps a namespace for the life
+        of a process, and a search's candidates keep their parent's: the failure was the worker's)."""
+        earlier = self.served if self.alive() else 0
+        ev = self._evaluate_once(problem, candidate, config, prebuilt)
+        if earlier and ev.status in ("runtime_error", "compile_error") and any(m in ev.message for m in NAMESPACE_TAKEN):
+            self.close(by_user=False)
+            first = ev.message
+            ev = self._evaluate_once(problem, candidate, config, prebuilt)
+            ev.correctness = {**ev.correctness, "retried_in_a_fresh_worker": first[:300]}
+        return ev
+
+    def _evaluate_once(self, problem: Problem, candidate: Candidate, config: EvalConfig,
+                       prebuilt: dict[str, str] | None = None) -> Evaluation:
         base = {"problem_id": problem.id, "candidate_id": candidate.id}
         t0 = time.monotonic()
         restarted = False
@@ -536,6 +555,7 @@ class Supervisor:
             return Evaluation(status="crash", message=f"harness error in worker: {reply.get('message')}",
                               wall_s=time.monotonic() - t0, worker_restarted=True, device=self.info, **base)
         ev = Evaluation.from_dict(reply["evaluation"])
+        self.served += 1
         self.prebuilt = dict(reply.get("prebuilt") or {})
         ev.device = {**ev.device, "pid": self.info.get("pid"), "jail": self.info.get("jail")}
         ev.worker_restarted = restarted
