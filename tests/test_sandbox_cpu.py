@@ -127,6 +127,7 @@ def test_precision_flag_change_is_a_downgrade(sup, problems, flag):
     ("torch.backends.cudnn.enabled = False\n" + HONEST, "cudnn.enabled"),
     ("class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        torch.set_num_threads(1)\n"
      "        return x.clamp_min(0)\n", "cpu_threads"),
+    ("torch.set_default_device('meta')\n" + HONEST, "default_device"),
 ])
 def test_a_switch_eager_runs_under_changed_beside_it_is_named(sup, problems, body, switch):
     # In the worker's own process the switches are eager's too: cuDNN off or one CPU thread would slow the

@@ -107,6 +107,7 @@ def backend_switches() -> dict[str, str]:
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
         "mkldnn.enabled": lambda: b.mkldnn.enabled,
         "cpu_threads": torch.get_num_threads,
+        "default_device": torch.get_default_device,  # where the judge's own new tensors (inputs) would go
         "cuda.flash_sdp": b.cuda.flash_sdp_enabled,
         "cuda.mem_efficient_sdp": b.cuda.mem_efficient_sdp_enabled,
         "cuda.math_sdp": b.cuda.math_sdp_enabled,
