@@ -95,6 +95,14 @@ class ScriptedLLMServer:
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
+    def received(self, n: int, timeout_s: float = 10.0) -> int:
+        """How many requests the server has read, once it has read `n` or `timeout_s` passed: a client
+        that gave up on a stalled request may have sent it before this server's thread got to read it."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.requests) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(self.requests)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"

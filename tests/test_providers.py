@@ -171,7 +171,7 @@ def test_openai_failures_are_classified_and_retried_only_when_it_can_help(monkey
         with pytest.raises(ProviderError) as info:
             run(p.propose(PROMPT))
         assert (info.value.kind, info.value.status) == (kind, status)
-        assert len(srv.requests) == sent == p.requests
+        assert srv.received(sent) == sent == p.requests
     msg = str(info.value)
     assert msg.startswith("openai: ") and kind in msg and "\n" not in msg
     assert [k for k, _ in seen] == [kind] * sent and [r for _, r in seen] == [True] * (sent - 1) + [False]
