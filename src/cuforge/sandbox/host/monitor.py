@@ -23,7 +23,7 @@ from cuforge.aten_ops import is_compute
 from cuforge.op_trace import OpRecorder
 from cuforge.sandbox.protocol import tensors
 from cuforge.sandbox.protocol.evaluation import cheat
-from cuforge.sandbox.protocol.precision import precision_flags
+from cuforge.sandbox.protocol.precision import precision_flags, read_switches
 from cuforge.sandbox.protocol.stop import Stop, is_sticky
 
 Verdict = tuple[str, str]  # (cheat kind, message)
@@ -115,13 +115,7 @@ def backend_switches() -> dict[str, str]:
         "cuda.preferred_blas_library": lambda: b.cuda.preferred_blas_library(),
         "cuda.preferred_linalg_library": lambda: b.cuda.preferred_linalg_library(),
     }
-    out = {}
-    for name, probe in probes.items():
-        try:
-            out[name] = str(probe())
-        except Exception as e:  # noqa: BLE001 - a switch this torch lacks, or a backend it was built without
-            out[name] = f"unreadable: {type(e).__name__}"
-    return out
+    return read_switches(probes)
 
 
 @dataclass

@@ -11,6 +11,7 @@ runs; its Guard names any harness function the candidate replaced. Nothing here 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -103,7 +104,7 @@ def evaluate_request(problem: dict[str, Any], candidate: dict[str, Any], config:
     return core.evaluate(problem, candidate, config, device_info, InWorkerRunner())
 
 
-def build_models(ctx: Context, cls: type, reference_built: Any = None) -> Models:
+def build_models(ctx: Context, cls: type, reference_built: Callable[[], None] | None = None) -> Models:
     """The reference, its float64 copy and the candidate's model; `reference_built()` is called between
     the problem's Model() and the candidate's ModelNew()."""
     with tensors.on_device(ctx.device):

@@ -38,11 +38,17 @@ def precision_flags() -> dict[str, str]:
         "cudnn.conv.fp32_precision": lambda: getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None),
         "default_dtype": torch.get_default_dtype,
     }
+    return read_switches(probes)
+
+
+def read_switches(probes: Mapping[str, Callable[[], Any]]) -> dict[str, str]:
+    """Each switch's value as text; one that cannot be read (a mixed legacy/new TF32 state raises, a
+    torch may lack a switch or a backend) is named unreadable, which compares like any value."""
     out = {}
     for name, probe in probes.items():
         try:
             out[name] = str(probe())
-        except Exception as e:  # noqa: BLE001 - a mixed legacy/new TF32 state raises when read
+        except Exception as e:  # noqa: BLE001 - see the docstring
             out[name] = f"unreadable: {type(e).__name__}"
     return out
 
