@@ -275,6 +275,9 @@ def execute(prep: Prepared | RunConfig, store: Store, run_id: str | None, resume
     status = "failed"
     try:
         status = asyncio.run(_drive(search, store, run_id, resume))
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handlers were in place
+        status = "stopped"
+        raise
     finally:
         prep.executor.close()
         for st in search.states.values():
@@ -298,15 +301,20 @@ async def _drive(search: Search, store: Store, run_id: str, resume: bool) -> str
         finally:
             os._exit(EXIT_INTERRUPTED)
 
+    signalled: list[int] = []
+
     def interrupt(signum: int) -> None:
+        # One handler for both signals, never swapped: between removing a handler and adding another,
+        # a second Ctrl-C met Python's default one and its KeyboardInterrupt recorded the run as failed.
+        if signalled:
+            second_interrupt()
+            return
+        signalled.append(signum)
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         verb = "interrupted" if signum == signal.SIGINT else "terminated"
         search.request_stop(f"{verb} ({name}); resume with: cuforge run --resume {run_id}")
         search.on_event("warn", f"stopping on {name}: requests cancelled, evaluations in progress abandoned "
                                 f"({'Ctrl-C again' if signum == signal.SIGINT else 'a second signal'} exits at once)")
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-            loop.add_signal_handler(sig, second_interrupt)
 
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
