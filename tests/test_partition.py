@@ -279,3 +279,54 @@ def test_an_update_of_a_parameter_read_before_it_keeps_its_place(tmp_path):
     parts = partition(p)
     ops = [n.op for q in parts for n in q.nodes]
     assert ops.index("add_") > ops.index("addmm"), ops
+
+
+CONV_TAIL = "torch.sigmoid(self.conv(a) + self.bias) * 2.0"
+CONV_INIT = "        self.conv = nn.Conv2d(16, 32, 3, padding=1)\n        self.bias = nn.Parameter(torch.randn(32, 1, 1))"
+
+
+def test_the_library_s_convolution_with_its_tail_fused_comes_second_where_cudnn_may_use_tf32(tmp_path, cpu_sup):
+    # torch.compile's plan (cuDNN's convolution, one kernel for what follows) as a family of its own:
+    # offered where the contract lets cuDNN use TF32 or the tensors are half precision, right after the
+    # preferred family so a search's first seeds reach it; never where the library's product would run
+    # strict fp32, never as one kernel of a partition, never without a kernel of its own.
+    from cuforge.kernels.families import LIBRARY_AROUND
+
+    p = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT)
+    assert "partition:library" not in [f.name for f in families_for(p)[0]]  # fp32: cuDNN without TF32
+    under = p.under("pytorch")
+    names = [f.name for f in families_for(under)[0]]
+    assert names[1] == "partition:library" and names[0].startswith("conv"), names
+    assert "partition:library" not in [f.name for f in families_for(under, several=False)[0]]
+    parts = LIBRARY_AROUND.match(under)
+    assert [q.family.name if q.family else "torch" for q in parts] == ["torch", "pointwise"]
+    assert [n.op for n in parts[0].nodes] == ["convolution"]
+    seeds = LIBRARY_AROUND.seeds(under)
+    assert seeds and all(LIBRARY_AROUND.valid(c, under) for c in seeds)
+    cand = LIBRARY_AROUND.render(seeds[0], under)
+    assert cand.meta["family"] == "partition:library" and cand.meta["parts"] == "torch+pointwise"
+    compile(cand.module_source(), "<partition:library>", "exec")
+    stage = parts[1].family.render({k.split(".", 1)[1]: v for k, v in seeds[0].items()}, parts[1].problem)
+    assert "pointwise" in compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options).signatures
+    # The cut and what crosses it, every part run by PyTorch and judged as any candidate is.
+    source = parts_module(under, as_pytorch(parts), [None] * len(parts), {"family": "partition:library"})
+    ev = cpu_sup.evaluate(under.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+
+    half = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32, dtype=torch.float16)", args="a",
+                             init=CONV_INIT.replace("padding=1)", "padding=1).half()").replace("(32, 1, 1))", "(32, 1, 1).half())"))
+    assert half.meta.dtype == "float16"
+    assert [f.name for f in families_for(half)[0]][1:2] == ["partition:library"]
+    alone = problem_from_expr(tmp_path, "self.conv(a)", "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT)
+    assert "partition:library" not in [f.name for f in families_for(alone.under("pytorch"))[0]]  # nothing to fuse
+
+
+def test_a_search_s_first_seeds_reach_the_library_s_plan(tmp_path):
+    from cuforge.agent.template_proposer import TemplateProposer
+
+    p = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT).under("pytorch")
+    proposer = TemplateProposer()
+    families = [proposer.propose_candidate(p, "SEED" if i == 0 else "IMPROVE", None, []).meta["family"] for i in range(4)]
+    # The preferred family leads; which of its seeds come next waits on the judge's word on its first
+    # TF32 config, so the library's plan is somewhere among the four.
+    assert families[0] != "partition:library" and families.count("partition:library") == 1, families

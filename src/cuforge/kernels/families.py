@@ -11,10 +11,11 @@ from cuforge.problems.problem import Problem
 from cuforge.kernels.dropout import TorchDropout
 from cuforge.kernels.inputs import unusual_tensors
 from cuforge.kernels.pipeline import Pipeline
-from cuforge.kernels.partition import Partition
+from cuforge.kernels.partition import LIBRARY_OPS, Partition
 from cuforge.kernels.registry import family, registered
 from cuforge.kernels.staged import Staged, staged_families
 from cuforge.sandbox.protocol.candidate import LaunchSpec
+from cuforge.sandbox.protocol.precision import tf32_allowed
 
 
 ELEMENTWISE_OPS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
@@ -143,6 +144,36 @@ def one_kernel(problem: Problem) -> Family | None:
 # Any number of kernels with PyTorch between them: where nothing else covers the graph.
 PARTITION = Partition(one_kernel)
 
+# What cuBLAS and cuDNN run: a partition that leaves these to PyTorch fuses only what lies around them.
+LIBRARY_ATEN = frozenset({"convolution", "mm", "bmm", "addmm", "baddbmm"})
+
+
+def kernel_without_library_ops(problem: Problem) -> Family | None:
+    """one_kernel, for a run of ops with no GEMM or convolution in it."""
+    return None if any(n.op in LIBRARY_ATEN for n in problem.graph) else one_kernel(problem)
+
+
+# The GEMMs and convolutions left to the vendor's libraries, the ops after and between them fused into
+# kernels of its own: torch.compile's own plan. Once cuDNN may use TF32 (the `pytorch` contract),
+# torch.compile beat the whole-graph template kernels on 47 of KernelBench level2's 63 convolution
+# files, and default-flag eager (cuDNN, then the tail unfused) beat them on four. It comes second, after
+# a preferred family that computes the product itself: a search's first seeds are the preferred
+# family's three and then the next family's first, and past them a search only mutates what won, so a
+# plan offered later is never tried. Where a fused kernel of another kind leads (attention), the
+# library's products around it are eager's own plan: not offered.
+LIBRARY_AROUND = Partition(kernel_without_library_ops, name="partition:library")
+
+
+def library_around_applies(problem: Problem) -> bool:
+    """Whether LIBRARY_AROUND is worth a place among a problem's families: its graph has a library op,
+    the library may run it fast (TF32 allowed by the contract, or half-precision tensors), and the
+    partition keeps a kernel of its own."""
+    if not LIBRARY_ATEN & frozenset(problem.ops):
+        return False
+    if problem.meta.dtype not in ("float16", "bfloat16") and not tf32_allowed(problem.contract(), problem.ops):
+        return False
+    return LIBRARY_AROUND.supports(problem) is None
+
 
 def families_for(problem: Problem, index: bool = True, several: bool = True) -> tuple[list[Family], str]:
     """Every family that covers the problem (first = preferred), or why none does. Families whose
@@ -174,7 +205,10 @@ def families_for(problem: Problem, index: bool = True, several: bool = True) -> 
             reasons.append(f"{fam.name.split(':')[0]}: {why}")  # the two-kernel families say theirs once, as "staged"
     if found:
         # One kernel before two; within each, a family measured faster on the problem first.
-        return sorted(found, key=lambda f: (isinstance(f, Staged), not f.leads(problem))), ""
+        ordered = sorted(found, key=lambda f: (isinstance(f, Staged), not f.leads(problem)))
+        if several and ordered[0].name.removeprefix("staged:").startswith(LIBRARY_OPS) and library_around_applies(problem):
+            ordered.insert(1, LIBRARY_AROUND)  # where the preferred plan is a product kernel of its own
+        return ordered, ""
     if not several:
         return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + ")"
     why = PIPELINE.supports(problem)

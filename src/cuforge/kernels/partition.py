@@ -432,8 +432,8 @@ class Partition(GraphFamily):
     """The last resort of the offline search: its config is the kernel parts' configs under p<i>.
     prefixes (i: the part's index), seeded with each kernel's first seed."""
 
-    def __init__(self, cover: Cover) -> None:
-        super().__init__("partition", {})
+    def __init__(self, cover: Cover, name: str = "partition") -> None:
+        super().__init__(name, {})
         object.__setattr__(self, "cover", cover)
 
     cover: Cover
