@@ -11,7 +11,7 @@ from cuforge.problems.problem import Problem
 from cuforge.kernels.dropout import TorchDropout
 from cuforge.kernels.inputs import unusual_tensors
 from cuforge.kernels.pipeline import Pipeline
-from cuforge.kernels.partition import LIBRARY_OPS, Partition
+from cuforge.kernels.partition import LIBRARY_ATEN, LIBRARY_OPS, Partition
 from cuforge.kernels.registry import family, registered
 from cuforge.kernels.staged import Staged, staged_families
 from cuforge.sandbox.protocol.candidate import LaunchSpec
@@ -144,9 +144,6 @@ def one_kernel(problem: Problem) -> Family | None:
 # Any number of kernels with PyTorch between them: where nothing else covers the graph.
 PARTITION = Partition(one_kernel)
 
-# What cuBLAS and cuDNN run: a partition that leaves these to PyTorch fuses only what lies around them.
-LIBRARY_ATEN = frozenset({"convolution", "mm", "bmm", "addmm", "baddbmm"})
-
 
 def kernel_without_library_ops(problem: Problem) -> Family | None:
     """one_kernel, for a run of ops with no GEMM or convolution in it."""
@@ -154,9 +151,9 @@ def kernel_without_library_ops(problem: Problem) -> Family | None:
 
 
 # The GEMMs and convolutions left to the vendor's libraries, the ops after and between them fused into
-# kernels of its own: torch.compile's own plan. Once cuDNN may use TF32 (the `pytorch` contract),
-# torch.compile beat the whole-graph template kernels on 47 of KernelBench level2's 63 convolution
-# files, and default-flag eager (cuDNN, then the tail unfused) beat them on four. It comes second, after
+# kernels of its own: torch.compile's own plan. Once cuDNN may use TF32 (the `pytorch` contract), that
+# plan beats the whole-graph template kernels on most of KernelBench level2's convolution files, and
+# even eager (cuDNN, then the tail unfused) beats them on a few (docs/benchmarks.md). It comes second, after
 # a preferred family that computes the product itself: a search's first seeds are the preferred
 # family's three and then the next family's first, and past them a search only mutates what won, so a
 # plan offered later is never tried. Where a fused kernel of another kind leads (attention), the

@@ -39,6 +39,7 @@ MAX_RUN = 16  # the longest run of ops asked of the families (a fused chain is r
 # cuDNN are tuned for, and a partition's gain is often the fusion around them, not the product itself.
 TORCH_KNOB = "TORCH"
 LIBRARY_OPS = ("gemm", "linear", "conv", "gemv")  # family name prefixes: what a vendor library runs
+LIBRARY_ATEN = frozenset({"convolution", "mm", "bmm", "addmm", "baddbmm"})  # the traced ops they anchor on
 MAX_NODES = 4000  # a longer graph (a recurrent model traced step by step) is not cut: its search would not end
 
 
@@ -429,7 +430,9 @@ def torch_part_code(problem: Problem, part: Part) -> str:
 # --------------------------------------------------------------------------------------- the family
 
 class Partition(GraphFamily):
-    """The last resort of the offline search: its config is the kernel parts' configs under p<i>.
+    """A graph as kernel and PyTorch parts: with `one_kernel` as its cover, the last resort of the offline
+    search; with a cover that refuses GEMMs and convolutions, the vendor library's products with the
+    ops around them fused (families.LIBRARY_AROUND). Its config is the kernel parts' configs under p<i>.
     prefixes (i: the part's index), seeded with each kernel's first seed."""
 
     def __init__(self, cover: Cover, name: str = "partition") -> None:
