@@ -10,6 +10,10 @@ test passed" in one record means at one tree of the code.
 
     python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540
     python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540   # the tests left
+    python benchmarks/gpu_suite.py --name gpu_suite_s53 --take gpu_owed_s53 --no-run    # a call over a few files
+
+--take NAME counts the outcomes of another record of the same tree (a call over a few test files) in
+this one, as a call of its own whose runs name the call they came from.
 
 The test processes take turns on each GPU, so a test's wall time grows with their number: beside 11
 others on one H200, single tests ran 2-6 minutes. A call interrupted with all of them in flight loses
@@ -144,6 +148,31 @@ def load_record(path: Path, tree: str) -> dict[str, Any]:
     return record
 
 
+def take(path: Path, tree: str, tests: dict[str, list[dict[str, Any]]], wanted: set[str], call: int) -> dict[str, Any]:
+    """Another record's outcomes, of this tree and of tests this suite collects, added to `tests` as
+    call `call` (each run naming the call it came from) where this record has none that passed or
+    skipped: a call over a few test files at the same tree counts toward the whole suite. What the
+    taken call ran on (date, GPU, torch, how many tests)."""
+    if not path.exists():
+        refuse(f"--take: no record {path}")
+    try:
+        other = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        refuse(f"--take: {path} is not a GPU-suite record ({e})")
+    if not isinstance(other, dict) or "tree" not in other or "tests" not in other:
+        refuse(f"--take: {path} is not a GPU-suite record (no tree and tests)")
+    if other["tree"] != tree:
+        refuse(f"--take: {path} records tree {other['tree'][:12]}, this tree is {tree[:12]}: only the same code's outcomes count")
+    mine = last_outcomes({"tests": tests})
+    n = 0
+    for test, runs in other["tests"].items():
+        if test in wanted and runs and mine.get(test) not in DONE:
+            tests.setdefault(test, []).extend({**r, "call": call, "taken_from_call": r.get("call")} for r in runs)
+            n += 1
+    last_call = (other.get("calls") or [{}])[-1]
+    return {"tests": n, **{k: last_call[k] for k in ("date", "gpu", "torch") if k in last_call}}
+
+
 def last_outcomes(record: dict[str, Any]) -> dict[str, str]:
     return {test: runs[-1]["outcome"] for test, runs in record.get("tests", {}).items() if runs}
 
@@ -169,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--marker", default="gpu", help="the pytest marker expression that selects the suite")
     ap.add_argument("--root", default=str(ROOT), help="the project whose tree is digested and tested")
     ap.add_argument("--results", help="where the record lies (default ROOT/benchmarks/results)")
+    ap.add_argument("--take", action="append", default=[], metavar="NAME",
+                    help="count the outcomes of another record of this tree (a call over a few test files) here")
+    ap.add_argument("--no-run", action="store_true", help="only take (--take) and write the record: run no test")
     ap.add_argument("paths", nargs="*", default=["tests"], help="test paths under the root")
     a = ap.parse_args(argv)
     root = Path(a.root).resolve()
@@ -184,11 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     collected = collect(root, a.marker, a.paths)
     if not collected:
         refuse(f"no test under {', '.join(a.paths)} is marked {a.marker!r}")
-    last = last_outcomes(record)
-    todo = [t for t in collected if last.get(t) not in DONE]
     calls = list(record.get("calls", []))
     tests: dict[str, list[dict[str, Any]]] = dict(record.get("tests", {}))
-    if todo:
+    for name in a.take:
+        taken = take(results / f"{name}.json", tree, tests, set(collected), call=len(calls) + 1)
+        calls.append({"call": len(calls) + 1, "taken_from": name, **taken})
+    last = last_outcomes({"tests": tests})
+    todo = [t for t in collected if last.get(t) not in DONE]
+    if todo and not a.no_run:
         call = len(calls) + 1
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "outcomes.jsonl"
@@ -209,10 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     counts, status = summary(merged, collected)
     merged["counts"] = counts
     results.mkdir(parents=True, exist_ok=True)
-    if results.resolve() == (ROOT / "benchmarks" / "results").resolve():
+    ran = bool(todo and not a.no_run)
+    if ran and results.resolve() == (ROOT / "benchmarks" / "results").resolve():
         write_result(a.name, merged, echo=False)  # the summary line below says what a call did
-    else:  # another project's record (the runner's own tests): written where asked, without the GPU stamp
-        path.write_text(json.dumps({"benchmark": a.name, **merged}, indent=2))
+    else:  # another project's record (the runner's own tests), or no test run here: no new machine stamp
+        kept = {k: v for k, v in record.items() if k not in merged and k != "benchmark"}
+        path.write_text(json.dumps({"benchmark": a.name, **kept, **merged}, indent=2))
     print(f"tree {tree[:12]}: {len(collected)} tests; " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
           + f" (call {len(calls)})", file=sys.stderr)
     return status

@@ -161,3 +161,30 @@ def test_a_drain_as_long_as_the_limit_is_refused(tmp_path):
     r = runner(project(tmp_path), 60, 0, "--drain-s", "60")
     assert r.returncode == 2 and "--drain-s must be at least 0 and under --limit-s (60)" in r.stderr
     assert not (tmp_path / "proj" / "results").exists()
+
+
+def test_a_record_of_a_few_files_at_the_same_tree_counts_toward_the_suite(tmp_path):
+    root = project(tmp_path)
+    few = subprocess.run([sys.executable, str(RUNNER), "--name", "few", "--root", str(root), "--results", str(root / "results"),
+                          "--marker", "sample and not other", "--processes", "0", "--limit-s", "60",
+                          "tests/test_sample.py::test_a_passes", "tests/test_sample.py::test_c_skips"],
+                         capture_output=True, text=True, timeout=300)
+    assert few.returncode == 0, few.stderr[-2000:]
+    taken = runner(root, 60, 0, "--take", "few", "--no-run")
+    assert taken.returncode == 3, taken.stderr[-2000:]  # tests are left: none ran here
+    record = json.loads((root / "results" / "suite.json").read_text())
+    few_call = json.loads((root / "results" / "few.json").read_text())["calls"][0]
+    assert record["calls"] == [{"call": 1, "taken_from": "few", "tests": 2,
+                                **{k: few_call[k] for k in ("date", "gpu", "torch") if k in few_call}}]
+    assert outcomes(root) == {"test_a_passes": [(1, "passed")], "test_c_skips": [(1, "skipped")]}
+    assert all(r["taken_from_call"] == 1 for runs in record["tests"].values() for r in runs)
+    assert record["counts"] == {"passed": 1, "skipped": 1, "not run": 2}
+
+    missing = runner(root, 60, 0, "--take", "nothing", "--no-run")
+    assert missing.returncode == 2 and "--take: no record" in missing.stderr and missing.stderr.strip().count("\n") == 0
+    (root / "src" / "code.py").write_text("X = 2\n")  # another tree: its outcomes are not this code's
+    other = subprocess.run([sys.executable, str(RUNNER), "--name", "fresh", "--root", str(root), "--results", str(root / "results"),
+                            "--marker", "sample and not other", "--limit-s", "60", "--take", "few", "--no-run", "tests"],
+                           capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "only the same code's outcomes count" in other.stderr, other.stderr
+    assert not (root / "results" / "fresh.json").exists()
