@@ -68,6 +68,13 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+def gpu_visible() -> bool:
+    """Whether torch sees a CUDA GPU here."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def collect(root: Path, marker: str, paths: list[str]) -> list[str]:
     """Node ids of the tests the marker selects, in pytest's order."""
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marker, *paths],
@@ -209,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     drain_s = a.limit_s * DRAIN_SHARE if a.drain_s is None else a.drain_s
     if not 0 <= drain_s < a.limit_s:
         refuse(f"--drain-s must be at least 0 and under --limit-s ({a.limit_s:g}), not {drain_s:g}")
+    if not a.no_run and "gpu" in re.findall(r"\w+", a.marker) and not gpu_visible():
+        refuse("no GPU is visible here: the GPU tests would all skip, and a skip counts as done in the record")
     results = Path(a.results) if a.results else root / "benchmarks" / "results"
     path = results / f"{a.name}.json"
     tree = tree_digest(root)

@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, benchmark_module
+import pytest
+
+from conftest import HAS_GPU, ROOT, benchmark_module
 
 RUNNER = ROOT / "benchmarks" / "gpu_suite.py"
 TESTS = '''
@@ -188,3 +190,12 @@ def test_a_record_of_a_few_files_at_the_same_tree_counts_toward_the_suite(tmp_pa
                            capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "only the same code's outcomes count" in other.stderr, other.stderr
     assert not (root / "results" / "fresh.json").exists()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is visible here")
+def test_the_gpu_suite_is_not_recorded_where_no_gpu_would_run_it(tmp_path):
+    root = project(tmp_path)
+    r = subprocess.run([sys.executable, str(RUNNER), "--name", "suite", "--root", str(root), "--results", str(root / "results"),
+                        "--marker", "gpu", "--limit-s", "60", "tests"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no GPU is visible here" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert not (root / "results").exists()
