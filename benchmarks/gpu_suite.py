@@ -139,20 +139,25 @@ def read_log(log: Path) -> list[dict[str, Any]]:
     return out
 
 
+def read_record(path: Path, tree: str, said: str, foreign: str, other_tree: str) -> dict[str, Any]:
+    """A record of `tree` at `path`; else one line (`said` first) naming what is wrong and, after it,
+    what to do about a foreign file or another tree's record; SystemExit(2)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        refuse(f"{said}{path} is not a GPU-suite record ({e})")
+    if not isinstance(record, dict) or "tree" not in record or "tests" not in record:
+        refuse(f"{said}{path} is not a GPU-suite record (no tree and tests){foreign}")
+    if record["tree"] != tree:
+        refuse(f"{said}{path} records tree {record['tree'][:12]}, this tree is {tree[:12]}: {other_tree}")
+    return record
+
+
 def load_record(path: Path, tree: str) -> dict[str, Any]:
     """This tree's record so far ({} for none); SystemExit(2) for another tree's or a foreign file."""
     if not path.exists():
         return {}
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        refuse(f"{path} is not a GPU-suite record ({e})")
-    if not isinstance(record, dict) or "tree" not in record or "tests" not in record:
-        refuse(f"{path} is not a GPU-suite record (no tree and tests): choose another --name")
-    if record["tree"] != tree:
-        refuse(f"{path} records tree {record['tree'][:12]}, this tree is {tree[:12]}: "
-                         f"the code changed, so start a new --name")
-    return record
+    return read_record(path, tree, "", ": choose another --name", "the code changed, so start a new --name")
 
 
 def take(path: Path, tree: str, tests: dict[str, list[dict[str, Any]]], wanted: set[str], call: int) -> dict[str, Any]:
@@ -162,14 +167,7 @@ def take(path: Path, tree: str, tests: dict[str, list[dict[str, Any]]], wanted: 
     taken call ran on (date, GPU, torch, how many tests)."""
     if not path.exists():
         refuse(f"--take: no record {path}")
-    try:
-        other = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        refuse(f"--take: {path} is not a GPU-suite record ({e})")
-    if not isinstance(other, dict) or "tree" not in other or "tests" not in other:
-        refuse(f"--take: {path} is not a GPU-suite record (no tree and tests)")
-    if other["tree"] != tree:
-        refuse(f"--take: {path} records tree {other['tree'][:12]}, this tree is {tree[:12]}: only the same code's outcomes count")
+    other = read_record(path, tree, "--take: ", "", "only the same code's outcomes count")
     mine = last_outcomes({"tests": tests})
     n = 0
     for test, runs in other["tests"].items():
