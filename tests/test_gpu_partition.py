@@ -57,3 +57,14 @@ def test_the_library_s_convolution_with_its_tail_fused_is_ok_and_runs_its_own_ke
         ev = sup.evaluate(p, cand, TF32_DEFAULT)
         assert ev.status == "ok", (expr[:40], ev.status, ev.message)
         assert ev.correctness.get("kernels"), ev.correctness  # its own kernel ran beside cuDNN's
+
+
+@pytest.mark.parametrize("name", ["models/resnet_bottleneck", "models/mobilenetv2_inverted_residual"])
+def test_a_cnn_block_s_convolutions_by_cudnn_with_the_rest_fused_are_ok(sup, name):
+    from cuforge.problems.suites import load_problem
+
+    p = load_problem(name).under("pytorch")
+    assert [f.name for f in families_for(p)[0]] == ["pipeline", LIBRARY_AROUND.name], families_for(p)
+    cand = LIBRARY_AROUND.render(LIBRARY_AROUND.seeds(p)[0], p)
+    ev = sup.evaluate(p, cand, TF32_DEFAULT)
+    assert ev.status == "ok", (name, cand.meta["parts"], ev.status, ev.message)

@@ -79,8 +79,9 @@ def test_every_partition_s_pytorch_parts_compute_the_forward(models, cpu_sup, tm
     """Each file at its CUFORGE['small'] sizes (its module constants set to them, so the trace and the
     shapes a partition writes out are the small ones), cut into parts, every part (kernel parts too) run
     by PyTorch as the partition writes it out, and judged: the cuts, the values fed between parts and
-    the dtypes a part is told it reads are what the forward computes."""
-    from cuforge.kernels.families import one_kernel
+    the dtypes a part is told it reads are what the forward computes. Under the `pytorch` contract the
+    library's products with the ops around them fused (partition:library) are cut and judged alike."""
+    from cuforge.kernels.families import LIBRARY_AROUND, one_kernel
     from cuforge.kernels.partition import as_pytorch, partition, parts_module
     from cuforge.problems.loader import load_files
 
@@ -92,15 +93,19 @@ def test_every_partition_s_pytorch_parts_compute_the_forward(models, cpu_sup, tm
         (tmp_path / path.name).write_text(path.read_text() + "\n# the CUFORGE['small'] sizes\n" + small)
     problems, skipped = load_files(sorted(tmp_path.glob("*.py")))
     assert not skipped, skipped[:2]
-    failed, cut = [], 0
+    failed, cut, library = [], 0, 0
     for p in problems:
         fams = families_for(p)[0]
-        if not fams or fams[0].name != "partition":
-            continue
-        parts = partition(p, one_kernel)
-        cut += 1
-        source = parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"})
-        ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
-        if not ev.ok:
-            failed.append((p.id, ev.status, ev.message[:200]))
-    assert cut >= 18 and not failed, (cut, failed)
+        under = p.under("pytorch")  # where cuDNN may use TF32, the library's products with the rest fused
+        cuts = [(p, partition(p, one_kernel), "partition")] if fams and fams[0].name == "partition" else []
+        if LIBRARY_AROUND in families_for(under)[0]:
+            cuts.append((under, LIBRARY_AROUND.match(under), LIBRARY_AROUND.name))
+            library += 1
+        for q, parts, name in cuts:
+            cut += 1
+            source = parts_module(q, as_pytorch(parts), [None] * len(parts), {"family": name})
+            ev = cpu_sup.evaluate(q.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+            if not ev.ok:
+                failed.append((q.id, name, ev.status, ev.message[:200]))
+    # ResNet's bottleneck and MobileNetV2's block in fp32: cuDNN's convolutions, batch norms and activations fused
+    assert cut >= 20 and library >= 2 and not failed, (cut, library, failed)

@@ -154,7 +154,8 @@ def kernel_without_library_ops(problem: Problem) -> Family | None:
 # kernels of its own: torch.compile's own plan. Once cuDNN may use TF32 (the `pytorch` contract), that
 # plan beats the whole-graph template kernels on most of KernelBench level2's convolution files, and
 # even eager (cuDNN, then the tail unfused) beats them on a few (docs/benchmarks.md). It comes second, after
-# a preferred family that computes the product itself: a search's first seeds are the preferred
+# a preferred family that computes the products itself (one kernel, or a pipeline of several, as for
+# ResNet's bottleneck and MobileNetV2's block): a search's first seeds are the preferred
 # family's three and then the next family's first, and past them a search only mutates what won, so a
 # plan offered later is never tried. Where a fused kernel of another kind leads (attention), the
 # library's products around it are eager's own plan: not offered.
@@ -209,8 +210,8 @@ def families_for(problem: Problem, index: bool = True, several: bool = True) -> 
     if not several:
         return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + ")"
     why = PIPELINE.supports(problem)
-    if why is None:
-        return [PIPELINE], ""
+    if why is None:  # its kernels compute the products themselves: the library's plan is the other one
+        return [PIPELINE, LIBRARY_AROUND] if library_around_applies(problem) else [PIPELINE], ""
     reasons.append(f"{PIPELINE.name}: {why}")
     why = PARTITION.supports(problem)
     if why is None:
