@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     calls = list(record.get("calls", []))
     tests: dict[str, list[dict[str, Any]]] = dict(record.get("tests", {}))
     for name in a.take:
+        if name == a.name:
+            refuse(f"--take {name}: that is this record; name another record of the same tree")
         taken = take(results / f"{name}.json", tree, tests, set(collected), call=len(calls) + 1)
         calls.append({"call": len(calls) + 1, "taken_from": name, **taken})
     last = last_outcomes({"tests": tests})

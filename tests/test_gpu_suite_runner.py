@@ -182,6 +182,8 @@ def test_a_record_of_a_few_files_at_the_same_tree_counts_toward_the_suite(tmp_pa
     assert all(r["taken_from_call"] == 1 for runs in record["tests"].values() for r in runs)
     assert record["counts"] == {"passed": 1, "skipped": 1, "not run": 2}
 
+    itself = runner(root, 60, 0, "--take", "suite", "--no-run")
+    assert itself.returncode == 2 and "that is this record" in itself.stderr
     missing = runner(root, 60, 0, "--take", "nothing", "--no-run")
     assert missing.returncode == 2 and "--take: no record" in missing.stderr and missing.stderr.strip().count("\n") == 0
     (root / "src" / "code.py").write_text("X = 2\n")  # another tree: its outcomes are not this code's

@@ -317,6 +317,9 @@ def test_the_library_s_convolution_with_its_tail_fused_comes_second_where_cudnn_
                              init=CONV_INIT.replace("padding=1)", "padding=1).half()").replace("(32, 1, 1))", "(32, 1, 1).half())"))
     assert half.meta.dtype == "float16"
     assert [f.name for f in families_for(half)[0]][1:2] == ["partition:library"]
+    bf16 = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32, dtype=torch.bfloat16)", args="a",
+                             init=CONV_INIT.replace("padding=1)", "padding=1).bfloat16()").replace("(32, 1, 1))", "(32, 1, 1).bfloat16())"))
+    assert bf16.meta.dtype == "bfloat16" and [f.name for f in families_for(bf16)[0]][1:2] == ["partition:library"]
     alone = problem_from_expr(tmp_path, "self.conv(a)", "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT)
     assert "partition:library" not in [f.name for f in families_for(alone.under("pytorch"))[0]]  # nothing to fuse
 
