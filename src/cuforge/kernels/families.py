@@ -138,7 +138,9 @@ def one_kernel(problem: Problem) -> Family | None:
     """The preferred family whose kernel alone covers the problem (not a module of several): what a
     partition asks of each run of ops."""
     fams, _ = families_for(problem, several=False)
-    return next((f for f in fams if not isinstance(f, Staged)), None)
+    # A family that matches the run but has no config that fits it (a norm's rows too long for its
+    # registers) cannot render it: the next one that has does.
+    return next((f for f in fams if not isinstance(f, Staged) and f.seeds(problem)), None)
 
 
 # Any number of kernels with PyTorch between them: where nothing else covers the graph.
