@@ -2,7 +2,7 @@
 cover, PyTorch between them (a flip and a sort between linear layers; KernelBench level3's ResNet basic
 block, a VGG-style stack and a transformer's attention, at smaller sizes), every seed judged `ok`; LLaMA's
 SwiGLU MLP in bf16 with its three products left to cuBLAS around the fused gate kernel; cuDNN's
-convolution with the ops after it fused (partition:library), under PyTorch's defaults and in fp16."""
+convolution with the ops after it fused (partition:library), under PyTorch's defaults and in fp16 and bf16."""
 
 import pytest
 
@@ -44,10 +44,14 @@ LIBRARY_CASES = [
     # in fp16: cuDNN's half convolution, an activation and a scale after it
     ("torch.tanh(self.conv(a)) * 0.5 + 1.0", "torch.randn(8, 32, 32, 32, dtype=torch.float16)",
      "        self.conv = nn.Conv2d(32, 64, 3, padding=1).half()"),
+    # in bf16: the same, with a bias the tail adds
+    ("torch.tanh(self.conv(a) + self.bias) * 0.5", "torch.randn(8, 32, 32, 32, dtype=torch.bfloat16)",
+     "        self.conv = nn.Conv2d(32, 64, 3, padding=1).bfloat16()\n"
+     "        self.bias = nn.Parameter(torch.randn(64, 1, 1).bfloat16())"),
 ]
 
 
-@pytest.mark.parametrize("expr, inputs, init", LIBRARY_CASES, ids=["tf32", "fp16"])
+@pytest.mark.parametrize("expr, inputs, init", LIBRARY_CASES, ids=["tf32", "fp16", "bf16"])
 def test_the_library_s_convolution_with_its_tail_fused_is_ok_and_runs_its_own_kernel(sup, tmp_path, expr, inputs, init):
     p = problem_from_expr(tmp_path, expr, inputs, args="a", init=init).under("pytorch")
     assert [f.name for f in families_for(p)[0]][1] == LIBRARY_AROUND.name, families_for(p)
