@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -12,6 +13,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A script's parser, its docstring the help: --help prints what it does before it runs anything,
+    and an option it does not take is refused in one line."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def stamp() -> dict[str, Any]:

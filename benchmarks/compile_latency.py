@@ -11,7 +11,7 @@ import tempfile
 import time
 import os
 
-from _common import ROOT, write_result
+from _common import ROOT, parser, write_result
 
 
 def gemm_source(salt: int) -> str:
@@ -21,6 +21,7 @@ def gemm_source(salt: int) -> str:
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     os.environ["CUFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cuforge-bench-cache-")
     import torch
 

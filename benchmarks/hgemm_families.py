@@ -6,13 +6,14 @@ shapes, evaluated by the sandbox (correctness trials, anti-cheat, interleaved ti
 
 from __future__ import annotations
 
-from _common import write_result
+from _common import parser, write_result
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 1024),
           (256, 4096, 4096)]
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     from cuforge.kernels.gemm import GemmSm80, GemmSm90
     from cuforge.problems.hgemm import hgemm_problem
     from cuforge.sandbox.protocol.evaluation import EvalConfig

@@ -6,15 +6,16 @@ offline search covers once each file is traced as it runs cast, and by which fam
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
-from _common import ROOT, write_result
+from _common import ROOT, parser, write_result
 
 
 def main() -> None:
-    kb = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "kernelbench"
+    ap = parser(__doc__)
+    ap.add_argument("folder", nargs="?", type=Path, default=ROOT.parent / "shared" / "kernelbench")
+    kb = ap.parse_args().folder
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files, load_in_dtype, shared_inspector
     from cuforge.problems.problem import ProblemError

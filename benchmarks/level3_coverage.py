@@ -9,16 +9,17 @@ covers the file. No GPU is needed.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, write_result
+from _common import ROOT, parser, write_result
 
 
 def main() -> None:
-    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "kernelbench" / "level3"
+    ap = parser(__doc__)
+    ap.add_argument("folder", nargs="?", type=Path, default=ROOT.parent / "shared" / "kernelbench" / "level3")
+    folder = ap.parse_args().folder
     os.environ["CUFORGE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cuforge-l3-")  # every trace made afresh
     from cuforge.kernels.families import families_for
     from cuforge.problems.loader import load_files

@@ -6,10 +6,11 @@ template families the offline search would use, or why none covers it. CPU only.
 
 from __future__ import annotations
 
-from _common import write_result
+from _common import parser, write_result
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     from cuforge.kernels.families import families_for
     from cuforge.problems.suites import load_suite
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import statistics
 
-from _common import write_result
+from _common import parser, write_result
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     import torch
 
     from cuforge.problems.suites import BUILTIN_DIR
