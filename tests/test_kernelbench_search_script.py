@@ -102,3 +102,21 @@ def test_a_problem_that_turns_tf32_on_itself_counts_as_changed_by_the_flags(tmp_
     own = problem_from_expr(tmp_path, "a @ b", "torch.randn(64, 32), torch.randn(32, 48)", args="a, b",
                             init="        torch.backends.cuda.matmul.allow_tf32 = True")
     assert ks.flags_change(own)
+
+
+def test_each_family_s_fastest_correct_kernel_is_kept_per_problem(tmp_path):
+    from fixture_store import evaluation
+
+    from cuforge.kernels.base import CONFIG_TAG, PY_CONFIG_TAG
+    from cuforge.results.store import Store
+
+    s = Store(tmp_path / "c.db")
+    s.create_run("r", "fixture", {"provider": "template"})
+    rows = [("p", CONFIG_TAG + '{"family": "conv_direct"}', "ok", 2.0), ("p", CONFIG_TAG + '{"family": "conv_direct"}', "ok", 1.5),
+            ("p", PY_CONFIG_TAG + '{"family": "partition:library"}', "ok", 1.2),
+            ("p", PY_CONFIG_TAG + '{"family": "pipeline"}', "wrong_output", None),  # a wrong kernel has no time
+            ("q", CONFIG_TAG + '{"family": "conv_direct"}', "ok", 0.1), ("p", "// hand-written", "ok", 3.0)]
+    for i, (problem, first_line, status, ms) in enumerate(rows):
+        cid = s.add_candidate("r", problem, {"source": first_line + "\nbody", "format": "module", "proposer": "template"}, f"h{i}")
+        s.add_evaluation(cid, "r", evaluation(problem, status, ms, {"torch": 1.0}), reward=0.0)
+    assert ks.best_ms_by_family(s, "r", "p") == {"conv_direct": 1.5, "partition:library": 1.2, "?": 3.0}
