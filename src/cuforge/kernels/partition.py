@@ -38,8 +38,6 @@ MAX_RUN = 16  # the longest run of ops asked of the families (a fused chain is r
 # A kernel part's knob that hands it back to PyTorch: a GEMM or a convolution alone is what cuBLAS and
 # cuDNN are tuned for, and a partition's gain is often the fusion around them, not the product itself.
 TORCH_KNOB = "TORCH"
-# The partition's knob that runs PyTorch's 2-D and 3-D convolutions channels-last (_channels_last_call).
-CHANNELS_LAST_KNOB = "CL"
 LIBRARY_OPS = ("gemm", "linear", "conv", "gemv")  # family name prefixes: what a vendor library runs
 LIBRARY_ATEN = frozenset({"convolution", "mm", "bmm", "addmm", "baddbmm"})  # the traced ops they anchor on
 MAX_NODES = 4000  # a longer graph (a recurrent model traced step by step) is not cut: its search would not end
@@ -399,26 +397,8 @@ def _call(node: OpNode) -> str:
     return f"aten.{op}({args})"
 
 
-def _channels_last_call(node: OpNode) -> list[str]:
-    """A 2-D or 3-D convolution with its input and weight in channels-last order: cuDNN's tensor-core
-    kernels read that layout natively, so with TF32 or half-precision tensors it runs several times
-    faster than on NCHW (torch.compile converts convolutions likewise). Its result comes out
-    channels-last; the part's made values go on as contiguous copies."""
-    fmt = "torch.channels_last" if len(node.shape) == 4 else "torch.channels_last_3d"
-    x, w = (f"{_name(node.out)}_{k}" for k in ("x", "w"))
-    rest = [_expr(a) for a in node.args[2:]] + [f"{k}={_expr(v)}" for k, v in node.kwargs]
-    return [f"    {x} = {_expr(node.args[0])}.contiguous(memory_format={fmt})",
-            f"    {w} = {_expr(node.args[1])}.contiguous(memory_format={fmt})",
-            f"    {_name(node.out)} = aten.convolution({', '.join([x, w, *rest])})"]
-
-
-def channels_last_applies(node: OpNode) -> bool:
-    return node.op == "convolution" and len(node.shape) in (4, 5) and len(node.args) >= 2
-
-
-def torch_part_code(problem: Problem, part: Part, channels_last: bool = False) -> str:
-    """part(inputs, params): the part's nodes as PyTorch calls, returning the values it makes; with
-    channels_last, its 2-D and 3-D convolutions run in that layout."""
+def torch_part_code(problem: Problem, part: Part) -> str:
+    """part(inputs, params): the part's nodes as PyTorch calls, returning the values it makes."""
     nodes = part.nodes
     used_params = sorted({int(r[5:]) for n in nodes for r in refs_of(n) if r.startswith("param")})
     lines = ["def part(inputs, params):"]
@@ -432,10 +412,7 @@ def torch_part_code(problem: Problem, part: Part, channels_last: bool = False) -
     for n in nodes:
         if n.op in FACTORIES and n.out not in read:  # a buffer no op reads (cuDNN batch norm's reserve): not made
             continue
-        if channels_last and channels_last_applies(n):
-            lines += _channels_last_call(n)
-        else:
-            lines.append(f"    {_name(n.out)} = {_call(n)}")
+        lines.append(f"    {_name(n.out)} = {_call(n)}")
         results = sorted(int(r.split(".")[1]) for r in seconds if _maker(r) == n.out)
         if results:  # an op of several results: the first is its own name, the others name.i
             lines.append(f"    {_name(n.out)}_all = {_name(n.out)}")
@@ -537,12 +514,7 @@ class Partition(GraphFamily):
         if library and library != set(per):
             seed = {**{k: v for k, v in first.items() if int(k.split(".")[0][1:]) not in library},
                     **{f"p{i}.{TORCH_KNOB}": 1 for i in sorted(library)}}
-            if any(channels_last_applies(n) for i in library for n in parts[i].nodes):
-                seed[CHANNELS_LAST_KNOB] = 1
             out.insert(1 if problem.meta.dtype in ("float16", "bfloat16") else len(out), seed)
-        if any(channels_last_applies(n) for p in parts if p.family is None for n in p.nodes):
-            # PyTorch's convolutions channels-last first (torch.compile's plan), then as the model lays them out.
-            out = [{**c, CHANNELS_LAST_KNOB: 1} for c in out] + [first]
         return out
 
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
@@ -554,8 +526,7 @@ class Partition(GraphFamily):
         per = self.kernel_configs(cfg, parts)
         stages = [p.family.render(per[i], p.problem) if p.family is not None and p.problem is not None else None
                   for i, p in enumerate(parts)]
-        source = parts_module(problem, parts, [None if c is None else as_stage(c) for c in stages], {"family": self.name, **cfg},
-                              bool(cfg.get(CHANNELS_LAST_KNOB)))
+        source = parts_module(problem, parts, [None if c is None else as_stage(c) for c in stages], {"family": self.name, **cfg})
         names = "+".join("torch" if p.family is None else p.family.name for p in parts)
         return Candidate(source, "module", proposer="template", meta={"family": self.name, "parts": names, "config": cfg})
 
@@ -565,17 +536,15 @@ def as_pytorch(parts: list[Part]) -> list[Part]:
     return [replace(p, family=None, problem=None) for p in parts]
 
 
-def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: dict[str, Any],
-                 channels_last: bool = False) -> str:
-    """The candidate module: kernels[i], a rendered stage, runs kernel part i; PyTorch runs the others
-    (their convolutions channels-last where asked)."""
+def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: dict[str, Any]) -> str:
+    """The candidate module: kernels[i], a rendered stage, runs kernel part i; PyTorch runs the others."""
     stages: list[Any] = []
     feeds: list[list[tuple[Any, ...]]] = []
     where: dict[str, tuple[Any, ...]] = {f"in{i}": ("in", i) for i in range(len(problem.inputs))}
     for i, (p, kernel) in enumerate(zip(parts, kernels)):
         if p.family is None:
             ops = sorted({n.op for n in p.nodes})
-            stages.append(TorchGraph(torch_part_code(problem, p, channels_last),
+            stages.append(TorchGraph(torch_part_code(problem, p),
                                      f"{p.end - p.start} ops: {', '.join(ops[:6])}" + (", ..." if len(ops) > 6 else "")))
         else:
             stages.append(kernel)
