@@ -300,7 +300,8 @@ def test_the_library_s_convolution_with_its_tail_fused_comes_second_where_cudnn_
     assert "partition:library" not in [f.name for f in families_for(under, several=False)[0]]
     parts = LIBRARY_AROUND.match(under)
     assert [q.family.name if q.family else "torch" for q in parts] == ["torch", "pointwise"]
-    assert [n.op for n in parts[0].nodes] == ["convolution"]
+    # The convolution's bias added apart, by the kernel after it (conv_bias_apart)
+    assert [n.op for n in parts[0].nodes] == ["view", "convolution"] and parts[1].nodes[0].op == "add"
     seeds = LIBRARY_AROUND.seeds(under)
     assert seeds and all(LIBRARY_AROUND.valid(c, under) for c in seeds)
     cand = LIBRARY_AROUND.render(seeds[0], under)
@@ -320,8 +321,46 @@ def test_the_library_s_convolution_with_its_tail_fused_comes_second_where_cudnn_
     bf16 = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32, dtype=torch.bfloat16)", args="a",
                              init=CONV_INIT.replace("padding=1)", "padding=1).bfloat16()").replace("(32, 1, 1))", "(32, 1, 1).bfloat16())"))
     assert bf16.meta.dtype == "bfloat16" and [f.name for f in families_for(bf16)[0]][1:2] == ["partition:library"]
-    alone = problem_from_expr(tmp_path, "self.conv(a)", "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT)
+    alone = problem_from_expr(tmp_path, "self.conv(a)", "torch.randn(4, 16, 32, 32)", args="a",
+                              init=CONV_INIT.replace("padding=1)", "padding=1, bias=False)"))
     assert "partition:library" not in [f.name for f in families_for(alone.under("pytorch"))[0]]  # nothing to fuse
+    # A lone convolution's bias is its kernel: PyTorch adds it in a pass of its own, the plan in one of its own.
+    biased = problem_from_expr(tmp_path, "self.conv(a)", "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT).under("pytorch")
+    assert "partition:library" in [f.name for f in families_for(biased)[0]]
+    assert [q.family.name if q.family else "torch" for q in LIBRARY_AROUND.match(biased)] == ["torch", "pointwise"]
+
+
+CONV3D_INIT = "        self.conv = nn.ConvTranspose3d(8, 16, 3, stride=2)\n        self.bias = nn.Parameter(torch.randn(16, 1, 1, 1))"
+
+
+@pytest.mark.parametrize("init, inputs", [(CONV_INIT, "torch.randn(4, 16, 32, 32)"), (CONV3D_INIT, "torch.randn(2, 8, 6, 10, 10)")],
+                         ids=["conv2d", "conv_transpose3d"])
+def test_the_library_adds_a_convolution_s_bias_in_its_own_kernel(tmp_path, cpu_sup, init, inputs):
+    # PyTorch adds a convolution's bias in a pass of its own after cuDNN's kernel; the library's plan
+    # runs the convolution without it and adds it in the kernel that follows (torch.compile's fusion).
+    from cuforge.kernels.families import LIBRARY_AROUND
+    from cuforge.kernels.partition import conv_bias_apart
+
+    p = problem_from_expr(tmp_path, CONV_TAIL, inputs, args="a", init=init).under("pytorch")
+    apart = conv_bias_apart(p)
+    conv = next(n for n in p.graph if n.op == "convolution")
+    view, bare, add = apart.graph[:3]
+    channels = conv.shape[1]
+    assert (view.op, view.args, view.shape) == ("view", (conv.args[2], (channels,) + (1,) * (len(conv.shape) - 2)), view.shape)
+    assert bare.op == "convolution" and bare.args[2] is None and bare.args[3:] == conv.args[3:] and bare.shape == conv.shape
+    assert (add.op, add.args, add.out) == ("add", (bare.out, view.out), conv.out)  # later ops read it by the old name
+    assert len({n.out for n in apart.graph}) == len(apart.graph) == len(p.graph) + 2 and apart.graph[3:] == p.graph[1:]
+    parts = LIBRARY_AROUND.match(p)
+    assert [q.family.name if q.family else "torch" for q in parts] == ["torch", "pointwise"]
+    assert LIBRARY_AROUND.describe(p).startswith("1 kernels over 4 of 6 ops")
+    # Every part run by PyTorch, judged as any candidate is: the same values as the forward's.
+    source = parts_module(apart, as_pytorch(parts), [None] * len(parts), {"family": "partition:library"})
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert ev.status == "ok", ev.message
+    # A convolution without a bias, and the partition of one kernel, are cut as traced.
+    plain = problem_from_expr(tmp_path, CONV_TAIL, inputs, args="a", init=init.replace("stride=2)", "stride=2, bias=False)")
+                              .replace("padding=1)", "padding=1, bias=False)"))
+    assert conv_bias_apart(plain) is plain and PARTITION.prepared(p) is p
 
 
 def test_a_search_s_first_seeds_reach_the_library_s_plan(tmp_path):

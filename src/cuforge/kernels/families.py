@@ -161,7 +161,7 @@ def kernel_without_library_ops(problem: Problem) -> Family | None:
 # family's three and then the next family's first, and past them a search only mutates what won, so a
 # plan offered later is never tried. Where a fused kernel of another kind leads (attention), the
 # library's products around it are eager's own plan: not offered.
-LIBRARY_AROUND = Partition(kernel_without_library_ops, name="partition:library")
+LIBRARY_AROUND = Partition(kernel_without_library_ops, name="partition:library", bias_apart=True)
 
 
 def library_around_applies(problem: Problem) -> bool:

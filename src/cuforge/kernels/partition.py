@@ -299,6 +299,31 @@ def side_effects_first(problem: Problem) -> Problem:
     return replace(problem, graph=tuple(loose) + tuple(n for n in problem.graph if id(n) not in ids))
 
 
+def conv_bias_apart(problem: Problem) -> Problem:
+    """The graph with each convolution that adds a bias as the convolution without it, then the bias
+    (viewed [C, 1, ...]) added by an op of its own, under the convolution's name. PyTorch adds a
+    convolution's bias in a pass of its own over the output after cuDNN's kernel (a third of eager's
+    time on a transposed 3-D convolution with a pointwise tail); apart, the add joins the kernel after
+    it, as torch.compile fuses it. A value the forward made before is renamed nothing: later ops read
+    the add's result under the old name."""
+    convs = [n for n in problem.graph if n.op == "convolution" and len(n.args) > 2 and is_ref(n.args[2]) and len(n.shape) > 2]
+    if not convs:
+        return problem
+    numbers = [int(n.out[1:]) for n in problem.graph if n.out[:1] == "t" and n.out[1:].isdigit()]
+    fresh = iter(f"t{k}" for k in range(max(numbers, default=0) + 1, 10**9))
+    graph: list[OpNode] = []
+    for n in problem.graph:
+        if not any(n is c for c in convs):
+            graph.append(n)
+            continue
+        view, conv = next(fresh), next(fresh)
+        shape = (n.shape[1],) + (1,) * (len(n.shape) - 2)
+        graph += [OpNode("view", (n.args[2], shape), (), view, shape),
+                  OpNode(n.op, (n.args[0], n.args[1], None) + tuple(n.args[3:]), n.kwargs, conv, n.shape),
+                  OpNode("add", (conv, view), (), n.out, n.shape)]
+    return replace(problem, graph=tuple(graph), ops=tuple(n.op for n in graph))
+
+
 def partition(problem: Problem, cover: Cover) -> list[Part] | str:
     """The graph as parts, left to right (see the module's docstring), `cover` naming the family of each
     run of ops; or why it is not cut."""
@@ -435,11 +460,17 @@ class Partition(GraphFamily):
     ops around them fused (families.LIBRARY_AROUND). Its config is the kernel parts' configs under p<i>.
     prefixes (i: the part's index), seeded with each kernel's first seed."""
 
-    def __init__(self, cover: Cover, name: str = "partition") -> None:
+    def __init__(self, cover: Cover, name: str = "partition", bias_apart: bool = False) -> None:
         super().__init__(name, {})
         object.__setattr__(self, "cover", cover)
+        object.__setattr__(self, "bias_apart", bias_apart)
 
     cover: Cover
+    bias_apart: bool  # convolutions' biases added apart (conv_bias_apart), where PyTorch runs the convolutions
+
+    def prepared(self, problem: Problem) -> Problem:
+        """The problem as this family cuts it."""
+        return conv_bias_apart(problem) if self.bias_apart else problem
 
     def match(self, problem: Problem) -> list[Part] | str:
         return self.memo_match(problem)
@@ -447,11 +478,11 @@ class Partition(GraphFamily):
     def _match(self, problem: Problem) -> list[Part] | str:
         if problem.meta.policy == "custom":
             return "policy 'custom' allows no PyTorch op beside the candidate's kernels"
-        return partition(problem, self.cover)
+        return partition(self.prepared(problem), self.cover)
 
     def describe(self, problem: Problem) -> str:
         parts = self.match(problem)
-        return parts if isinstance(parts, str) else summary(problem, parts)
+        return parts if isinstance(parts, str) else summary(self.prepared(problem), parts)
 
     def runs_on(self, compute_capability: str) -> bool:
         # Which kernels its parts get is not known here, and most are Hopper's (wgmma, TMA).
@@ -526,7 +557,8 @@ class Partition(GraphFamily):
         per = self.kernel_configs(cfg, parts)
         stages = [p.family.render(per[i], p.problem) if p.family is not None and p.problem is not None else None
                   for i, p in enumerate(parts)]
-        source = parts_module(problem, parts, [None if c is None else as_stage(c) for c in stages], {"family": self.name, **cfg})
+        source = parts_module(self.prepared(problem), parts, [None if c is None else as_stage(c) for c in stages],
+                              {"family": self.name, **cfg})
         names = "+".join("torch" if p.family is None else p.family.name for p in parts)
         return Candidate(source, "module", proposer="template", meta={"family": self.name, "parts": names, "config": cfg})
 
