@@ -67,8 +67,8 @@ class TemplateProposer:
                 cfg = self.mutate(cfg, family)
             else:
                 family, cfg = self._next_seed(families, problem, tried)
-                if cfg is None:
-                    family = self.rng.choice(families)
+                if cfg is None:  # seeds spent: a random point of a family that has knobs (the others only seed)
+                    family = self.rng.choice([f for f in families if f.knobs] or families)
                     cfg = self.random_config(family)
             if (self._key(family, cfg) in tried or not _in_space(family, cfg) or not family.valid(cfg, problem)
                     or not self._allowed(family, cfg, problem)):
