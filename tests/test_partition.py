@@ -374,6 +374,32 @@ def test_a_search_s_first_seeds_reach_the_library_s_plan(tmp_path):
     assert families[0] != "partition:library" and families.count("partition:library") == 1, families
 
 
+def test_after_its_seeds_the_library_s_plan_is_tuned_by_its_kernels_knobs(tmp_path):
+    # A partition's knobs are its kernels' (p<i>.<knob>): a search whose parent is the library's plan
+    # moves one or two of them (it used to find nothing to propose and end the problem); a plan read
+    # back from its candidate's source, as a resumed run reads it, is the config it was rendered from.
+    from cuforge.agent.template_proposer import TemplateProposer
+    from cuforge.kernels.base import config_of
+    from cuforge.kernels.families import LIBRARY_AROUND
+
+    p = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT).under("pytorch")
+    knobs = LIBRARY_AROUND.knobs_for(p)
+    parts = LIBRARY_AROUND.match(p)
+    assert set(knobs) == {f"p1.{k}" for k in parts[1].family.knobs} and parts[0].family is None
+    seed = LIBRARY_AROUND.seeds(p)[0]
+    source = LIBRARY_AROUND.render(seed, p).source
+    assert LIBRARY_AROUND.complete(config_of(source)) == LIBRARY_AROUND.complete(seed)
+    proposer = TemplateProposer(seed=3)
+    for _ in range(4):  # the seeds
+        proposer.propose_candidate(p, "IMPROVE", None, [], "9.0")
+    parent = type("Parent", (), {"source": source})()
+    children = [LIBRARY_AROUND.complete(config_of(proposer.propose_candidate(p, "IMPROVE", parent, [], "9.0").source))
+                for _ in range(6)]
+    assert len({str(sorted(c.items())) for c in children}) == 6
+    for child in children:
+        assert LIBRARY_AROUND.valid(child, p) and 1 <= sum(child.get(k) != seed.get(k) for k in knobs) <= 2, child
+
+
 def test_every_level2_convolution_gets_the_library_s_plan_with_seeds_that_render():
     # Under PyTorch's defaults each of KernelBench level2's convolution files is offered the library's
     # plan, and its seeds are valid and render: a run whose preferred family has no config that fits it

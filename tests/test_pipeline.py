@@ -5,7 +5,7 @@ NVRTC stage by stage, and the template proposer running out of its seeds without
 
 import pytest
 
-from cuforge.agent.template_proposer import NotCovered, TemplateProposer
+from cuforge.agent.template_proposer import TemplateProposer
 from cuforge.kernels.base import config_of
 from cuforge.kernels.families import families_for
 from graph_eval import assert_stages_compute_forward
@@ -99,19 +99,24 @@ def test_seeds_are_valid_render_as_one_module_and_compile(tmp_path):
     smoke_compile(fam, p, 0)
 
 
-def test_the_template_proposer_offers_its_seeds_then_says_it_has_no_more(tmp_path):
+def test_after_its_seeds_the_search_moves_the_stages_knobs(tmp_path):
+    # A pipeline's knobs are its stages' (s<i>.<knob>): after its seeds, a search whose parent is a
+    # pipeline moves one or two of them (it used to find nothing to propose and end the problem).
     p = problem_from_expr(tmp_path, *CONV_POOL_MEAN[:2], args="a", init=CONV_POOL_MEAN[2])
-    seeds = families_for(p)[0][0].seeds(p)
+    fam = families_for(p)[0][0]
+    seeds = fam.seeds(p)
     proposer = TemplateProposer(seed=1)
     seen = [config_of(proposer.propose_candidate(p, "IMPROVE", None, [], "9.0").source) for _ in seeds]
     assert len({str(sorted(c.items())) for c in seen}) == len(seeds)
-    # Nothing left: no knobs to mutate from a parent, no seed untried, no random config valid.
-    for mode in ("IMPROVE", "EXPLORE"):
-        with pytest.raises(NotCovered, match="no untried valid config"):
-            proposer.propose_candidate(p, mode, None, [], "9.0")
-    last = families_for(p)[0][0].render(seeds[0], p)
-    with pytest.raises(NotCovered, match="no untried valid config"):
-        proposer.propose_candidate(p, "IMPROVE", type("Parent", (), {"source": last.source})(), [], "9.0")
+    knobs = fam.knobs_for(p)
+    stages = fam.matched(p)
+    assert set(knobs) == {f"s{i}.{k}" for i, s in enumerate(stages) for k in s.family.knobs}
+    parent_cfg = fam.complete(seeds[0])
+    parent = type("Parent", (), {"source": fam.render(seeds[0], p).source})()
+    children = [fam.complete(config_of(proposer.propose_candidate(p, "IMPROVE", parent, [], "9.0").source)) for _ in range(6)]
+    assert len({str(sorted(c.items())) for c in children}) == 6 and all(fam.valid(c, p) for c in children)
+    for child in children:
+        assert 1 <= sum(child.get(k) != parent_cfg.get(k) for k in knobs) <= 2, (child, parent_cfg)
 
 
 def test_a_resumed_run_does_not_propose_a_pipeline_seed_again(tmp_path):

@@ -262,7 +262,7 @@ def test_multicast_clusters_and_narrow_tiles_are_constrained_and_launched_to_mat
         cand = g.render({**narrow, "BN": bn}, p)
         assert cand.launch.args[1] == box and cand.launch.block == "(256,)", bn
     tp = TemplateProposer(seed=5)  # mutating an old config fills the new knobs with their defaults
-    child = tp.mutate(base, g)
+    child = tp.mutate(base, g, p)
     assert set(child) == set(g.knobs) and sum(child[k] != {**base, **g.DEFAULTS}[k] for k in g.knobs) in (1, 2)
 
 

@@ -63,13 +63,13 @@ class TemplateProposer:
             if mode == "IMPROVE" and parent_cfg and parent_cfg.get("family") in by_name:
                 family = by_name[parent_cfg["family"]]
                 other = self._inspiration_config(inspirations, family)
-                cfg = self.crossover(parent_cfg, other, family) if other and self.rng.random() < 0.3 else parent_cfg
-                cfg = self.mutate(cfg, family)
+                cfg = self.crossover(parent_cfg, other, family, problem) if other and self.rng.random() < 0.3 else parent_cfg
+                cfg = self.mutate(cfg, family, problem)
             else:
                 family, cfg = self._next_seed(families, problem, tried)
                 if cfg is None:  # seeds spent: a random point of a family that has knobs (the others only seed)
-                    family = self.rng.choice([f for f in families if f.knobs] or families)
-                    cfg = self.random_config(family)
+                    family = self.rng.choice([f for f in families if f.knobs_for(problem)] or families)
+                    cfg = self.random_config(family, problem)
             if (self._key(family, cfg) in tried or not _in_space(family, cfg) or not family.valid(cfg, problem)
                     or not self._allowed(family, cfg, problem)):
                 continue
@@ -151,26 +151,34 @@ class TemplateProposer:
                 return cfg
         return None
 
-    def random_config(self, family: Family) -> dict[str, Any]:
-        return {k: self.rng.choice(v) for k, v in family.knobs.items()}
+    def random_config(self, family: Family, problem: Problem) -> dict[str, Any]:
+        return {k: self.rng.choice(v) for k, v in family.knobs_for(problem).items()}
 
-    def mutate(self, cfg: dict[str, Any], family: Family) -> dict[str, Any]:
+    def mutate(self, cfg: dict[str, Any], family: Family, problem: Problem) -> dict[str, Any]:
+        """One or two knobs moved one step. A family of several kernels mutates its kernels' knobs; a knob
+        the config lacks (a kernel's later-added one) starts from its first value."""
         out = family.complete(cfg)
-        if not family.knobs:  # a family that only proposes its seeds (pipeline)
+        knobs = family.knobs_for(problem)
+        if not knobs:
             return out
-        for knob, values in family.knobs.items():
-            if out[knob] not in values:  # a parent stored by an older version: today's nearest value
+        for knob, values in knobs.items():
+            if knob in out and out[knob] not in values:  # a parent stored by an older version: today's nearest value
                 out[knob] = _nearest(out[knob], values)
-        for knob in self.rng.sample(list(family.knobs), k=self.rng.choice((1, 1, 2))):
-            values = family.knobs[knob]
-            i = values.index(out[knob]) if out[knob] in values else 0
+        for knob in self.rng.sample(list(knobs), k=min(len(knobs), self.rng.choice((1, 1, 2)))):
+            values = knobs[knob]
+            i = values.index(out[knob]) if out.get(knob) in values else 0
             j = min(max(i + self.rng.choice((-1, 1)), 0), len(values) - 1)
             out[knob] = values[j if j != i else (i + 1) % len(values)]
         return out
 
-    def crossover(self, a: dict[str, Any], b: dict[str, Any], family: Family) -> dict[str, Any]:
+    def crossover(self, a: dict[str, Any], b: dict[str, Any], family: Family, problem: Problem) -> dict[str, Any]:
         a, b = family.complete(a), family.complete(b)
-        return {k: (a if self.rng.random() < 0.5 else b)[k] for k in family.knobs}
+        out = {**a}
+        for k in family.knobs_for(problem):
+            pick = a if self.rng.random() < 0.5 else b
+            if k in pick:
+                out[k] = pick[k]
+        return out
 
 
 def _in_space(family: Family, cfg: dict[str, Any]) -> bool:

@@ -90,6 +90,12 @@ class Family:
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def knobs_for(self, problem: Problem) -> dict[str, tuple[Any, ...]]:
+        """The knobs the search mutates for this problem: the family's own; a family of several kernels
+        (a pipeline, a partition) has its kernels' knobs, which families those are following from the
+        problem's cut."""
+        return self.knobs
+
     def leads(self, problem: Problem) -> bool:
         """Whether this family goes ahead of those listed before it where both cover the problem
         (measured faster there)."""

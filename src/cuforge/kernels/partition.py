@@ -488,6 +488,13 @@ class Partition(GraphFamily):
         # Which kernels its parts get is not known here, and most are Hopper's (wgmma, TMA).
         return compute_capability == "9.0"
 
+    def knobs_for(self, problem: Problem) -> dict[str, tuple[Any, ...]]:
+        parts = self.match(problem)
+        if isinstance(parts, str):
+            return {}
+        return {f"p{i}.{k}": v for i, p in enumerate(parts) if p.family is not None and p.problem is not None
+                for k, v in p.family.knobs_for(p.problem).items()}
+
     def kernel_configs(self, config: dict[str, Any], parts: list[Part]) -> dict[int, dict[str, Any]]:
         """Each kernel part's own config (parts handed to PyTorch left out)."""
         out: dict[int, dict[str, Any]] = {i: {} for i, p in enumerate(parts) if p.family is not None}
@@ -503,7 +510,9 @@ class Partition(GraphFamily):
                 for i, p in enumerate(parts)]
 
     def complete(self, config: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in sorted(config.items()) if k != "family"}
+        # "parts" is the rendered module's tag of which kernels it runs, not a knob: a config read back
+        # from a candidate's source is the same config as the one it was rendered from.
+        return {k: v for k, v in sorted(config.items()) if k not in ("family", "parts")}
 
     def config(self, values: dict[str, Any]) -> Any:  # type: ignore[override]
         return self.complete(dict(values))  # each part's family checks its own when it renders

@@ -5,7 +5,7 @@ where the graph starts with neither, two to four kernels of any families (a pool
 The graph is cut where each part is one family's (the longest first part first), as `staged` cuts it once.
 
 Its configs are the stages' configs under s0., s1., ... prefixes. The stage families depend on the
-problem, so the family has no knobs of its own to search: it proposes the stages' seeds."""
+problem, so its knobs do too (knobs_for): the search starts from the stages' seeds and moves their knobs."""
 
 from __future__ import annotations
 
@@ -122,6 +122,12 @@ class Pipeline(GraphFamily):
     def runs_on(self, compute_capability: str) -> bool:
         # Which head a problem gets is not known here: where any head is Hopper's (wgmma), all must run.
         return all(f.runs_on(compute_capability) for f in self.heads)
+
+    def knobs_for(self, problem: Problem) -> dict[str, tuple[Any, ...]]:
+        stages = self.match(problem)
+        if isinstance(stages, str):
+            return {}
+        return {f"s{i}.{k}": v for i, s in enumerate(stages) for k, v in s.family.knobs_for(s.problem).items()}
 
     def stage_configs(self, config: dict[str, Any], stages: list[Stage]) -> list[dict[str, Any]]:
         return [{k[len(f"s{i}."):]: v for k, v in config.items() if k.startswith(f"s{i}.")} for i in range(len(stages))]
