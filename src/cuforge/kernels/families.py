@@ -11,7 +11,8 @@ from cuforge.problems.problem import Problem
 from cuforge.kernels.dropout import TorchDropout
 from cuforge.kernels.inputs import unusual_tensors
 from cuforge.kernels.pipeline import Pipeline
-from cuforge.kernels.partition import LIBRARY_ATEN, LIBRARY_OPS, Partition
+from cuforge.kernels.partition import LIBRARY_ATEN, LIBRARY_OPS
+from cuforge.kernels.partition_family import Partition
 from cuforge.kernels.registry import family, registered
 from cuforge.kernels.staged import Staged, staged_families
 from cuforge.sandbox.protocol.candidate import LaunchSpec

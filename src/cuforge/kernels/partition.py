@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from collections.abc import Callable
 from typing import Any
 
-from cuforge.kernels.base import PY_CONFIG_TAG, Family, GraphFamily, as_stage
+from cuforge.kernels.base import PY_CONFIG_TAG, Family
 from cuforge.op_graph import OpNode, is_ref, renamed_node
 from cuforge.problems.problem import Problem, TensorSpec
-from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec, TorchGraph, wrap_stages
+from cuforge.sandbox.protocol.candidate import TorchGraph, wrap_stages
 
 MAX_VARIANTS = 6  # seeds beyond the first: one kernel's second seed each
 
@@ -450,126 +450,6 @@ def torch_part_code(problem: Problem, part: Part) -> str:
     lines.append(f"    made = ({''.join(_name(r) + '.contiguous(), ' for r in part.makes)})")
     lines.append("    return tuple(t if t.data_ptr() % 16 == 0 else t.clone() for t in made)")
     return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------------------- the family
-
-class Partition(GraphFamily):
-    """A graph as kernel and PyTorch parts: with `one_kernel` as its cover, the last resort of the offline
-    search; with a cover that refuses GEMMs and convolutions, the vendor library's products with the
-    ops around them fused (families.LIBRARY_AROUND). Its config is the kernel parts' configs under p<i>.
-    prefixes (i: the part's index), seeded with each kernel's first seed."""
-
-    def __init__(self, cover: Cover, name: str = "partition", bias_apart: bool = False) -> None:
-        super().__init__(name, {})
-        object.__setattr__(self, "cover", cover)
-        object.__setattr__(self, "bias_apart", bias_apart)
-
-    cover: Cover
-    bias_apart: bool  # convolutions' biases added apart (conv_bias_apart), where PyTorch runs the convolutions
-
-    def prepared(self, problem: Problem) -> Problem:
-        """The problem as this family cuts it."""
-        return conv_bias_apart(problem) if self.bias_apart else problem
-
-    def match(self, problem: Problem) -> list[Part] | str:
-        return self.memo_match(problem)
-
-    def _match(self, problem: Problem) -> list[Part] | str:
-        if problem.meta.policy == "custom":
-            return "policy 'custom' allows no PyTorch op beside the candidate's kernels"
-        return partition(self.prepared(problem), self.cover)
-
-    def describe(self, problem: Problem) -> str:
-        parts = self.match(problem)
-        return parts if isinstance(parts, str) else summary(self.prepared(problem), parts)
-
-    def runs_on(self, compute_capability: str) -> bool:
-        # Which kernels its parts get is not known here, and most are Hopper's (wgmma, TMA).
-        return compute_capability == "9.0"
-
-    def knobs_for(self, problem: Problem) -> dict[str, tuple[Any, ...]]:
-        parts = self.match(problem)
-        if isinstance(parts, str):
-            return {}
-        return {f"p{i}.{k}": v for i, p in enumerate(parts) if p.family is not None and p.problem is not None
-                for k, v in p.family.knobs_for(p.problem).items()}
-
-    def kernel_configs(self, config: dict[str, Any], parts: list[Part]) -> dict[int, dict[str, Any]]:
-        """Each kernel part's own config (parts handed to PyTorch left out)."""
-        out: dict[int, dict[str, Any]] = {i: {} for i, p in enumerate(parts) if p.family is not None}
-        for key, value in config.items():
-            part, _, knob = key.partition(".")
-            if part.startswith("p") and part[1:].isdigit() and int(part[1:]) in out and knob:
-                out[int(part[1:])][knob] = value
-        return {i: c for i, c in out.items() if not c.get(TORCH_KNOB)}
-
-    def as_run(self, config: dict[str, Any], parts: list[Part]) -> list[Part]:
-        """The parts as the config runs them: a kernel part whose TORCH knob is set runs as PyTorch."""
-        return [replace(p, family=None, problem=None) if config.get(f"p{i}.{TORCH_KNOB}") else p
-                for i, p in enumerate(parts)]
-
-    def complete(self, config: dict[str, Any]) -> dict[str, Any]:
-        # "parts" is the rendered module's tag of which kernels it runs, not a knob: a config read back
-        # from a candidate's source is the same config as the one it was rendered from.
-        return {k: v for k, v in sorted(config.items()) if k not in ("family", "parts")}
-
-    def config(self, values: dict[str, Any]) -> Any:  # type: ignore[override]
-        return self.complete(dict(values))  # each part's family checks its own when it renders
-
-    def valid(self, config: dict[str, Any], problem: Problem) -> bool:
-        parts = self.match(problem)
-        if isinstance(parts, str):
-            return False
-        per = self.kernel_configs(config, parts)
-        if not per:  # every kernel handed back: no kernel of its own (KernelBench's mixed rule refuses it)
-            return False
-        for i, c in per.items():
-            fam, sub = parts[i].family, parts[i].problem
-            assert fam is not None and sub is not None
-            try:
-                if not fam.valid(fam.complete(c), sub):
-                    return False
-            except KeyError:
-                return False
-        return True
-
-    def seeds(self, problem: Problem) -> list[dict[str, Any]]:
-        """Every kernel's first seed; for the kernels over the most ops first, one kernel's second seed
-        with the others' first (at most MAX_VARIANTS); and the first seeds with the GEMMs and
-        convolutions run by PyTorch where another kernel stays (the library's product with the fusion
-        around it). That one comes second in half precision, where cuBLAS's and cuDNN's tensor-core
-        kernels are hard to beat, and last in fp32, where the 3xTF32 kernels usually beat fp32's."""
-        parts = self.matched(problem)
-        per = {i: p.family.seeds(p.problem) for i, p in enumerate(parts) if p.family is not None and p.problem is not None}
-        first = {f"p{i}.{k}": v for i, seeds in per.items() for k, v in (seeds[0] if seeds else {}).items()}
-        out = [first]
-        for i in sorted(per, key=lambda i: parts[i].start - parts[i].end):
-            if len(out) > MAX_VARIANTS:
-                break
-            if len(per[i]) > 1:
-                out.append({**{k: v for k, v in first.items() if not k.startswith(f"p{i}.")},
-                            **{f"p{i}.{k}": v for k, v in per[i][1].items()}})
-        library = {i for i in per if parts[i].family.name.startswith(LIBRARY_OPS)}  # type: ignore[union-attr]
-        if library and library != set(per):
-            seed = {**{k: v for k, v in first.items() if int(k.split(".")[0][1:]) not in library},
-                    **{f"p{i}.{TORCH_KNOB}": 1 for i in sorted(library)}}
-            out.insert(1 if problem.meta.dtype in ("float16", "bfloat16") else len(out), seed)
-        return out
-
-    def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
-        raise NotImplementedError("a partition is a module of kernels and PyTorch parts: use render")
-
-    def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
-        cfg = self.complete(config)
-        parts = self.as_run(cfg, self.matched(problem))
-        per = self.kernel_configs(cfg, parts)
-        stages = [p.family.render(per[i], p.problem) if p.family is not None and p.problem is not None else None
-                  for i, p in enumerate(parts)]
-        source = parts_module(self.prepared(problem), parts, [None if c is None else as_stage(c) for c in stages],
-                              {"family": self.name, **cfg})
-        names = "+".join("torch" if p.family is None else p.family.name for p in parts)
-        return Candidate(source, "module", proposer="template", meta={"family": self.name, "parts": names, "config": cfg})
 
 
 def as_pytorch(parts: list[Part]) -> list[Part]:
