@@ -128,10 +128,11 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     run_id, searched = execute(cfg, store, None, False)
     board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
     failures = failures_by_problem(store, run_id)
+    by_family = best_ms_by_family(store, run_id)
     rows = [{"problem": r.problem_id, "family": covered.get(r.problem_id), "evaluations": r.evaluations, "correct": r.correct,
              "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": None, "best_ms": r.best_median_ms,
              "best_candidate_id": r.best_candidate_id, "best_config": best_config(store, r.best_candidate_id),
-             "failures": failures.get(r.problem_id, []), "best_ms_by_family": best_ms_by_family(store, run_id, r.problem_id)}
+             "failures": failures.get(r.problem_id, []), "best_ms_by_family": by_family.get(r.problem_id, {})}
             for r in board.rows]
     # the recheck on the GPUs the search used (every visible one for "all"), a worker each
     recheck_gpus = list(range(max(1, torch_device_count()))) if gpus == "all" else [int(g) for g in gpus.split(",")]
@@ -157,17 +158,18 @@ def best_config(store, candidate_id: int | None) -> dict | None:
     return None if candidate_id is None else config_of(store.candidate_source(candidate_id)["source"]) or None
 
 
-def best_ms_by_family(store, run_id: str, problem_id: str) -> dict[str, float]:
-    """Each family's fastest correct kernel for one problem (ms, the search's own timing): what a family
+def best_ms_by_family(store, run_id: str) -> dict[str, dict[str, float]]:
+    """Per problem, each family's fastest correct kernel (ms, the search's own timing): what a family
     that tried and lost achieved, which the best row alone does not show."""
     from cuforge.kernels.base import config_of
 
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     for e in store.evaluations(run_id):
-        if e["problem_id"] != problem_id or e["status"] != "ok" or e["median_ms"] is None:
+        if e["status"] != "ok" or e["median_ms"] is None:
             continue
         family = (config_of(store.candidate_source(e["candidate_id"])["source"]) or {}).get("family", "?")
-        out[family] = min(out.get(family, e["median_ms"]), e["median_ms"])
+        mine = out.setdefault(e["problem_id"], {})
+        mine[family] = min(mine.get(family, e["median_ms"]), e["median_ms"])
     return out
 
 

@@ -119,4 +119,4 @@ def test_each_family_s_fastest_correct_kernel_is_kept_per_problem(tmp_path):
     for i, (problem, first_line, status, ms) in enumerate(rows):
         cid = s.add_candidate("r", problem, {"source": first_line + "\nbody", "format": "module", "proposer": "template"}, f"h{i}")
         s.add_evaluation(cid, "r", evaluation(problem, status, ms, {"torch": 1.0}), reward=0.0)
-    assert ks.best_ms_by_family(s, "r", "p") == {"conv_direct": 1.5, "partition:library": 1.2, "?": 3.0}
+    assert ks.best_ms_by_family(s, "r") == {"p": {"conv_direct": 1.5, "partition:library": 1.2, "?": 3.0}, "q": {"conv_direct": 0.1}}
