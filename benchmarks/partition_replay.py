@@ -23,7 +23,6 @@ def replay(path: Path, max_elements: int) -> dict:
     import torch
 
     from cuforge.kernels.families import PARTITION
-    from cuforge.kernels.partition import as_pytorch, parts_module
     from cuforge.problems.loader import load_files
 
     problems, skipped = load_files([path], timeout_s=600)
@@ -43,7 +42,7 @@ def replay(path: Path, max_elements: int) -> dict:
         return {**row, "outcome": "not run", "why": f"inputs of {size / 1e6:.0f}M elements"}
     cand = types.ModuleType("candidate")
     cand.__dict__["__cuforge_problem__"] = types.SimpleNamespace(Model=ns["Model"])
-    exec(compile(parts_module(p, as_pytorch(parts), [None] * len(parts), {"family": "partition"}), "<candidate>", "exec"),
+    exec(compile(PARTITION.in_pytorch(p), "<candidate>", "exec"),
          cand.__dict__)
     torch.manual_seed(0)
     ref = ns["Model"](*ns["get_init_inputs"]())

@@ -81,8 +81,7 @@ def test_every_partition_s_pytorch_parts_compute_the_forward(models, cpu_sup, tm
     by PyTorch as the partition writes it out, and judged: the cuts, the values fed between parts and
     the dtypes a part is told it reads are what the forward computes. Under the `pytorch` contract the
     library's products with the ops around them fused (partition:library) are cut and judged alike."""
-    from cuforge.kernels.families import LIBRARY_AROUND, one_kernel
-    from cuforge.kernels.partition import as_pytorch, partition, parts_module
+    from cuforge.kernels.families import LIBRARY_AROUND, PARTITION
     from cuforge.problems.loader import load_files
 
     paths = sorted({p.path for p in models.problems})
@@ -97,15 +96,14 @@ def test_every_partition_s_pytorch_parts_compute_the_forward(models, cpu_sup, tm
     for p in problems:
         fams = families_for(p)[0]
         under = p.under("pytorch")  # where cuDNN may use TF32, the library's products with the rest fused
-        cuts = [(p, partition(p, one_kernel), "partition")] if fams and fams[0].name == "partition" else []
+        cuts = [(p, PARTITION)] if fams and fams[0] is PARTITION else []
         if LIBRARY_AROUND in families_for(under)[0]:
-            cuts.append((under, LIBRARY_AROUND.match(under), LIBRARY_AROUND.name))
+            cuts.append((under, LIBRARY_AROUND))
             library += 1
-        for q, parts, name in cuts:
+        for q, family in cuts:
             cut += 1
-            source = parts_module(q, as_pytorch(parts), [None] * len(parts), {"family": name})
-            ev = cpu_sup.evaluate(q.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+            ev = cpu_sup.evaluate(q.for_cpu_test_mode(), Candidate(family.in_pytorch(q), "module"), CFG)
             if not ev.ok:
-                failed.append((q.id, name, ev.status, ev.message[:200]))
+                failed.append((q.id, family.name, ev.status, ev.message[:200]))
     # ResNet's bottleneck and MobileNetV2's block in fp32: cuDNN's convolutions, batch norms and activations fused
     assert cut >= 20 and library >= 2 and not failed, (cut, library, failed)

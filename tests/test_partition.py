@@ -310,8 +310,7 @@ def test_the_library_s_convolution_with_its_tail_fused_comes_second_where_cudnn_
     stage = parts[1].family.render({k.split(".", 1)[1]: v for k, v in seeds[0].items()}, parts[1].problem)
     assert "pointwise" in compile_cuda(stage.source, arch="sm_90a", options=stage.launch.options).signatures
     # The cut and what crosses it, every part run by PyTorch and judged as any candidate is.
-    source = parts_module(under, as_pytorch(parts), [None] * len(parts), {"family": "partition:library"})
-    ev = cpu_sup.evaluate(under.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    ev = cpu_sup.evaluate(under.for_cpu_test_mode(), Candidate(LIBRARY_AROUND.in_pytorch(under), "module"), CFG)
     assert ev.status == "ok", ev.message
 
     half = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32, dtype=torch.float16)", args="a",
@@ -354,8 +353,8 @@ def test_the_library_adds_a_convolution_s_bias_in_its_own_kernel(tmp_path, cpu_s
     assert [q.family.name if q.family else "torch" for q in parts] == ["torch", "pointwise"]
     assert LIBRARY_AROUND.describe(p).startswith("1 kernels over 4 of 6 ops")
     # Every part run by PyTorch, judged as any candidate is: the same values as the forward's.
-    source = parts_module(apart, as_pytorch(parts), [None] * len(parts), {"family": "partition:library"})
-    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(source, "module"), CFG)
+    assert LIBRARY_AROUND.prepared(p).graph == apart.graph
+    ev = cpu_sup.evaluate(p.for_cpu_test_mode(), Candidate(LIBRARY_AROUND.in_pytorch(p), "module"), CFG)
     assert ev.status == "ok", ev.message
     # A convolution without a bias, and the partition of one kernel, are cut as traced.
     plain = problem_from_expr(tmp_path, CONV_TAIL, inputs, args="a", init=init.replace("stride=2)", "stride=2, bias=False)")

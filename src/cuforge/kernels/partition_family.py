@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from cuforge.kernels.base import GraphFamily, as_stage
-from cuforge.kernels.partition import (LIBRARY_OPS, MAX_VARIANTS, TORCH_KNOB, Cover, Part, conv_bias_apart, partition,
-                                       parts_module, summary)
+from cuforge.kernels.partition import (LIBRARY_OPS, MAX_VARIANTS, TORCH_KNOB, Cover, Part, as_pytorch, conv_bias_apart,
+                                       partition, parts_module, summary)
 from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec
 
@@ -119,6 +119,12 @@ class Partition(GraphFamily):
 
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
         raise NotImplementedError("a partition is a module of kernels and PyTorch parts: use render")
+
+    def in_pytorch(self, problem: Problem) -> str:
+        """The candidate module of this family's cut with every part run by PyTorch: what a CPU checks
+        the cut and what crosses it by (the kernels' own configs are not in it)."""
+        parts = self.matched(problem)
+        return parts_module(self.prepared(problem), as_pytorch(parts), [None] * len(parts), {"family": self.name})
 
     def render(self, config: dict[str, Any], problem: Problem, template_text: str | None = None) -> Candidate:
         cfg = self.complete(config)
