@@ -83,14 +83,25 @@ def records(precision: str) -> list[str]:
 
 def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
     """Each file's row from the last of `names` that searched it, of `level`'s files (all where empty),
-    with the GPU its record was measured on (`gpu`)."""
+    with the GPU its record was measured on (`gpu`). A row whose best kernel was not re-timed (its
+    record's recheck deadline passed) has no side-by-side torch.compile ratio, so it does not replace
+    an earlier row that has one."""
     final: dict[str, dict[str, Any]] = {}
     for name in names:
         record = load(name)
         for r in record["search"]["rows"]:
-            if not level or r["problem"].split("/", 1)[1].startswith(f"l{level}_"):
-                final[r["problem"]] = {**r, "gpu": record.get("gpu", "unknown GPU")}
+            if level and not r["problem"].split("/", 1)[1].startswith(f"l{level}_"):
+                continue
+            earlier = final.get(r["problem"])
+            if earlier is not None and retimed(earlier) and not retimed(r):
+                continue
+            final[r["problem"]] = {**r, "gpu": record.get("gpu", "unknown GPU")}
     return final
+
+
+def retimed(row: dict[str, Any]) -> bool:
+    """Whether the row's best kernel was re-timed side by side after its search."""
+    return row.get("recheck", {}).get("status") == "ok"
 
 
 def gpus_line(rows: list[dict[str, Any]]) -> str:
