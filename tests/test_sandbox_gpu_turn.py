@@ -237,3 +237,56 @@ def test_a_process_evaluating_back_to_back_does_not_starve_a_waiter():
     finally:
         busy.kill()
         busy.wait()
+
+
+class ShutDownDuringStart(CpuWorkerTakingTurns):
+    """A supervisor that a stopping run's thread closes at one exact moment of its worker's start."""
+
+    def __init__(self, moment: str, **kw):  # noqa: ANN003
+        super().__init__(**kw)
+        self.moment = moment
+        self.spawned = []
+
+    def _shut_down_from_another_thread(self, moment: str) -> None:
+        import threading
+
+        if moment == self.moment:
+            t = threading.Thread(target=self.close)
+            t.start()
+            t.join()
+
+    def _command(self):  # noqa: ANN202
+        self._shut_down_from_another_thread("before the process")
+        return super()._command()
+
+    def _start_process(self):  # noqa: ANN202
+        proc = super()._start_process()
+        self.spawned.append(proc)
+        self._shut_down_from_another_thread("before it is recorded")
+        return proc
+
+    def _read(self, timeout_s, max_rss=None, proc=None):  # noqa: ANN001, ANN202
+        if not self.ready:
+            self._shut_down_from_another_thread("before its ready is read")
+        return super()._read(timeout_s, max_rss, proc)
+
+
+def test_a_shutdown_at_each_moment_of_a_start_is_named_and_leaves_no_worker(tmp_path):
+    # Each window of a start where another thread's close() lands: the evaluation is the named crash, and
+    # a worker started meanwhile is ended rather than left running behind the closed supervisor.
+    from conftest import relu_problem_source
+
+    from cuforge.problems.loader import load_files
+    from cuforge.sandbox.protocol.candidate import Candidate
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+
+    f = tmp_path / "relu.py"
+    f.write_text(relu_problem_source(1024, "custom", "N"))
+    (problem,), _ = load_files([f])
+    for moment in ("before the process", "before it is recorded", "before its ready is read"):
+        sup = ShutDownDuringStart(moment, gpu=f"test-{uuid.uuid4().hex}")
+        ev = sup.evaluate(problem, Candidate("import torch\n", "module"), EvalConfig())
+        assert ev.status == "crash" and "shut down while it started" in ev.message, (moment, ev.message)
+        assert sup.proc is None and sup.workdir is None, moment
+        assert all(p.poll() is not None for p in sup.spawned), moment  # ended and reaped
+        assert len(sup.spawned) == (0 if moment == "before the process" else 1), moment

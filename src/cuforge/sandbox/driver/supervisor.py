@@ -42,6 +42,7 @@ NAMESPACE_TAKEN = ("Only a single TORCH_LIBRARY can be used to register the name
                    "with the same name and overload name multiple times")
 START_TIMEOUT_S = 180.0
 POLL_S = 0.25
+SHUT_DOWN_WHILE_STARTING = "worker failed to start: it was shut down while it started (the run is stopping)"
 
 
 class WorkerStartError(RuntimeError):
@@ -198,8 +199,37 @@ class Supervisor:
     def _spawn(self) -> None:
         """A new worker, up to its `ready`: imported and holding a CUDA context, before any GPU work."""
         self.close(by_user=False)
-        self.workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
-        self.log_path = self.workdir / "worker.log"
+        closes = self.closes
+        try:
+            proc = self._start_process()
+        except Exception:
+            # A shutdown from another thread (a stopping run) may pull the scratch space or the cgroup
+            # from under the start: whatever that breaks is the shutdown, named as such.
+            if self.closes == closes:
+                raise
+            self.close(by_user=False)
+            raise WorkerStartError(SHUT_DOWN_WHILE_STARTING) from None
+        with self._closing:
+            shut_down = self.closes != closes
+            self.proc = proc
+        if shut_down:  # that shutdown found no worker to end: this one is ended here, not left running
+            self.close(by_user=False)
+            raise WorkerStartError(SHUT_DOWN_WHILE_STARTING)
+        self.spawns += 1
+        self.served = 0
+        self.ready = self.greeted = False
+        # The worker read from is the one spawned here: a close() from another thread clears self.proc
+        # at any moment, which _read sees as the worker gone.
+        reply = self._read(START_TIMEOUT_S, proc=proc)
+        if reply is None or reply.get("op") != "ready":
+            self._start_failed(proc, reply, "ready")
+        self.ready = True
+        self.ready_arch = str(reply.get("compute_capability") or "") or None
+
+    def _start_process(self) -> subprocess.Popen[str]:
+        """The worker's process in a fresh scratch space, started under its jail and limits."""
+        self.workdir = workdir = Path(tempfile.mkdtemp(prefix="cuforge-worker-"))
+        self.log_path = workdir / "worker.log"
         try:
             args, env = self._command()
         except NoJailError:
@@ -222,26 +252,17 @@ class Supervisor:
                 plain()
         log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the worker
         try:
-            self.proc = _spawner().submit(
+            return _spawner().submit(
                 subprocess.Popen, args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                env=env, cwd=self.workdir, preexec_fn=setup).result()
+                env=env, cwd=workdir, preexec_fn=setup).result()
         finally:
             log.close()
-        self.spawns += 1
-        self.served = 0
-        self.ready = self.greeted = False
-        proc = self.proc
-        reply = self._read(START_TIMEOUT_S)
-        if reply is None or reply.get("op") != "ready":
-            self._start_failed(proc, reply, "ready")
-        self.ready = True
-        self.ready_arch = str(reply.get("compute_capability") or "") or None
 
     def _start_failed(self, proc: subprocess.Popen[str], reply: dict[str, Any] | None, expected: str) -> NoReturn:
         if reply is None:
             why = f"no {expected} within {START_TIMEOUT_S:.0f} s"
         elif reply.get("op") == "eof" and self.proc is not proc:
-            why = "it was shut down while it started (the run is stopping)"
+            why = SHUT_DOWN_WHILE_STARTING.removeprefix("worker failed to start: ")
         elif reply.get("op") == "eof":
             why = f"it exited before its {expected} ({describe_exit(proc.wait(), self.jail.confined)})"
         else:
@@ -255,7 +276,7 @@ class Supervisor:
         now, in the GPU's turn where it has one."""
         proc = self.proc
         if proc is None or proc.stdin is None:
-            raise WorkerStartError("worker failed to start: it was shut down while it started (the run is stopping)")
+            raise WorkerStartError(SHUT_DOWN_WHILE_STARTING)
         try:
             proc.stdin.write(json.dumps({"op": "go"}) + "\n")
             proc.stdin.flush()
@@ -349,12 +370,19 @@ class Supervisor:
 
     # -------------------------------------------------------------- I/O
 
-    def _read(self, timeout_s: float, max_rss: int | None = None) -> dict[str, Any] | None:
-        """One reply line, or None on timeout; raises MemoryError when the worker outgrows max_rss."""
-        proc = self.proc
-        assert proc is not None and proc.stdout is not None
+    def _read(self, timeout_s: float, max_rss: int | None = None,
+              proc: subprocess.Popen[str] | None = None) -> dict[str, Any] | None:
+        """One reply line of `proc` (the current worker where None), or None on timeout; {"op": "eof"}
+        once the worker is gone or closed; raises MemoryError when the worker outgrows max_rss."""
+        proc = self.proc if proc is None else proc
+        if proc is None or proc.stdout is None:
+            return {"op": "eof"}
         sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
+        try:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+        except (OSError, ValueError):  # its pipe already closed by close()
+            sel.close()
+            return {"op": "eof"}
         deadline = time.monotonic() + timeout_s
         try:
             while True:
