@@ -12,6 +12,10 @@ test passed" in one record means at one tree of the code.
     python benchmarks/gpu_suite.py --name gpu_suite_s53 --processes 12 --limit-s 540   # the tests left
     python benchmarks/gpu_suite.py --name gpu_suite_s53 --take gpu_owed_s53 --no-run    # a call over a few files
 
+--failed-alone runs the tests whose last run failed first, each alone (one test process), then the
+rest: a test that failed for want of the GPU memory other test processes held is told from one that
+fails on its own.
+
 --take NAME counts the outcomes of another record of the same tree (a call over a few test files) in
 this one, as a call of its own whose runs name the call they came from.
 
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--take", action="append", default=[], metavar="NAME",
                     help="count the outcomes of another record of this tree (a call over a few test files) here")
     ap.add_argument("--no-run", action="store_true", help="only take (--take) and write the record: run no test")
+    ap.add_argument("--failed-alone", action="store_true",
+                    help="first run the tests whose last run failed, one at a time in a pytest of their own, then "
+                    "the rest: tells a failure the other test processes' load caused (GPU memory) from the test's own")
     ap.add_argument("paths", nargs="*", default=["tests"], help="test paths under the root")
     a = ap.parse_args(argv)
     root = Path(a.root).resolve()
@@ -234,10 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     todo = [t for t in collected if last.get(t) not in DONE]
     if todo and not a.no_run:
         call = len(calls) + 1
+        alone = [t for t in todo if last.get(t) in ("failed", "error")] if a.failed_alone else []
+        rest = [t for t in todo if t not in alone]
+        wall, cut, entries = 0.0, False, []
         with tempfile.TemporaryDirectory() as tmp:
-            log = Path(tmp) / "outcomes.jsonl"
-            wall, cut = run_tests(root, a.marker, todo, a.processes, a.limit_s, drain_s, log)
-            entries = read_log(log)
+            for i, (ids, processes) in enumerate(((alone, 0), (rest, a.processes))):
+                left_s = a.limit_s - wall
+                if not ids or cut or left_s <= drain_s:
+                    continue
+                log = Path(tmp) / f"outcomes{i}.jsonl"
+                took, cut = run_tests(root, a.marker, ids, processes, left_s, drain_s, log)
+                wall += took
+                entries += read_log(log)
         wanted = set(collected)
         for e in entries:
             test = e.pop("test")
@@ -246,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             tests.setdefault(bare if test not in wanted and bare in wanted else test, []).append({"call": call, **e})
         machine = {k: v for k, v in stamp().items() if k in ("date", "gpu", "torch")}
         calls.append({"call": call, **machine, "asked": len(todo), "reported": len(entries), "processes": a.processes,
+                      **({"alone": len(alone)} if alone else {}),
                       "drain_s": round(drain_s, 1), "wall_s": round(wall, 1), "cut_at_limit": cut})
     done = {t for t, runs in tests.items() if runs}
     merged = {"tree": tree, "marker": a.marker, "collected": len(collected), "calls": calls, "tests": tests,

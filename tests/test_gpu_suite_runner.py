@@ -108,6 +108,43 @@ def test_a_suite_over_calls_at_one_tree(tmp_path):
     assert "the code changed, so start a new --name" in third.stderr
 
 
+CROWDED = """
+import pytest
+
+pytestmark = pytest.mark.sample
+
+
+def test_needs_the_machine_to_itself(request):
+    # What a GPU test that runs out of memory beside other test processes looks like: it fails in a
+    # pytest-xdist test process and passes alone.
+    assert not hasattr(request.config, "workerinput"), "out of memory: other test processes hold it"
+
+
+def test_fails_anyway():
+    assert False, "broken"
+
+
+def test_fine():
+    pass
+"""
+
+
+def test_failed_tests_run_alone_first_and_the_rest_after(tmp_path):
+    root = project(tmp_path)
+    (root / "tests" / "test_sample.py").write_text(CROWDED)
+    first = runner(root, 120, 2)
+    assert first.returncode == 1, first.stderr[-2000:]
+    assert outcomes(root) == {"test_needs_the_machine_to_itself": [(1, "failed")], "test_fails_anyway": [(1, "failed")],
+                              "test_fine": [(1, "passed")]}
+    second = runner(root, 120, 2, "--failed-alone")
+    assert second.returncode == 1, second.stderr[-2000:]  # the test that fails on its own still does
+    got = outcomes(root)
+    assert got["test_needs_the_machine_to_itself"] == [(1, "failed"), (2, "passed")]
+    assert got["test_fails_anyway"] == [(1, "failed"), (2, "failed")] and got["test_fine"] == [(1, "passed")]
+    call = json.loads((root / "results" / "suite.json").read_text())["calls"][1]
+    assert call["alone"] == 2 and call["asked"] == 2 and call["reported"] == 2 and not call["cut_at_limit"]
+
+
 def test_a_file_that_is_not_a_record_is_refused(tmp_path):
     root = project(tmp_path)
     (root / "results").mkdir()
