@@ -13,12 +13,16 @@ best kernel timed again beside eager PyTorch and torch.compile in one worker.
     python benchmarks/kernelbench_search.py --levels 1,2 --flag-dependent --precision pytorch --shard 0/3 \
         --wall-time 300 --recheck-deadline 150 --name kb_search_pytorch_conv_0of3   # the 98 convolutions' first third
 
+    python benchmarks/kernelbench_search.py --recheck kb_search_pytorch_library_rest_s66 \
+        --name kb_search_pytorch_library_rest_recheck   # the rows its recheck deadline left un-timed
+
 Results: benchmarks/results/NAME.json (and $OUT/NAME.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -151,6 +155,77 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
             "geomean_vs_torch_compile": geomean(v for v in compiled.values() if v), "rows": rows}
 
 
+def problem_files(rows: list[dict]) -> list[tuple[str, Path]]:
+    """The KernelBench files (level, path) a search record's rows name (`kernelbench/l2_57_Name`)."""
+    out = []
+    for r in rows:
+        level, _, name = r["problem"].split("/", 1)[1].partition("_")
+        path = KB / f"level{level.removeprefix('l')}" / f"{name}.py"
+        if not path.is_file():
+            raise SystemExit(f"--recheck: {r['problem']} is not a KernelBench file here ({path})")
+        out.append((level.removeprefix("l"), path))
+    return out
+
+
+def unchecked_rows(record: dict) -> list[dict]:
+    """A search record's rows whose best kernel was not re-timed (its recheck deadline passed, or it
+    failed) and whose config is known, to re-time now."""
+    return [dict(r) for r in record["search"]["rows"]
+            if r.get("recheck", {}).get("status") != "ok" and r.get("best_config")]
+
+
+def rendered_best(rows: list[dict], problems: dict) -> dict:
+    """Each row's best kernel rendered again from its recorded config (a family's render is a pure
+    function of config and problem, so this is the source the search timed), by its candidate id."""
+    from cuforge.kernels.base import config_of
+    from cuforge.kernels.families import families_for
+
+    out = {}
+    for r in rows:
+        cfg = dict(r["best_config"])
+        problem = problems[r["problem"]]
+        family = next((f for f in families_for(problem)[0] if f.name == cfg.get("family")), None)
+        if family is None:
+            raise SystemExit(f"--recheck: no family {cfg.get('family')!r} covers {r['problem']} any more")
+        cand = family.render({k: v for k, v in cfg.items() if k != "family"}, problem)
+        if config_of(cand.source) != r["best_config"]:
+            raise SystemExit(f"--recheck: {r['problem']}'s config does not render back to itself "
+                             f"({config_of(cand.source)} against {r['best_config']})")
+        out[r["best_candidate_id"]] = cand.to_dict()
+    return out
+
+
+def recheck(name: str, gpus: str = "all", deadline_s: float | None = None) -> dict:
+    """The rows of search record `name` whose best kernel was not re-timed, re-timed now beside eager
+    and torch.compile as the search's recheck does: a record of those rows alone (`rechecked_from`)."""
+    from cuforge.problems.suites import load_suite
+
+    path = Path(__file__).resolve().parent / "results" / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"--recheck: no record {path}")
+    record = json.loads(path.read_text())
+    if "search" not in record:
+        raise SystemExit(f"--recheck: {name} is a coverage record, not a search's")
+    precision = record["search"].get("precision", "fp32")
+    rows = unchecked_rows(record)
+    work = Path(tempfile.mkdtemp(prefix="cuforge-kb-recheck-"))
+    suite_dir = work / "kernelbench"
+    suite_dir.mkdir()
+    for level, p in problem_files(rows):
+        shutil.copy(p, suite_dir / f"l{level}_{p.name}")
+    problems = {p.id: p.under(precision) for p in load_suite(str(suite_dir)).problems} if rows else {}
+    sources = rendered_best(rows, problems)
+    recheck_gpus = list(range(max(1, torch_device_count()))) if gpus == "all" else [int(g) for g in gpus.split(",")]
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+    from level_suites import time_against_torch_compile
+
+    time_against_torch_compile(None, problems, rows, precision, recheck_gpus, deadline, sources=sources)
+    for r in rows:
+        if r.get("recheck", {}).get("status") == "ok":
+            r["vs_torch"] = r["recheck"]["vs_torch"]
+    return {"rechecked_from": name, "problems": len(rows), "precision": precision, "rows": rows}
+
+
 def best_config(store, candidate_id: int | None) -> dict | None:
     """The family config a best kernel was rendered from (None where there is no best)."""
     from cuforge.kernels.base import config_of
@@ -198,9 +273,20 @@ def main() -> None:
     ap.add_argument("--inspectors", type=int, default=8)
     ap.add_argument("--precision", default="fp32", help="the precision contract searched and timed under "
                                                           "(fp32, pytorch, kernelbench)")
+    ap.add_argument("--recheck", metavar="RECORD", help="no search: re-time the best kernels of search record "
+                    "RECORD that its recheck left un-timed, rendered again from their configs (--gpus, "
+                    "--recheck-deadline apply)")
     ap.add_argument("--name", default="kernelbench_search")
     a = ap.parse_args()
     os.environ.setdefault("CUFORGE_CACHE_DIR", tempfile.mkdtemp(prefix="cuforge-bench-cache-"))
+    if a.recheck:
+        if a.recheck == a.name:
+            raise SystemExit("--recheck: name the new record (--name) apart from the one re-timed")
+        out = {"search": recheck(a.recheck, a.gpus, a.recheck_deadline)}
+        for r in out["search"]["rows"]:
+            print(f"  {r['problem']}: {r.get('recheck')}", flush=True)
+        write_result(a.name, out)
+        return
     chosen = files_of([x for x in a.levels.split(",") if x], [x for x in a.files.split(",") if x])
     if a.flag_dependent:
         chosen = flag_dependent(chosen)

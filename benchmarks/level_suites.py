@@ -117,19 +117,22 @@ def failures_by_problem(store, run_id: str) -> dict[str, list[str]]:
 
 
 def time_against_torch_compile(store, problems: dict, rows: list[dict], precision: str | None = "fp32",
-                               gpus: list[int] = (0,), deadline: float | None = None) -> None:
+                               gpus: list[int] = (0,), deadline: float | None = None,
+                               sources: dict | None = None) -> None:
     """Each problem's best kernel evaluated once more with torch eager and torch.compile timed beside
     it in one worker (the search leaves torch.compile out: its compile time dominates short evaluations),
     under the run's precision contract (eager and torch.compile under the other flags are timed too).
     Rows are shared out over `gpus`, a worker each; past `deadline` (time.monotonic) a row is left
-    un-timed and says so."""
+    un-timed and says so. `sources`: each best candidate (a Candidate's dict) by its id, where there is
+    no store to read them from."""
     from cuforge.sandbox.protocol.candidate import Candidate
     from cuforge.sandbox.protocol.evaluation import EvalConfig
     from cuforge.sandbox.driver.supervisor import Supervisor
 
     todo = [r for r in rows if r["best_candidate_id"] is not None]
-    # The store's connection belongs to this thread: every source is read before the workers start.
-    sources = {r["best_candidate_id"]: store.candidate_source(r["best_candidate_id"]) for r in todo}
+    if sources is None:
+        # The store's connection belongs to this thread: every source is read before the workers start.
+        sources = {r["best_candidate_id"]: store.candidate_source(r["best_candidate_id"]) for r in todo}
     lock = threading.Lock()
 
     def work(gpu: int) -> None:

@@ -5,7 +5,7 @@ tests that read KernelBench's files skip where ../shared/kernelbench is absent."
 
 import pytest
 
-from conftest import benchmark_module
+from conftest import ROOT, benchmark_module
 
 ks = benchmark_module("kernelbench_search")
 needs_kb = pytest.mark.skipif(not ks.KB.is_dir(), reason="../shared/kernelbench is absent")
@@ -120,3 +120,48 @@ def test_each_family_s_fastest_correct_kernel_is_kept_per_problem(tmp_path):
         cid = s.add_candidate("r", problem, {"source": first_line + "\nbody", "format": "module", "proposer": "template"}, f"h{i}")
         s.add_evaluation(cid, "r", evaluation(problem, status, ms, {"torch": 1.0}), reward=0.0)
     assert ks.best_ms_by_family(s, "r") == {"p": {"conv_direct": 1.5, "partition:library": 1.2, "?": 3.0}, "q": {"conv_direct": 0.1}}
+
+
+def test_a_row_that_was_not_re_timed_keeps_the_earlier_re_timed_one(tmp_path, monkeypatch):
+    import json
+
+    def record(name, date, rows):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"date": date, "search": {"precision": "pytorch", "rows": rows}}))
+
+    ok = {"problem": "kernelbench/l2_1_A", "vs_torch": 1.5, "vs_torch_compile": 0.8, "recheck": {"status": "ok"}}
+    late = {"problem": "kernelbench/l2_1_A", "vs_torch": 1.7, "vs_torch_compile": None,
+            "recheck": {"status": "not re-timed: past the benchmark's recheck deadline"}}
+    record("kb_search_a", "2026-01-01", [ok])
+    record("kb_search_b", "2026-01-02", [late, {**late, "problem": "kernelbench/l2_2_B"}])
+    record("kb_search_c", "2026-01-03", [{**ok, "problem": "kernelbench/l2_2_B", "vs_torch_compile": 1.1}])
+    monkeypatch.setattr(summary, "RESULTS", tmp_path)
+    rows = summary.rows_of(summary.records("pytorch"), "2")
+    assert rows["kernelbench/l2_1_A"]["vs_torch_compile"] == 0.8  # b's row has no side-by-side ratio
+    assert rows["kernelbench/l2_2_B"]["vs_torch_compile"] == 1.1  # a re-timed row replaces one that was not
+
+
+@needs_kb
+def test_the_rows_a_recheck_left_un_timed_render_back_to_their_configs(tmp_path):
+    import json
+    import shutil
+
+    from cuforge.kernels.base import config_of
+    from cuforge.problems.suites import load_suite
+
+    record = json.loads((ROOT / "benchmarks" / "results" / "kb_search_pytorch_library_rest_s66.json").read_text())
+    rows = ks.unchecked_rows(record)
+    assert len(rows) == 15 and all(r["recheck"]["status"].startswith("not re-timed") for r in rows)
+    suite = tmp_path / "kernelbench"
+    suite.mkdir()
+    for level, path in ks.problem_files(rows):
+        shutil.copy(path, suite / f"l{level}_{path.name}")
+    problems = {p.id: p.under("pytorch") for p in load_suite(str(suite)).problems}
+    sources = ks.rendered_best(rows, problems)
+    assert set(sources) == {r["best_candidate_id"] for r in rows}
+    for r in rows:
+        assert config_of(sources[r["best_candidate_id"]]["source"]) == r["best_config"]
+
+
+def test_a_recheck_of_a_record_that_is_not_there_is_refused():
+    with pytest.raises(SystemExit, match="--recheck: no record"):
+        ks.recheck("kb_search_no_such_record")
