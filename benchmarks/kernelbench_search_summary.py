@@ -42,10 +42,14 @@ def coverage_table(cov: dict[str, Any]) -> None:
         print(f"| {level} | {s['files']} | {s['covered']} ({100 * s['covered'] / s['files']:.0f}%) | {fams} |")
 
 
-def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None = None, own_rows_only: bool = False) -> None:
+def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None = None, own_rows_only: bool = False,
+                  flags_change_nothing: set[str] | None = None) -> None:
     """The per-family table, then the per-file one; `searched_as` names the contract a row was searched
     under where that is not the table's own (a column then says which, or with `own_rows_only` the
-    per-file table leaves those rows out and the per-family one counts them)."""
+    per-file table leaves those rows out and the per-family one counts them). `flags_change_nothing`:
+    under fp32, the files whose ops PyTorch's default flags leave as they are, whose eager under those
+    flags is the eager timed (a column of the ratio to default-flag eager then shows it for them, and
+    the re-timed ratio where a record has one)."""
     searched_as = searched_as or {}
     print("\n| family | files | correct | fast_1 vs eager | fast_1 vs torch.compile | geomean vs eager | geomean vs torch.compile |")
     print("|---|---|---|---|---|---|---|")
@@ -58,7 +62,16 @@ def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None
     # Records that re-timed eager under the other contract's flags too (TF32 off under `pytorch`, PyTorch's
     # defaults under `fp32`) show that ratio beside the contract's own.
     other = next((k for k in ("vs_torch.strict", "vs_torch.default_flags") if any(k in r.get("recheck", {}) for r in rows)), None)
+    if other is None and flags_change_nothing is not None:
+        other = "vs_torch.default_flags"
     label = {"vs_torch.strict": "vs eager, TF32 off", "vs_torch.default_flags": "vs eager, default flags"}.get(other or "")
+
+    def other_ratio(r: dict[str, Any]) -> float | None:
+        got = r.get("recheck", {}).get(other)
+        if got is None and other == "vs_torch.default_flags" and r["problem"] in (flags_change_nothing or ()):
+            return r["vs_torch"]
+        return got
+
     column = bool(searched_as) and not own_rows_only
     if own_rows_only:
         print(f"\n{len(searched_as)} files whose ops the flags cannot change take their fp32 rows (counted above, listed "
@@ -69,7 +82,7 @@ def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None
     print("|---|---|---|---|---|" + ("---|" if other else "") + ("---|" if column else ""))
     for r in sorted(rows, key=lambda r: (r["problem"].split("_")[0], int(r["problem"].split("_")[1]))):
         level, name = r["problem"].split("/", 1)[1].split("_", 1)  # kernelbench/l1_19_ReLU
-        extra = f" {fmt(r.get('recheck', {}).get(other))} |" if other else ""
+        extra = f" {fmt(other_ratio(r))} |" if other else ""
         extra += f" {searched_as.get(r['problem'], 'this contract')} |" if column else ""
         print(f"| level{level[1:]}/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |{extra}")
 
@@ -146,7 +159,13 @@ def main() -> None:
         fill = flag_free(sorted(set(strict) - set(final)), cov)
         final |= {pid: strict[pid] for pid in fill}
         searched_as = {pid: "fp32 (no op the flags change)" for pid in fill}
-    search_tables(list(final.values()), searched_as, a.own_rows_only)
+    same = flag_free(sorted(final), cov) if not a.search and a.precision == "fp32" and a.level in ("1", "2") else None
+    search_tables(list(final.values()), searched_as, a.own_rows_only, same)
+    if same is not None and len(same) < len(final):
+        print(f"\nvs eager, default flags: for the {len(same)} files whose ops PyTorch's default flags leave as they "
+              f"are, the ratio to eager itself; the other {len(final) - len(same)} (convolutions, which cuDNN runs in "
+              "TF32 under those flags) show '-' where no record re-timed eager under them (their ratios under the "
+              "`pytorch` contract are in its own table).")
     print("\n" + gpus_line(list(final.values())))
 
 

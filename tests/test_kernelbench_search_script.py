@@ -165,3 +165,18 @@ def test_the_rows_a_recheck_left_un_timed_render_back_to_their_configs(tmp_path)
 def test_a_recheck_of_a_record_that_is_not_there_is_refused():
     with pytest.raises(SystemExit, match="--recheck: no record"):
         ks.recheck("kb_search_no_such_record")
+
+
+def test_the_fp32_table_shows_default_flag_eager_where_the_flags_change_nothing_or_it_was_timed(capsys):
+    def row(pid, vs, recheck=None):
+        return {"problem": pid, "family": "f", "correct": 1, "best_ms": 1.0, "vs_torch": vs, "vs_torch_compile": 1.0,
+                "recheck": recheck or {"status": "ok"}}
+
+    rows = [row("kernelbench/l1_19_ReLU", 1.5), row("kernelbench/l1_63_conv", 2.0),
+            row("kernelbench/l1_64_conv", 3.0, {"status": "ok", "vs_torch.default_flags": 0.9})]
+    summary.search_tables(rows, flags_change_nothing={"kernelbench/l1_19_ReLU"})
+    out = capsys.readouterr().out
+    assert "| vs eager, default flags |" in out
+    assert "| level1/19_ReLU | f | 1.000 | 1.50 | 1.00 | 1.50 |" in out  # eager is the same under both flag sets
+    assert "| level1/63_conv | f | 1.000 | 2.00 | 1.00 | - |" in out  # cuDNN's TF32 under them: not timed, not guessed
+    assert "| level1/64_conv | f | 1.000 | 3.00 | 1.00 | 0.90 |" in out  # re-timed under them
