@@ -104,7 +104,15 @@ def test_norm_rows_is_correct_on_odd_rows(sup, tmp_path, expr, init, args, extra
     for rows, cols in ((7, 1), (33, 1000), (64, 4099), (256, 8192)):
         inputs = f"torch.randn({rows}, {cols})" + extra.replace("R", str(rows)).replace("H", str(cols))
         p = load(tmp_path, expr.replace("(H,)", f"({cols},)"), inputs, args=args, init=init.replace("H", str(cols)))
-        check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")])
+        check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")] + warp_per_row(n, p))
+
+
+def warp_per_row(n, p):
+    """The warp-per-row configs that are valid for `p` (a row a warp, 8 or 4 rows a block, the last block
+    partly past the rows), unless a seed already is one."""
+    configs = [dict(BLOCK=256, VEC=4, CACHE="global", ROW_WARP=1), dict(BLOCK=128, VEC=1, CACHE="global", ROW_WARP=1)]
+    seeded = [c for c in n.seeds(p)[:3] if c.get("ROW_WARP")]
+    return [c for c in configs if n.valid(c, p) and dict(n.DEFAULTS, **c) not in seeded]
 
 
 @pytest.mark.parametrize("torch_dtype", ["torch.bfloat16", "torch.float16"])
@@ -120,7 +128,7 @@ def test_half_precision_norm_rows_are_correct(sup, tmp_path, torch_dtype):
                                   "        nn.init.uniform_(self.norm.weight, 0.5, 1.5)")]
         for expr, init in cases:
             p = problem_from_expr(tmp_path, expr, f"torch.randn({rows}, {cols}, {half})", "x", init, prefix="gpu")
-            check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")])
+            check(sup, n, p, n.seeds(p)[:3] + [dict(BLOCK=128, VEC=1, CACHE="smem")] + warp_per_row(n, p))
 
 
 @pytest.mark.parametrize("torch_dtype", ["torch.bfloat16", "torch.float16"])

@@ -8,7 +8,7 @@ rounds where the model does."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from cuforge.kernels.base import SMEM_LIMIT, Family
 from cuforge.kernels.chains import CTYPES, Epilogue, compile_chain, literal
@@ -143,11 +143,15 @@ def match_norm(problem: Problem) -> NormMatch | str:
 @family(90)
 class NormRows(Family):
     """Layernorm or rmsnorm over the last dim (fp32, fp16 or bf16) with the traced epilogue fused: one
-    block per row, the row cached in shared memory (or re-read) between the statistics and the output
-    pass, two-pass variance."""
+    block per row (or, ROW_WARP, one warp per row), the row cached in shared memory (or re-read) between
+    the statistics and the output pass, two-pass variance."""
+
+    DEFAULTS: ClassVar[dict[str, Any]] = {"ROW_WARP": 0}
+    WARP_ROW_MAX_COLS = 2048  # past this a warp loops over a row many times where a block would share it
 
     def __init__(self) -> None:
-        super().__init__("norm_rows", {"BLOCK": (128, 256, 512, 1024), "VEC": (1, 4), "CACHE": ("smem", "global")})
+        super().__init__("norm_rows", {"BLOCK": (128, 256, 512, 1024), "VEC": (1, 4), "CACHE": ("smem", "global"),
+                                       "ROW_WARP": (0, 1)})
 
     def supports(self, problem: Problem) -> str | None:
         found = match_norm(problem)
@@ -155,7 +159,11 @@ class NormRows(Family):
 
     def valid(self, c: dict[str, Any], problem: Problem) -> bool:
         found = match_norm(problem)
-        return c["CACHE"] == "global" or (not isinstance(found, str) and found.cols * 4 <= SMEM_LIMIT - 1024)
+        if isinstance(found, str):
+            return False
+        if c.get("ROW_WARP"):  # the row re-read through L1, never cached in a block's shared memory
+            return c["CACHE"] == "global" and found.cols <= self.WARP_ROW_MAX_COLS
+        return c["CACHE"] == "global" or found.cols * 4 <= SMEM_LIMIT - 1024
 
     def seeds(self, problem: Problem) -> list[dict[str, Any]]:
         found = match_norm(problem)
@@ -165,7 +173,12 @@ class NormRows(Family):
         # than 512 in fp32 and 40% in bf16/fp16 (more blocks resident on each SM while rows wait on memory).
         out = [dict(BLOCK=max(128, block // 2), VEC=4, CACHE="smem"), dict(BLOCK=block, VEC=4, CACHE="smem"),
                dict(BLOCK=block, VEC=4, CACHE="global"), dict(BLOCK=block, VEC=1, CACHE="global")]
-        return [c for c in out if self.valid(c, problem)]
+        # Short rows (a layer norm over the last dim of a convolution's output, 64 wide in KernelBench's
+        # level2/34) leave a block per row mostly idle: a warp per row first there, and among the seeds
+        # for rows a warp can still hold in a few vectors a thread.
+        warp = dict(BLOCK=256, VEC=4, CACHE="global", ROW_WARP=1)
+        out = [warp, *out] if found.cols <= 256 else [*out, warp] if found.cols <= 1024 else out
+        return [dict(self.DEFAULTS, **c) for c in out if self.valid(dict(self.DEFAULTS, **c), problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = match_norm(problem)
@@ -176,7 +189,8 @@ class NormRows(Family):
     def launch(self, c: dict[str, Any], problem: Problem) -> LaunchSpec:
         f = match_norm(problem)
         assert not isinstance(f, str)
-        return LaunchSpec(entry=self.name, grid="(rows,)", block=f"({c['BLOCK']},)",
+        grid = f"(cdiv(rows, {c['BLOCK'] // 32}),)" if c.get("ROW_WARP") else "(rows,)"
+        return LaunchSpec(entry=self.name, grid=grid, block=f"({c['BLOCK']},)",
                           shared_mem="cols * 4" if c["CACHE"] == "smem" else "0",
                           args=(f.x, f.weight or f.x, f.bias or f.x, "out0", "rows", "cols", *f.epilogue.launch_args()),
                           outputs=((f"{f.x}.shape", f.dtype),),
