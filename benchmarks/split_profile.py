@@ -32,7 +32,7 @@ def main() -> None:
     from cuforge.sandbox.judge import in_host as judge
     from cuforge.sandbox.protocol.candidate import Candidate
     from cuforge.sandbox.protocol.evaluation import EvalConfig
-    from cuforge.sandbox.driver.supervisor import problem_payload
+    from cuforge.sandbox.driver.payload import problem_payload
     from cuforge.sandbox.host.monitor import settle_torch
     from cuforge.sandbox.judge.worker import _device_info
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cuforge.sandbox.driver.executor import ExecutorError, LocalExecutor, SlotPool, select_gpus
-from cuforge.sandbox.driver.supervisor import physical_gpu
+from cuforge.sandbox.driver.gpu_turn import physical_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 

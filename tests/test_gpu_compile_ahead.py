@@ -8,7 +8,8 @@ import pytest
 from cuforge.kernels.conv import ConvTf32x3Sm90
 from cuforge.kernels.families import families_for
 from cuforge.sandbox.driver.executor import LocalExecutor
-from cuforge.sandbox.driver.supervisor import Supervisor, physical_gpu
+from cuforge.sandbox.driver.gpu_turn import physical_gpu
+from cuforge.sandbox.driver.supervisor import Supervisor
 from cuforge.sandbox.protocol.prebuilt_cubins import kernel_sources
 from template_helpers import CFG, conv_problem, problem_from_expr, skip_unless_sm90
 from turn_helpers import hold

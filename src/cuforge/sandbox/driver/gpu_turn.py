@@ -160,3 +160,13 @@ def wait_exited(pids: set[int], timeout_s: float = 10.0) -> bool:
             return False
         time.sleep(0.005)
     return True
+
+
+def physical_gpu(gpu: int | str | None) -> str:
+    """The id the worker's CUDA_VISIBLE_DEVICES gets: a string is already one (the executors pass
+    physical ids); an int indexes this process's own CUDA_VISIBLE_DEVICES when that is set."""
+    if isinstance(gpu, str):
+        return gpu
+    index = gpu or 0
+    visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return visible[index] if index < len(visible) else str(index)

@@ -144,7 +144,7 @@ def ncu_profile(problem: Problem, candidate: Candidate, gpu: int = 0, timeout_s:
     if ncu is None:
         raise NcuError("ncu not found: install Nsight Compute")
     from cuforge.sandbox.driver.jail import python_executable
-    from cuforge.sandbox.driver.supervisor import problem_payload
+    from cuforge.sandbox.driver.payload import problem_payload
 
     metrics = choose_metrics(available_metrics(ncu))
     with tempfile.TemporaryDirectory(prefix="cuforge-ncu-") as tmp:

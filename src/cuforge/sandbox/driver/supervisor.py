@@ -27,7 +27,8 @@ from cuforge.sandbox.protocol.candidate import Candidate
 from cuforge.sandbox.protocol.evaluation import EvalConfig, Evaluation
 from cuforge.sandbox.protocol.prebuilt import builds_ahead
 from cuforge.sandbox.protocol.prebuilt_cubins import KernelSource, kernel_sources
-from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, process_tree, turn_busy, wait_exited
+from cuforge.sandbox.driver.gpu_turn import TurnAbandoned, gpu_turn, physical_gpu, process_tree, turn_busy, wait_exited
+from cuforge.sandbox.driver.payload import problem_payload
 from cuforge.sandbox.driver.worker_process import describe_exit, rss_bytes
 from cuforge.sandbox.confine.isolation import ADDRESS_SPACE_HEADROOM, Limits, child_setup
 from cuforge.sandbox.protocol.evaluation import default_worker_memory_gib
@@ -51,29 +52,6 @@ class WorkerStartError(RuntimeError):
 
 class NoJailError(WorkerStartError):
     """No jail is available and the caller did not accept running candidates unconfined."""
-
-
-def problem_payload(problem: Problem) -> dict[str, Any]:
-    m = problem.meta
-    return {
-        "id": problem.id,
-        "source": problem.source,
-        "meta": {"tolerance": {"atol": m.tolerance.atol, "rtol": m.tolerance.rtol, "rel_norm": m.tolerance.rel_norm},
-                 "flops": m.flops, "bytes": m.bytes, "dtype": m.dtype, "policy": m.policy, "small": dict(m.small),
-                 "ops": list(problem.ops),  # which flags can matter to the reference (protocol/precision.py)
-                 "cast": m.cast},  # an fp32 problem run in another dtype (--dtype)
-        "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in problem.outputs or ()],
-    }
-
-
-def physical_gpu(gpu: int | str | None) -> str:
-    """The id the worker's CUDA_VISIBLE_DEVICES gets: a string is already one (the executors pass
-    physical ids); an int indexes this process's own CUDA_VISIBLE_DEVICES when that is set."""
-    if isinstance(gpu, str):
-        return gpu
-    index = gpu or 0
-    visible = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
-    return visible[index] if index < len(visible) else str(index)
 
 
 class Supervisor:
