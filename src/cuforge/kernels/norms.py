@@ -178,7 +178,7 @@ class NormRows(Family):
         # for rows a warp can still hold in a few vectors a thread.
         warp = dict(BLOCK=256, VEC=4, CACHE="global", ROW_WARP=1)
         out = [warp, *out] if found.cols <= 256 else [*out, warp] if found.cols <= 1024 else out
-        return [dict(self.DEFAULTS, **c) for c in out if self.valid(dict(self.DEFAULTS, **c), problem)]
+        return [c for c in out if self.valid(c, problem)]
 
     def extra(self, problem: Problem) -> dict[str, Any]:
         f = match_norm(problem)
