@@ -167,6 +167,29 @@ def test_context_length_errors_shrink_the_prompt_and_the_run_goes_on(tmp_path, s
     assert rows(tmp_path / "cuforge.db", "SELECT status FROM evaluations") == [("ok",)]
 
 
+def test_concurrency_one_keeps_edits_sequential_beside_two_workers(tmp_path, suite_dir):
+    """--concurrency 1 holds with two evaluation workers too: the second request is sent only after the
+    first reply's verdict, so it is the prompt that asks to fix that wrong output."""
+    db = tmp_path / "s.db"
+    with ScriptedLLMServer(openai_reply(GOOD)) as srv:
+        srv.script = [openai_reply(WRONG), openai_reply(GOOD)]
+        r = cli("run", "--suite", str(suite_dir), "--provider", "openai", "--model", "m", "--base-url", srv.url + "/v1",
+                "--islands", "1", "--generations", "2", "--concurrency", "1", "--cpu", "--gpus", "2",
+                "--results", str(db), "--json", env={"OPENAI_API_KEY": "sk-test"})
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert len(srv.requests) == 2
+    assert [s for (s,) in rows(db, "SELECT status FROM evaluations ORDER BY id")] == ["wrong_output", "ok"]
+    prompts = [p for (p,) in rows(db, "SELECT prompt FROM llm_calls ORDER BY id")]
+    assert "wrong_output" not in prompts[0] and "wrong_output" in prompts[1]
+
+
+def test_proposals_in_flight_keep_a_given_number_and_feed_every_gpu_by_default():
+    from cuforge.agent.config import proposals_in_flight
+
+    assert [proposals_in_flight(1, g) for g in (1, 2, 8)] == [1, 1, 1]
+    assert [proposals_in_flight(None, g) for g in (1, 2, 3, 8)] == [4, 4, 6, 16]
+
+
 def test_toml_config_and_flags_win(tmp_path, suite_dir):
     from cuforge.agent.config import ConfigError, load_toml, merge
 

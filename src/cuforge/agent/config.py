@@ -97,7 +97,9 @@ class RunConfig:
     islands: int = 4
     generations: int = 4  # proposals per island per problem
     patience: int = 0  # stop a problem after this many evaluations without a new best (0 = never)
-    concurrency: int = 4  # LLM requests in flight
+    # Proposals (and so LLM requests) in flight. None: 4, or twice the GPUs where that is more, so each
+    # GPU has its next candidate waiting; a number given is kept exactly (1: strictly sequential edits).
+    concurrency: int | None = None
     temperature: float = 0.7
     max_tokens: int = 8192
     budget_usd: float | None = None
@@ -207,6 +209,16 @@ class RunConfig:
             raise ConfigError("--suite: needs a suite name or a directory of problem files")
         if not isinstance(self.gpus, str) or not self.gpus.strip():
             raise ConfigError("--gpus: takes all, a count, or indices like 0,1")
+
+
+DEFAULT_CONCURRENCY = 4
+
+
+def proposals_in_flight(concurrency: int | None, gpus: int) -> int:
+    """How many proposals the loop keeps in flight: the number a user gave, exactly (a bound they may
+    rely on, e.g. 1 so that each LLM edit sees the verdict of the one before); else the default, or
+    two per GPU where there are more GPUs, so each has its next candidate waiting when it frees up."""
+    return concurrency if concurrency is not None else max(DEFAULT_CONCURRENCY, 2 * max(1, gpus))
 
 
 def _proposer_spec(p: Any) -> ProposerSpec:

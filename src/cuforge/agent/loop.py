@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cuforge.agent.budget import Budget
-from cuforge.agent.config import RunConfig
+from cuforge.agent.config import RunConfig, proposals_in_flight
 from cuforge.agent.parse import ParseError, parse_response
 from cuforge.agent.population import Member, Population, register_bucket, source_key, technique_tags
 from cuforge.agent.prompts import render
@@ -231,9 +231,7 @@ class Search:
     async def run(self) -> RunStats:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         consumers = [asyncio.create_task(self._gpu_consumer(queue)) for _ in range(self.slots)]
-        # With several GPUs, enough proposals in flight that each has its next candidate waiting when it
-        # frees up; with one, exactly `concurrency` (1 keeps an LLM's edits strictly sequential).
-        n_workers = max(1, self.cfg.concurrency) if self.slots == 1 else max(self.cfg.concurrency, 2 * self.slots)
+        n_workers = proposals_in_flight(self.cfg.concurrency, self.slots)
         workers = [asyncio.create_task(self._proposal_worker(queue)) for _ in range(n_workers)]
         self._tasks = workers + consumers
         watchdog = asyncio.create_task(self._watch_wall_time()) if self.cfg.wall_time_s is not None else None

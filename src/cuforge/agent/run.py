@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuforge.agent.config import ConfigError, RunConfig, has_redactions
+from cuforge.agent.config import DEFAULT_CONCURRENCY, ConfigError, RunConfig, has_redactions
 from cuforge.agent.llm_errors import Failure, RetryBudget
 from cuforge.agent.loop import Search
 from cuforge.agent.population import Member, register_bucket, source_key, technique_tags
@@ -65,7 +65,8 @@ def build_proposers(cfg: RunConfig, on_failure: Callable[[str, Failure, bool], N
     budget = RetryBudget(cfg.retry_budget)
     out: list[tuple[Any, float]] = []
     for spec in cfg.proposers:
-        common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, concurrency=cfg.concurrency,
+        common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                      concurrency=cfg.concurrency or DEFAULT_CONCURRENCY,
                       retry=retry, prices=prices, retry_budget=budget, on_failure=on_failure)
         try:
             if spec.provider == "openai":

@@ -43,7 +43,7 @@ def run(
     max_retries: Optional[int] = typer.Option(None, help="Retries of one request on transient errors (default 3)."),
     retry_budget: Optional[int] = typer.Option(None, help="Retries the whole run may spend (default 50)."),
     request_timeout: Optional[float] = typer.Option(None, help="Seconds one LLM request may take (default 600)."),
-    concurrency: Optional[int] = typer.Option(None, help="LLM requests in flight (default 4)."),
+    concurrency: Optional[int] = typer.Option(None, help="Proposals and LLM requests in flight: exactly this many when given (1: each edit sees the last verdict); default 4, or 2 per GPU over 2 GPUs."),
     baseline: Optional[str] = typer.Option(None, help="Baseline the reward is measured against (default torch)."),
     results: Optional[Path] = typer.Option(None, help="SQLite results store (a file, or a directory for DIR/cuforge.db; "
                                            "default results/cuforge.db)."),
