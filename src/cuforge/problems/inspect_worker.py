@@ -193,7 +193,7 @@ def _trace(module, init: list[Any], inputs: list[Any], device: str | None):  # n
         if not isinstance(o, torch.Tensor):
             raise _Bad(f"forward returned a non-tensor at position {i} ({type(o).__name__})")
     graph = {"nodes": [n.to_json() for n in recorder.nodes], "outputs": [recorder.ref(o) for o in outs]}
-    return model, outs, recorder.ops, counter.get_total_flops(), graph
+    return model, outs, recorder.ops, counter.get_total_flops() + recorder.uncounted_flops, graph
 
 
 def _is_meta_gap(e: BaseException) -> bool:
