@@ -47,8 +47,7 @@ def test_two_families_at_one_rank_are_refused_by_name():
 @pytest.fixture(scope="module")
 def corpus() -> list:
     """KernelBench's level1 and level2 files and the built-in suites, traced once for the module
-    (level3's recurrent models take up to half a minute each to trace; benchmarks/level3_coverage.py
-    covers them)."""
+    (level3's 50 files would add minutes of tracing; benchmarks/level3_coverage.py covers them)."""
     from cuforge.problems.loader import load_files
     from cuforge.problems.suites import load_suite
 

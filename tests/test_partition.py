@@ -210,6 +210,28 @@ def test_policy_custom_allows_no_pytorch_part(tmp_path):
     assert FAM.supports(p) is not None and "custom" in FAM.supports(p)
 
 
+def test_readers_are_each_graphs_own_and_read_only(tmp_path):
+    """readers_of keeps the last graph's answer (the search asks it of one graph for hundreds of
+    chains): another graph, or the same nodes in a new graph, gets its own answer."""
+    from dataclasses import replace
+
+    from cuforge.kernels.leaves import readers_of
+
+    p = mixed(tmp_path)
+    want = {}
+    for n in p.graph:
+        for r in refs_in(n):
+            want.setdefault(r, set()).add(n.out)
+    assert readers_of(p) == want and readers_of(p) is readers_of(p)
+    first = p.graph[0]
+    shorter = replace(p, graph=p.graph[1:])
+    assert first.out not in {o for outs in readers_of(shorter).values() for o in outs}
+    again = replace(p, graph=tuple(list(p.graph)))  # equal nodes, another tuple
+    assert again.graph is not p.graph and readers_of(again) == want
+    with pytest.raises(TypeError):
+        readers_of(p)["x"] = frozenset()  # type: ignore[index]
+
+
 def test_a_graph_too_long_to_search_is_refused(tmp_path):
     from dataclasses import replace
 

@@ -223,6 +223,8 @@ def mask_negations(problem: Problem, nodes: tuple[OpNode, ...]) -> dict[str, tup
             found[n.out] = (leaf, not neg)
         elif (spec := leaf_spec(problem, src)) is not None and spec.dtype == "bool":
             found[n.out] = (src, True)
+    if not found:
+        return {}  # the scan below is over the whole graph, for every chain a partition's search tries
     readers = [(n, r) for n in problem.graph for r in refs_in(n) if r in found]
     return {ref: v for ref, v in found.items()
             if all((n.op == "masked_fill" and len(n.args) > 1 and n.args[1] == ref and n.args[0] != ref)

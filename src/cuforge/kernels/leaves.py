@@ -5,6 +5,8 @@ views of them that only add or drop size-1 dims, the index of an operand broadca
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from cuforge.op_graph import OpNode, is_ref
@@ -112,10 +114,20 @@ def refs_in(node: OpNode) -> list[str]:
     return out
 
 
-def readers_of(problem: Problem) -> dict[str, set[str]]:
-    """Each ref the forward reads -> the results (outs) of the nodes that read it."""
+def readers_of(problem: Problem) -> Mapping[str, frozenset[str]]:
+    """Each ref the forward reads -> the results (outs) of the nodes that read it. The last graph's
+    answer is kept: a partition's search asks it of one graph for hundreds of chains."""
+    global _LAST_READERS
+    graph, last = problem.graph, _LAST_READERS  # one read of the pair: another thread may replace it
+    if last is not None and last[0] is graph:
+        return last[1]
     readers: dict[str, set[str]] = {}
-    for n in problem.graph:
+    for n in graph:
         for r in refs_in(n):
             readers.setdefault(r, set()).add(n.out)
-    return readers
+    frozen: Mapping[str, frozenset[str]] = MappingProxyType({r: frozenset(o) for r, o in readers.items()})
+    _LAST_READERS = (graph, frozen)
+    return frozen
+
+
+_LAST_READERS: tuple[tuple[OpNode, ...], Mapping[str, frozenset[str]]] | None = None  # the last graph asked

@@ -42,6 +42,8 @@ def rotations(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, ...]
     """The chain's last-dim concatenations whose pieces are elementwise functions (one-operand ops and
     ops with a constant) of last-dim slices of inputs, each piece's values read by nothing else."""
     made = {n.out: n for n in nodes}
+    if not any(n.op == "cat" for n in nodes):
+        return {}  # readers_of walks the whole graph: a partition's search asks this of thousands of chains
     readers = readers_of(problem)
     found: dict[str, Rotation] = {}
     for cat in nodes:
@@ -106,6 +108,8 @@ def interleavings(problem: Problem, nodes: tuple[OpNode, ...], full: tuple[int, 
     """The chain's views of a last-dim stack back to the output's shape whose pieces are elementwise
     functions of step-P slices, broadcast inputs and constants, each value read by nothing else."""
     made = {n.out: n for n in nodes}
+    if not any(n.op == "stack" for n in nodes):
+        return {}  # as in rotations: no stack, no interleaving, and no walk over the whole graph
     readers = readers_of(problem)
     found: dict[str, Interleave] = {}
     for view in nodes:
