@@ -37,6 +37,8 @@ def test_coverage_and_clear_refusals(tmp_path):
     sort = problem_from_expr(tmp_path, "torch.sort(a, dim=-1)[0]", "torch.randn(64, 100)", args="a")
     fam, why = family_for(sort)
     assert fam is None and "not covered offline" in why and "use an LLM provider" in why
+    # What a user reads first is the last resort's reason and the ops it looked at; each family's after.
+    assert why.startswith("not covered offline: no run of its ops is one family's kernel (the graph's ops: sort)")
     # The families built around a GEMM or a convolution (the two-kernel ones too) say why once, together.
     assert why.count("built around _embedding_bag, _log_softmax_lastdim, _safe_softmax_lastdim, _softmax_lastdim, "
                      "addmm, bmm, chunk, convolution, mean, mm, mv, native_batch_norm, native_layer_norm, split, topk, unsafe_chunk, unsafe_split: none of these "

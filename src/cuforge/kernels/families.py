@@ -219,8 +219,12 @@ def families_for(problem: Problem, index: bool = True, several: bool = True) -> 
     why = PARTITION.supports(problem)
     if why is None:
         return [PARTITION], ""
-    reasons.append(f"{PARTITION.name}: {why}")
-    return [], "not covered offline (" + "; ".join(dict.fromkeys(reasons)) + "): use an LLM provider"
+    # The last resort's reason leads, with the ops it looked at: what a user reads first; each family's
+    # own reason follows for whoever wants to know which came closest.
+    ops = list(dict.fromkeys(n.op for n in problem.graph))
+    shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
+    return [], (f"not covered offline: {why} (the graph's ops: {shown or 'none'}); use an LLM provider. Each "
+                f"family's reason: " + "; ".join(dict.fromkeys(reasons)))
 
 
 def family_for(problem: Problem) -> tuple[Family | None, str]:
