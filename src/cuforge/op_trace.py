@@ -229,6 +229,17 @@ def _dropout_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     return (bound["input"], float(p)) if 0 < p < 1 else None
 
 
+def _padded_layer(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A recurrent layer's call in the padded form, (input, hx, params, has_biases, num_layers, dropout,
+    train, bidirectional, batch_first) with hx a list for lstm, as (input, initial states, layers,
+    bidirectional, batch_first); None for the packed-sequence form (data, batch_sizes, hx, params, ...)
+    and any other."""
+    if kwargs or len(args) != 9 or not isinstance(args[1] if name == "lstm" else args[2], (list, tuple)):
+        return None
+    states = list(args[1]) if name == "lstm" else [args[1]]
+    return args[0], states, int(args[4]), bool(args[7]), bool(args[8])
+
+
 def recurrent_on_meta(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The results of a whole recurrent layer (aten's lstm, gru, rnn_tanh, rnn_relu over a padded input)
     whose input lies on the meta device, made from the shapes alone; None for anything else. On the meta
@@ -238,13 +249,10 @@ def recurrent_on_meta(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     initial states' shapes."""
     import torch
 
-    # The padded form is (input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
-    # batch_first), hx a list for lstm; the packed-sequence form (data, batch_sizes, hx, params, ...) and
-    # any other run as they are.
-    if kwargs or len(args) != 9 or not isinstance(args[1] if name == "lstm" else args[2], (list, tuple)):
+    layer = _padded_layer(name, args, kwargs)
+    if layer is None:
         return None
-    x, hx, bidirectional, batch_first = args[0], args[1], args[7], args[8]
-    states = list(hx) if name == "lstm" else [hx]
+    x, states, _layers, bidirectional, batch_first = layer
     if not isinstance(x, torch.Tensor) or x.device.type != "meta" or x.dim() not in (2, 3) \
             or not all(isinstance(h, torch.Tensor) and h.device.type == "meta" for h in states):
         return None
@@ -261,8 +269,9 @@ def recurrent_flops(name: str, args: tuple[Any, ...]) -> int:
     """The FLOPs PyTorch's FlopCounterMode counts for a whole recurrent layer in the padded form
     (recurrent_on_meta's): per layer and direction, each step's products of the input and of the hidden
     state with every gate's weights, and an LSTM's projection where it has one."""
-    x, hx, layers, bidirectional, batch_first = args[0], args[1], int(args[4]), bool(args[7]), bool(args[8])
-    states = list(hx) if name == "lstm" else [hx]
+    layer = _padded_layer(name, args, {})
+    assert layer is not None, "recurrent_flops takes the padded form recurrent_on_meta made results for"
+    x, states, layers, bidirectional, batch_first = layer
     steps, batch = (x.shape[0], 1) if x.dim() == 2 else (x.shape[1], x.shape[0]) if batch_first else x.shape[:2]
     out = states[0].shape[-1]  # a direction's output width: the projection's where an LSTM has one
     hidden = states[1].shape[-1] if name == "lstm" else out
