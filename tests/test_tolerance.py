@@ -206,3 +206,61 @@ def test_after_a_normalization_a_tf32_kernel_in_another_order_passes_and_bf16_op
     wrong = _column_norm(four_chunks).clone()
     wrong[::97, 3] += 0.05  # a few elements off by far more than TF32's rounding
     assert not judge(wrong).ok
+
+
+class _NearTwins(torch.nn.Module):
+    """An ill-conditioned output, as EfficientNet-B2's and the UNet's in KernelBench's level3 are: two
+    nearly equal rows through a long dot product, then a training-mode batch norm over the two samples,
+    which divides their tiny difference by its own size, so any summation order's rounding shows."""
+
+    def __init__(self, k: int = 4096) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(k, 512, bias=False)
+        self.bn = torch.nn.BatchNorm1d(512)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.lin(x[:1] + 1e-4 * x))
+
+
+def test_an_ill_conditioned_output_is_judged_against_eager_s_own_misses():
+    """Eager's own fp32 result misses the element bounds on such an output (its error norm against float64
+    is ~1e-2), each summation order on other elements: another order than eager's passes, named ill-
+    conditioned; bf16 operands and a few elements off by far more than eager's misses still fail."""
+    import types
+
+    from cuforge.sandbox.judge.context import Context, Models
+    from cuforge.sandbox.judge.output_judge import Judge, Trials
+    from cuforge.sandbox.protocol.evaluation import EvalConfig
+    from cuforge.sandbox.protocol.stop import Stop
+
+    torch.manual_seed(0)
+    eager = _NearTwins()
+    x = torch.rand(2, 4096)
+    models = Models(reference=eager, reference64=verify.float64_model(eager), candidate=None)
+    module = types.SimpleNamespace(get_inputs=lambda: [torch.rand(2, 4096)])
+    refs, native, kind = verify.reference_outputs(models.reference64, models.reference, [x])
+    own = verify.compare(native[0], refs[0], torch.float32, TOL, native=native[0])
+    assert own.ok and own.ill_conditioned and own.native_rel_norm > 1e-3 and own.mismatches > 0
+
+    def context() -> Context:
+        return Context({}, {}, EvalConfig(), torch.device("cpu"), module, TOL, 0, {}, {})
+
+    def normed(z: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.batch_norm(z, None, None, eager.bn.weight, eager.bn.bias, True, 0.1, 1e-5).detach()
+
+    u, w = x[:1] + 1e-4 * x, eager.lin.weight.detach()
+    four_chunks = normed(sum(u[:, i::4] @ w[:, i::4].T for i in range(4)))
+    ctx = context()
+    verdict = Judge(ctx, models, [x], kind)(0, four_chunks, refs[0], native[0])
+    assert verdict.ok and verdict.ill_conditioned, verdict.reason
+    Trials().compare(ctx, models, [x], kind, [four_chunks], refs, native, 0)
+    assert ctx.correctness["ill_conditioned_native_rel_norm"]["0"] == pytest.approx(own.native_rel_norm)
+    bf16 = normed(u.bfloat16().float() @ w.bfloat16().float().T)
+    verdict = Judge(context(), models, [x], kind)(0, bf16, refs[0], native[0])
+    assert not verdict.ok and "ill-conditioned" in verdict.reason
+    wrong = four_chunks.clone()
+    wrong[0, ::64] += 10 * own.max_abs_err  # eight elements off by ten times eager's largest miss
+    verdict = Judge(context(), models, [x], kind)(0, wrong, refs[0], native[0])
+    assert not verdict.ok and verdict.mismatches >= 8
+    with pytest.raises(Stop):
+        Trials().compare(context(), models, [x], kind, [wrong], refs, native, 0)

@@ -104,6 +104,9 @@ class Trials:
                 ctx.correctness["computation_aware_bound"] = True
             if cmp.ok and cmp.within_reference:  # recorded: allclose misses the eager reference shares
                 self.shared_misses = max(self.shared_misses, cmp.mismatches)
+            if cmp.ok and cmp.ill_conditioned:  # recorded: judged by error norm, as eager's own result misses
+                worst = ctx.correctness.setdefault("ill_conditioned_native_rel_norm", {})
+                worst[str(i)] = max(worst.get(str(i), 0.0), cmp.native_rel_norm)
             if cmp.ok:
                 continue
             if handed_back is not None and handed_back(o):
