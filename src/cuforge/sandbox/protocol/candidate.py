@@ -223,6 +223,23 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def _names(code):
+    # Every name a launch expression's code reads, its nested code's included.
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            out |= _names(const)
+    return out
+
+
+class _Params(list):
+    # The model's (name, tensor) pairs, read once a forward: a network of a thousand parameters and
+    # buffers runs hundreds of stages, and each stage walking them all cost more than its kernel.
+    def __init__(self, pairs):
+        super().__init__(pairs)
+        self.tensors = [t for _, t in pairs]
+
+
 class _Stage:
     # The launch expressions run as two compiled blocks per call (bindings, output shapes, grid, block
     # and shared memory; then the arguments, once the outputs exist) instead of one eval each. Outputs
@@ -233,12 +250,22 @@ class _Stage:
         self.pre = [(module.kernel(e), compile(a, "<pre-kernel args>", "eval")) for e, a in pre]
         self.plan = compile(plan, "<launch spec>", "exec")
         self.args = compile(args, "<launch args>", "eval")
+        self.wanted = set().union(*(_names(c) for c in [self.plan, self.args] + [a for _, a in self.pre]))
+        self.picks = None  # (name in the launch spec, index in params) of the parameters it reads
+
+    def _pick(self, params):
+        picks = []
+        for i, (name, _) in enumerate(params):
+            picks += [(key, i) for key in ("p_" + name.replace(".", "_"), f"param{{i}}") if key in self.wanted]
+        return picks
 
     def __call__(self, inputs, params):
         ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d, "tma_nd": tma_nd}}
         ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
-        for i, (name, t) in enumerate(params):
-            ns["p_" + name.replace(".", "_")] = ns[f"param{{i}}"] = t
+        if self.picks is None or self.picks[0] != len(params):
+            self.picks = (len(params), self._pick(params))
+        for key, i in self.picks[1]:
+            ns[key] = params[i][1]
         g = {{"__builtins__": {{}}}}
         exec(self.plan, g, ns)
         outs = []
@@ -263,7 +290,7 @@ class _GraphStage:
         self.part = ns["part"]
 
     def __call__(self, inputs, params):
-        return self.part(inputs, [t for _, t in params])
+        return self.part(inputs, params.tensors if isinstance(params, _Params) else [t for _, t in params])
 
 
 class _TorchStage:
@@ -290,7 +317,7 @@ class ModelNew(torch.nn.Module):
         self.ref = __cuforge_problem__.Model(*init_inputs)
 
     def forward(self, *inputs):
-        params = list(self.ref.named_parameters()) + list(self.ref.named_buffers())
+        params = _Params(list(self.ref.named_parameters()) + list(self.ref.named_buffers()))
         results = []
         for stage, feed in zip(_STAGES, _FEEDS):
             # ("in", i): the forward's input i; ("stage", j): stage j's output; ("stage", j, k): the k-th
