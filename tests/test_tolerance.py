@@ -264,3 +264,24 @@ def test_an_ill_conditioned_output_is_judged_against_eager_s_own_misses():
     assert not verdict.ok and verdict.mismatches >= 8
     with pytest.raises(Stop):
         Trials().compare(context(), models, [x], kind, [wrong], refs, native, 0)
+
+
+def test_an_output_that_is_mostly_rounding_noise_is_bounded_by_the_count_of_misses_and_the_norm():
+    """Where eager's own error norm against float64 is past NOISE_NORM (EfficientNet-B2 at batch 2:
+    0.8, its batch norms over two samples flipping signs), where each element lands is chance: an honest
+    candidate's largest miss was 2.3x eager's on one set. Its misses' count and the error norm still
+    bound it: a constant output, and one missing more than twice as many elements, fail."""
+    torch.manual_seed(5)
+    ref = torch.randn(2000, dtype=torch.float64).sign()  # normalised over two samples: +-1
+    flips = lambda p: torch.where(torch.rand(2000) < p, -1.0, 1.0).double()  # noqa: E731
+    eager = (ref * flips(0.2) * 0.5).float()  # ~ every element off, by 0.5 or 1.5
+    honest = (ref * flips(0.2) * 0.5).float()
+    honest[:3] = -2.2 * ref[:3].float()  # a few elements land farther than any of eager's
+    verdict = verify.compare(honest, ref, torch.float32, TOL, native=eager)
+    assert verdict.ok and verdict.ill_conditioned, verdict.reason
+    assert verdict.max_abs_err > 2 * float((eager.double() - ref).abs().max())  # 3.2 against eager's 1.5
+    assert not verify.compare(torch.full_like(honest, 0.5), ref, torch.float32, TOL, native=eager).ok
+    # eager missing a quarter of the elements (its error norm still past NOISE_NORM): missing all fails
+    quarter = eager.where(torch.arange(2000) % 4 == 0, ref.float())
+    verdict = verify.compare(honest, ref, torch.float32, TOL, native=quarter)
+    assert not verdict.ok and verdict.native_rel_norm > verify.NOISE_NORM and "ill-conditioned" in verdict.reason

@@ -163,6 +163,11 @@ NATIVE_NORM_FACTOR = 16.0
 # coarser than fp32).
 ILL_CONDITIONED_ULPS = 2.0 ** 10
 ILL_CONDITIONED_SLACK = 2.0
+# Past this error norm eager's own output is mostly rounding noise (EfficientNet-B2 at batch 2: 0.8):
+# where each element lands is chance, so the size of a candidate's largest miss says nothing either;
+# the count of misses and the error norm still bound it, and the evaluation records the output as
+# ill-conditioned so a reader knows how little its correctness says.
+NOISE_NORM = 0.1
 
 
 # TF32's unit roundoff: 10 explicit mantissa bits, as cuDNN's and cuBLAS's TF32 products round to.
@@ -352,8 +357,9 @@ def compare(out: Any, ref: torch.Tensor, expected_dtype: torch.dtype, tol: Toler
     ill = nf is not None and native_misses > 0 and max(native_rel, native_floor) > ILL_CONDITIONED_ULPS * own_unit
     if ill:
         slack = max(slack, ILL_CONDITIONED_SLACK)
+    noise = ill and max(native_rel, native_floor) >= NOISE_NORM
     within = (mismatches > 0 and nf is not None and (sf is None or ill)
-              and mismatches <= slack * native_misses and max_abs <= slack * native_max_abs)
+              and mismatches <= slack * native_misses and (noise or max_abs <= slack * native_max_abs))
     base["ill_conditioned"] = ill
     scaled = sf is not None
     if mismatches and not within and ill:
