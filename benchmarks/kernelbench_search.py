@@ -102,9 +102,11 @@ def coverage(chosen: list[tuple[str, Path]]) -> dict:
 
 def search(chosen: list[tuple[str, Path]], families: set[str], generations: int, max_timing: float,
            precision: str = "fp32", wall_time: float | None = None, gpus: str = "all",
-           recheck_deadline: float | None = None) -> dict:
+           recheck_deadline: float | None = None, checkpoint=None) -> dict:
     """The template search over the chosen files that a wanted family covers; leaderboard rows, then
-    each best kernel re-timed beside eager and torch.compile."""
+    each best kernel re-timed beside eager and torch.compile. `checkpoint(rows)` is called with the
+    search's rows before the recheck starts, so a run cut short in the recheck keeps them (and
+    `--recheck` can re-time them later)."""
     from level_suites import failures_by_problem, time_against_torch_compile
 
     from cuforge.agent.config import RunConfig
@@ -138,6 +140,10 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
              "best_candidate_id": r.best_candidate_id, "best_config": best_config(store, r.best_candidate_id),
              "failures": failures.get(r.problem_id, []), "best_ms_by_family": by_family.get(r.problem_id, {})}
             for r in board.rows]
+    if checkpoint is not None:
+        checkpoint({"problems": len(wanted), "generations": generations, "precision": precision,
+                    "stop_reason": searched.stats.stop_reason, "evaluations": searched.stats.evaluations,
+                    "rows": [{**r, "recheck": {"status": "not re-timed: the run ended before its recheck"}} for r in rows]})
     # the recheck on the GPUs the search used (every visible one for "all"), a worker each
     recheck_gpus = list(range(max(1, torch_device_count()))) if gpus == "all" else [int(g) for g in gpus.split(",")]
     deadline = None if recheck_deadline is None else time.monotonic() + recheck_deadline
@@ -297,8 +303,11 @@ def main() -> None:
     out: dict = {"coverage": coverage(chosen)}
     print(out["coverage"]["summary"], flush=True)
     if not a.coverage:
+        def checkpoint(partial: dict) -> None:
+            write_result(a.name, {**out, "search": partial}, echo=False)
+
         out["search"] = search(chosen, {x for x in a.families.split(",") if x}, a.generations, a.max_timing, a.precision,
-                               a.wall_time, a.gpus, a.recheck_deadline)
+                               a.wall_time, a.gpus, a.recheck_deadline, checkpoint)
         s = out["search"]
         print(f"{s['problems']} problems: fast_1 vs eager {s['fast_1_vs_torch']:.2f}, vs torch.compile "
               f"{s['fast_1_vs_torch_compile']:.2f}, geomean vs eager {s['geomean_vs_torch']}", flush=True)
