@@ -92,6 +92,29 @@ def test_a_compile_only_worker_compiles_them_and_an_evaluation_finds_them(relu):
         sup.close()
 
 
+def test_a_network_s_kernels_compile_at_once_and_all_are_built_ahead():
+    """A partition of a network names dozens of distinct kernels: runtime.compile_many compiles those not
+    cached several at once (a failing one is left to its own compile, which reports NVRTC's diagnostics),
+    and a compile-only worker packs more of them than the 16 it once stopped at."""
+    tag = uuid.uuid4().hex[:8]  # kernels no earlier run of this test left in the disk cache
+    sources = [SCALE.replace("* s", f"* s + {i}.0f").replace("scale(", f"scale_{tag}(") for i in range(20)]
+    bad = f'extern "C" __global__ void k_{tag}() {{ undefined_name(); }}'
+    kernels = [(src, ("-DSCALE_TEST=1",), ()) for src in sources[:3]]
+    assert runtime.compile_many([*kernels, kernels[0], (bad, (), ())], "sm_90a") == 3
+    for src, options, names in kernels:
+        assert runtime.compile_to_cubin(src, "sm_90a", options, names)[2].cache == "memory"
+    with pytest.raises(runtime.CompileError, match="undefined_name"):
+        runtime.compile_to_cubin(bad, "sm_90a")
+    spec = LaunchSpec(entry=f"scale_{tag}", grid=SPEC.grid, block=SPEC.block, args=SPEC.args, outputs=SPEC.outputs)
+    staged = Candidate(wrap_stages([(src, spec) for src in sources], [None] + [[("stage", i)] for i in range(19)]))
+    assert len(kernel_sources(staged)) == 20
+    builder = Supervisor(compile_only=True, target_arch="sm_90a")
+    try:
+        assert len(builder.compile_kernels(kernel_sources(staged), 300)) == 20
+    finally:
+        builder.close()
+
+
 def replace_cfg() -> EvalConfig:
     import dataclasses
 

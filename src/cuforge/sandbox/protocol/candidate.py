@@ -215,7 +215,7 @@ def launch_args(launch: LaunchSpec) -> str:
 _WRAPPER = '''"""Format-B candidate wrapped by cuforge: {entries} launched from ModelNew.forward, one after another,
 each stage's launch spec evaluated over its own inputs (the forward's inputs or an earlier stage's output)."""
 import torch
-from cuforge.runtime import compile_cuda
+from cuforge.runtime import compile_cuda, compile_many
 from cuforge.tma import tma_2d, tma_nd
 
 
@@ -243,15 +243,22 @@ class _Params(list):
 class _Stage:
     # The launch expressions run as two compiled blocks per call (bindings, output shapes, grid, block
     # and shared memory; then the arguments, once the outputs exist) instead of one eval each. Outputs
-    # are allocated here, in a frame with normal builtins: torch may import lazily.
+    # are allocated here, in a frame with normal builtins: torch may import lazily. The kernel is
+    # compiled by load(), once every stage exists, so a module's kernels compile at once (_load).
     def __init__(self, source, options, names, entry, pre, plan, args):
-        module = compile_cuda(source, options, name_expressions=names)
-        self.kernel = module.kernel(entry)
-        self.pre = [(module.kernel(e), compile(a, "<pre-kernel args>", "eval")) for e, a in pre]
+        self.kernel_spec = (source, tuple(options), tuple(names))
+        self.entry = entry
+        self.pre_spec = [(e, compile(a, "<pre-kernel args>", "eval")) for e, a in pre]
         self.plan = compile(plan, "<launch spec>", "exec")
         self.args = compile(args, "<launch args>", "eval")
-        self.wanted = set().union(*(_names(c) for c in [self.plan, self.args] + [a for _, a in self.pre]))
+        self.wanted = set().union(*(_names(c) for c in [self.plan, self.args] + [a for _, a in self.pre_spec]))
         self.picks = None  # (name in the launch spec, index in params) of the parameters it reads
+
+    def load(self):
+        source, options, names = self.kernel_spec
+        module = compile_cuda(source, options, name_expressions=names)
+        self.kernel = module.kernel(self.entry)
+        self.pre = [(module.kernel(e), a) for e, a in self.pre_spec]
 
     def _pick(self, params):
         picks = []
@@ -304,7 +311,16 @@ class _TorchStage:
         return eval(self.expr, {{"torch": torch}}, {{f"in{{i}}": x for i, x in enumerate(inputs)}})
 
 
-_STAGES = [{stages}]
+def _load(stages):
+    # Every kernel stage's kernel, the distinct ones compiled several at once first.
+    kernels = [s for s in stages if isinstance(s, _Stage)]
+    compile_many([s.kernel_spec for s in kernels])
+    for s in kernels:
+        s.load()
+    return stages
+
+
+_STAGES = _load([{stages}])
 # Per stage, where each of its inputs comes from: ("in", i) the forward's input i, ("stage", j) stage j's
 # output; None: the forward's inputs as they are.
 _FEEDS = {feeds!r}
