@@ -135,10 +135,12 @@ def search(chosen: list[tuple[str, Path]], families: set[str], generations: int,
     board = build_leaderboard(store.evaluations(run_id), store.run_problems(run_id), run_id, "torch")
     failures = failures_by_problem(store, run_id)
     by_family = best_ms_by_family(store, run_id)
+    phases = phases_by_problem(store, run_id)
     rows = [{"problem": r.problem_id, "family": covered.get(r.problem_id), "evaluations": r.evaluations, "correct": r.correct,
              "vs_torch": r.speedups_of_best.get("torch"), "vs_torch_compile": None, "best_ms": r.best_median_ms,
              "best_candidate_id": r.best_candidate_id, "best_config": best_config(store, r.best_candidate_id),
-             "failures": failures.get(r.problem_id, []), "best_ms_by_family": by_family.get(r.problem_id, {})}
+             "failures": failures.get(r.problem_id, []), "best_ms_by_family": by_family.get(r.problem_id, {}),
+             "evaluations_s": phases.get(r.problem_id, [])}
             for r in board.rows]
     if checkpoint is not None:
         checkpoint({"problems": len(wanted), "generations": generations, "precision": precision,
@@ -238,6 +240,18 @@ def best_config(store, candidate_id: int | None) -> dict | None:
     from cuforge.kernels.base import config_of
 
     return None if candidate_id is None else config_of(store.candidate_source(candidate_id)["source"]) or None
+
+
+def phases_by_problem(store, run_id: str) -> dict[str, list[dict]]:
+    """Each problem's evaluations, oldest first: status, wall seconds and the judge's phases (load,
+    reference, correctness, timing): where an evaluation's time goes, read from the store."""
+    out: dict[str, list[dict]] = {}
+    rows = store.conn.execute("SELECT problem_id, status, wall_s, correctness FROM evaluations WHERE run_id = ? ORDER BY id",
+                              (run_id,))
+    for problem_id, status, wall_s, correctness in rows:
+        phases = (json.loads(correctness) if correctness else {}).get("judge_phases_s", {})
+        out.setdefault(problem_id, []).append({"status": status, "wall_s": wall_s, "phases_s": phases})
+    return out
 
 
 def best_ms_by_family(store, run_id: str) -> dict[str, dict[str, float]]:

@@ -122,6 +122,23 @@ def test_each_family_s_fastest_correct_kernel_is_kept_per_problem(tmp_path):
     assert ks.best_ms_by_family(s, "r") == {"p": {"conv_direct": 1.5, "partition:library": 1.2, "?": 3.0}, "q": {"conv_direct": 0.1}}
 
 
+def test_each_problem_s_evaluations_say_where_their_time_went(tmp_path):
+    from fixture_store import evaluation
+
+    from cuforge.results.store import Store
+
+    s = Store(tmp_path / "c.db")
+    s.create_run("r", "fixture", {"provider": "template"})
+    phases = {"load": 20.5, "reference": 4.0, "correctness": 9.0, "timing": 3.0}
+    for i, (problem, status, judged) in enumerate([("p", "ok", phases), ("p", "wrong_output", {}), ("q", "ok", None)]):
+        cid = s.add_candidate("r", problem, {"source": f"src {i}", "format": "module", "proposer": "template"}, f"h{i}")
+        ev = evaluation(problem, status, 1.0 if status == "ok" else None, {"torch": 1.0})
+        s.add_evaluation(cid, "r", {**ev, "correctness": {"judge_phases_s": judged} if judged is not None else {}}, reward=0.0)
+    assert ks.phases_by_problem(s, "r") == {
+        "p": [{"status": "ok", "wall_s": 0.3, "phases_s": phases}, {"status": "wrong_output", "wall_s": 0.3, "phases_s": {}}],
+        "q": [{"status": "ok", "wall_s": 0.3, "phases_s": {}}]}
+
+
 def test_a_row_that_was_not_re_timed_keeps_the_earlier_re_timed_one(tmp_path, monkeypatch):
     import json
 
