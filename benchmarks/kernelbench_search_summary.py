@@ -59,6 +59,10 @@ def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None
         comp = [r["vs_torch_compile"] for r in rs]
         print(f"| {fam} | {len(rs)} | {sum(bool(r['correct']) for r in rs)} | {sum((v or 0) > 1 for v in eager)} "
               f"| {sum((v or 0) > 1 for v in comp)} | {fmt(geomean(eager))} | {fmt(geomean(comp))} |")
+    unreached = sum(not reached(r) for r in rows)
+    if unreached:
+        print(f"\n{unreached} of the {len(rows)} files were not evaluated before their search's wall-clock limit "
+              "(counted above as not correct; 'not reached' below).")
     # Records that re-timed eager under the other contract's flags too (TF32 off under `pytorch`, PyTorch's
     # defaults under `fp32`) show that ratio beside the contract's own.
     other = next((k for k in ("vs_torch.strict", "vs_torch.default_flags") if any(k in r.get("recheck", {}) for r in rows)), None)
@@ -84,7 +88,15 @@ def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None
         level, name = r["problem"].split("/", 1)[1].split("_", 1)  # kernelbench/l1_19_ReLU
         extra = f" {fmt(other_ratio(r))} |" if other else ""
         extra += f" {searched_as.get(r['problem'], 'this contract')} |" if column else ""
-        print(f"| level{level[1:]}/{name} | {r['family']} | {fmt(r['best_ms'], 3)} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |{extra}")
+        best = fmt(r["best_ms"], 3) if reached(r) else "not reached"
+        if reached(r) and not r["correct"]:
+            best = "none correct"
+        print(f"| level{level[1:]}/{name} | {r['family']} | {best} | {fmt(r['vs_torch'])} | {fmt(r['vs_torch_compile'])} |{extra}")
+
+
+def reached(row: dict[str, Any]) -> bool:
+    """Whether the search evaluated anything for the row's file (rows from before the count was kept did)."""
+    return row.get("evaluations", 1) != 0
 
 
 def records(precision: str) -> list[str]:
@@ -98,7 +110,7 @@ def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
     """Each file's row from the last of `names` that searched it, of `level`'s files (all where empty),
     with the GPU its record was measured on (`gpu`). A row whose best kernel was not re-timed (its
     record's recheck deadline passed) has no side-by-side torch.compile ratio, so it does not replace
-    an earlier row that has one."""
+    an earlier row that has one; nor does a row the search never reached replace one it did."""
     final: dict[str, dict[str, Any]] = {}
     for name in names:
         record = load(name)
@@ -106,7 +118,7 @@ def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
             if level and not r["problem"].split("/", 1)[1].startswith(f"l{level}_"):
                 continue
             earlier = final.get(r["problem"])
-            if earlier is not None and retimed(earlier) and not retimed(r):
+            if earlier is not None and ((retimed(earlier) and not retimed(r)) or (reached(earlier) and not reached(r))):
                 continue
             final[r["problem"]] = {**r, "gpu": record.get("gpu", "unknown GPU")}
     return final

@@ -10,6 +10,7 @@ of the others), each checked against the float64 forward. The kernels are cuforg
 here outside the sandbox: this is a probe of the template library, not an evaluation of candidates.
 
     python benchmarks/partition_parts.py ../shared/kernelbench/level3/24_EfficientNetB2.py --name NAME
+    python benchmarks/partition_parts.py --table NAME    # the record as docs/benchmarks.md's tables
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from _common import write_result
+from _common import ROOT, write_result
 
 
 def rel_err(got: Any, want: Any) -> float | None:
@@ -140,13 +141,50 @@ def probe(path: Path, precision: str) -> dict:
             "forward": forward, "rows": rows}
 
 
+def table(name: str) -> None:
+    """A record as markdown: each file's whole forward three ways, then each family's parts."""
+    import json
+
+    record = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+    files = [f for f in record["files"] if f.get("outcome") == "probed"]
+
+    def ms(f: dict, key: str) -> str:
+        got = f["forward"].get(key)
+        return "-" if got is None else f"{got['ms']:.2f}"
+
+    print("| file | kernel parts | parts faster than PyTorch's | eager ms | every kernel ms | faster parts ms | "
+          "eager's error norm |")
+    print("|---|---|---|---|---|---|---|")
+    for f in files:
+        faster = f["kernel_parts"] - f["parts_slower_than_torch"]
+        print(f"| {f['file']} | {f['kernel_parts']} | {faster} | {ms(f, 'eager')} | {ms(f, 'kernels')} | "
+              f"{ms(f, 'faster_parts')} | {f['forward']['eager']['err']:.2g} |")
+    by_family: dict[str, list[dict]] = {}
+    for f in files:
+        for r in f["rows"]:
+            by_family.setdefault(r["family"], []).append(r)
+    print("\n| family | parts | faster than PyTorch's | sum of kernel ms | sum of PyTorch ms |")
+    print("|---|---|---|---|---|")
+    for fam, rows in sorted(by_family.items(), key=lambda kv: -len(kv[1])):
+        print(f"| {fam} | {len(rows)} | {sum(r['ms_kernel'] < r['ms_torch'] for r in rows)} | "
+              f"{sum(r['ms_kernel'] for r in rows):.2f} | {sum(r['ms_torch'] for r in rows):.2f} |")
+    print(f"\n{record.get('gpu', 'unknown GPU')}, torch {record.get('torch', '?')}, contract {record['precision']}; "
+          "'faster parts': each kernel part run by whichever of the kernel and PyTorch was faster alone.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("files", nargs="*", type=Path)
+    ap.add_argument("--table", metavar="NAME", help="print record NAME as markdown tables (no GPU)")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "pytorch"),
                     help="fp32: TF32 off everywhere (PyTorch's parts and eager); pytorch: cuDNN's TF32 on")
     ap.add_argument("--name", default="partition_parts")
     a = ap.parse_args()
+    if a.table:
+        table(a.table)
+        return
+    if not a.files:
+        ap.error("name the problem files to probe (or --table NAME)")
     out = []
     for path in a.files:
         t0 = time.monotonic()

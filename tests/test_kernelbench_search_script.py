@@ -81,6 +81,24 @@ def test_rows_taken_from_fp32_are_counted_and_named_or_left_out_of_the_file_tabl
     assert "1 files whose ops the flags cannot change" in out
 
 
+def test_files_the_search_never_reached_are_named_and_keep_an_earlier_row(capsys, tmp_path, monkeypatch):
+    reached = {**row("kernelbench/l3_9_ResNet18", 0.5), "evaluations": 1}
+    wrong = {**row("kernelbench/l3_24_EfficientNetB2", None), "evaluations": 1, "correct": 0, "best_ms": None}
+    unreached = {**row("kernelbench/l3_9_ResNet18", None), "evaluations": 0, "correct": 0, "best_ms": None}
+    later = {**unreached, "problem": "kernelbench/l3_5_AlexNet"}
+    summary.search_tables([wrong, later])
+    out = capsys.readouterr().out
+    assert "1 of the 2 files were not evaluated before their search's wall-clock limit" in out
+    assert "| level3/5_AlexNet | pointwise | not reached |" in out and "| level3/24_EfficientNetB2 | pointwise | none correct |" in out
+    import json
+
+    for name, rows in (("a", [reached]), ("b", [unreached, later])):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"search": {"rows": rows}}))
+    monkeypatch.setattr(summary, "RESULTS", tmp_path)
+    final = summary.rows_of(["a", "b"], "3")
+    assert final["kernelbench/l3_9_ResNet18"]["vs_torch"] == 0.5 and final["kernelbench/l3_5_AlexNet"]["evaluations"] == 0
+
+
 @needs_kb
 def test_the_flag_dependent_files_are_the_98_convolutions_and_shard_after_the_choice():
     chosen = ks.flag_dependent(ks.files_of(["1", "2"], []))
