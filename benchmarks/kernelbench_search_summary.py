@@ -152,6 +152,16 @@ def flag_free(problem_ids: list[str], cov: dict[str, Any]) -> set[str]:
     return out
 
 
+def coverage_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's coverage: a search record's own, or level3_coverage.py's rows (each file's families)
+    summed the same way."""
+    if "coverage" in record:
+        return record["coverage"]
+    fams = Counter(r["families"][0] for r in record["rows"] if r.get("families"))
+    return {"summary": {"level3": {"files": len(record["rows"]), "covered": sum(fams.values()), "by_family": dict(fams)}},
+            "rows": [{"level": "3", "file": r["file"]} for r in record["rows"]]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--coverage", default="kb_coverage")
@@ -162,7 +172,7 @@ def main() -> None:
     ap.add_argument("--own-rows-only", action="store_true", help="under a contract other than fp32, list per file only "
                     "the files searched under it (the rest are counted, and listed in the fp32 table)")
     a = ap.parse_args()
-    cov = load(a.coverage)["coverage"]
+    cov = coverage_of(load(a.coverage))
     coverage_table(cov)
     final = rows_of(a.search.split(",") if a.search else records(a.precision), a.level)
     searched_as: dict[str, str] = {}

@@ -216,3 +216,11 @@ def test_the_fp32_table_shows_default_flag_eager_where_the_flags_change_nothing_
     assert "| level1/19_ReLU | f | 1.000 | 1.50 | 1.00 | 1.50 |" in out  # eager is the same under both flag sets
     assert "| level1/63_conv | f | 1.000 | 2.00 | 1.00 | - |" in out  # cuDNN's TF32 under them: not timed, not guessed
     assert "| level1/64_conv | f | 1.000 | 3.00 | 1.00 | 0.90 |" in out  # re-timed under them
+
+
+def test_level3_s_coverage_record_is_summed_as_a_search_record_s_coverage():
+    cov = summary.coverage_of(summary.load("level3_coverage"))
+    assert cov["summary"]["level3"]["files"] == 50 and cov["summary"]["level3"]["covered"] == 44
+    assert cov["summary"]["level3"]["by_family"] == {"partition": 42, "pipeline": 2}
+    own = {"coverage": {"summary": {}, "rows": []}}
+    assert summary.coverage_of(own) is own["coverage"]
