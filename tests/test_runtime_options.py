@@ -21,3 +21,4 @@ def test_the_fast_compile_gives_a_kernel_and_fails_where_a_full_compile_fails():
 def test_an_unknown_flag_or_level_is_refused_by_name(flag, named):
     with pytest.raises(CompileError, match=named):
         compile_cuda(KERNEL, arch="sm_90a", options=(flag,))
+

@@ -354,32 +354,62 @@ def kernel_signatures(source: str) -> dict[str, list[Param]]:
 
 def convert_arg(param: Param, value: Any) -> Any:
     """A Python/torch value -> the ctypes/numpy object cuda.core passes as this parameter."""
+    return converter(param)(value)
+
+
+def converter(param: Param) -> Any:
+    """convert_arg for one parameter as a function of the value: a kernel launched many times decides
+    once what its parameter needs (a type lookup and bounds cost more per launch than the launch)."""
     import torch
 
+    tensor = torch.Tensor
+    name, ctype = param.name, param.ctype
     if param.pointer:
         # Pointers travel as 8-byte unsigned integers (same size and alignment as a device pointer).
-        if isinstance(value, torch.Tensor):
-            if not value.is_cuda:
-                raise LaunchError(f"argument {param.name!r}: tensor is on {value.device}, not on a CUDA device")
-            return np.uint64(value.data_ptr())
-        if isinstance(value, int):
-            return np.uint64(value)
-        if value is None:
-            return np.uint64(0)
-        raise LaunchError(f"argument {param.name!r} is a pointer ({param.ctype}*) but got {type(value).__name__}")
-    if isinstance(value, torch.Tensor):
-        raise LaunchError(f"argument {param.name!r} is a {param.ctype} scalar but got a tensor")
-    np_type = _SCALAR_TYPES.get(param.ctype)
+        def pointer(value: Any) -> Any:
+            if isinstance(value, tensor):
+                if not value.is_cuda:
+                    raise LaunchError(f"argument {name!r}: tensor is on {value.device}, not on a CUDA device")
+                return np.uint64(value.data_ptr())
+            if isinstance(value, int):
+                return np.uint64(value)
+            if value is None:
+                return np.uint64(0)
+            raise LaunchError(f"argument {name!r} is a pointer ({ctype}*) but got {type(value).__name__}")
+        return pointer
+    np_type = _SCALAR_TYPES.get(ctype)
+
+    def scalar(value: Any) -> Any:
+        if isinstance(value, tensor):
+            raise LaunchError(f"argument {name!r} is a {ctype} scalar but got a tensor")
+        return value
+
     if np_type is None:
-        return value  # a struct by value (e.g. a tensor map): the caller passes a ready object
+        return scalar  # a struct by value (e.g. a tensor map): the caller passes a ready object
     if np_type in (np.float16, np.float32, np.float64):
-        return np_type(float(value))
-    if isinstance(value, float) and not float(value).is_integer():
-        raise LaunchError(f"argument {param.name!r} is {param.ctype} but got non-integer {value}")
-    info = np.iinfo(np_type) if np_type is not np.bool_ else None
-    if info is not None and not info.min <= int(value) <= info.max:
-        raise LaunchError(f"argument {param.name!r}: {value} does not fit {param.ctype}")
-    return np_type(int(value))
+        return lambda value: np_type(float(scalar(value)))
+    bounds = _int_bounds(np_type)
+
+    def integer(value: Any) -> Any:
+        scalar(value)
+        if isinstance(value, float) and not float(value).is_integer():
+            raise LaunchError(f"argument {name!r} is {ctype} but got non-integer {value}")
+        v = int(value)
+        if bounds is not None and not bounds[0] <= v <= bounds[1]:
+            raise LaunchError(f"argument {name!r}: {value} does not fit {ctype}")
+        return np_type(v)
+    return integer
+
+
+# np.iinfo costs microseconds a call, and a launch converts several integer arguments: kept per type.
+_INT_BOUNDS: dict[Any, tuple[int, int] | None] = {}
+
+
+def _int_bounds(np_type: Any) -> tuple[int, int] | None:
+    if np_type not in _INT_BOUNDS:
+        info = np.iinfo(np_type) if np_type is not np.bool_ else None
+        _INT_BOUNDS[np_type] = None if info is None else (int(info.min), int(info.max))
+    return _INT_BOUNDS[np_type]
 
 
 # ---------------------------------------------------------------------------------- load and launch
@@ -423,6 +453,10 @@ class CudaKernel:
         self.params = params
         self._cluster_checked = False
         self._function: int | None = None  # CUfunction for driver launches, resolved once
+        # A LaunchConfig costs tens of microseconds to build, more than many kernels take to run; a
+        # kernel launched in a loop (a network's stages, a timing) reuses the one for its geometry.
+        self._configs: dict[tuple[Any, ...], Any] = {}
+        self._converters = None if params is None else [converter(p) for p in params]
         attrs = kernel.attributes
         # Without the opt-in, static and dynamic shared memory together stay within 48 KB: a 33 KB static
         # histogram leaves 15 KB of dynamic, however much the device has.
@@ -486,7 +520,7 @@ class CudaKernel:
         if self.params is not None:
             if len(args) != len(self.params):
                 raise LaunchError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
-            args = tuple(convert_arg(p, a) for p, a in zip(self.params, args))
+            args = tuple(c(a) for c, a in zip(self._converters, args))  # type: ignore[arg-type]
         if shared_mem > self._max_dynamic_shared:
             self._allow_dynamic_shared(shared_mem)
         if not self._cluster_checked:
@@ -498,7 +532,12 @@ class CudaKernel:
                 raise LaunchError(f"{self.name}: a cooperative launch with tensor-map arguments is not supported")
             self._launch_with_structs(grid_t, block_t, int(shared_mem), args)
         else:
-            config = launch_config(grid_t, block_t, int(shared_mem), cluster, cooperative)
+            key = (grid_t, block_t, int(shared_mem), tuple(cluster) if cluster else None, bool(cooperative))
+            config = self._configs.get(key)
+            if config is None:
+                if len(self._configs) >= 64:  # a kernel launched over many geometries keeps the latest
+                    self._configs.clear()
+                config = self._configs[key] = launch_config(grid_t, block_t, int(shared_mem), cluster, cooperative)
             launch(_torch_stream(), config, self._kernel, *args)
         rec = self.record
         rec.launches += 1
