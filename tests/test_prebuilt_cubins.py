@@ -115,6 +115,22 @@ def test_a_network_s_kernels_compile_at_once_and_all_are_built_ahead():
         builder.close()
 
 
+def test_a_fresh_process_s_first_compiles_run_at_once(tmp_path):
+    """compile_many may be the first to import cuda.core in a process (a candidate host importing a
+    staged module): it imports it before its threads start, since threads importing it at once can see
+    it half initialised (a compile failed that way once here, under load, and would have run again one
+    by one). Every kernel compiles on the threads."""
+    import subprocess
+    import sys
+
+    code = (f"from cuforge import runtime\nsrc = {SCALE!r}\n"
+            "kernels = [(src.replace('* s', f'* s + {i}.0f'), (), ()) for i in range(6)]\n"
+            "print(runtime.compile_many(kernels, 'sm_90a', threads=6))\n")
+    env = {**__import__("os").environ, "CUFORGE_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.split() == ["6"], (done.stdout, done.stderr[-2000:])
+
+
 def replace_cfg() -> EvalConfig:
     import dataclasses
 

@@ -611,10 +611,12 @@ class CudaModule:
 COMPILE_THREADS = 16
 
 
-def compile_many(kernels: list[tuple[str, tuple[str, ...], tuple[str, ...]]], arch: str | None = None) -> int:
-    """Compile the distinct (source, options, name expressions) not yet cached, several at once, so the
-    compiles that follow one by one find them; how many compiled. A kernel that fails is left for its
-    own compile to report (with its diagnostics), and where no thread can start they all are."""
+def compile_many(kernels: list[tuple[str, tuple[str, ...], tuple[str, ...]]], arch: str | None = None,
+                 threads: int | None = None) -> int:
+    """Compile the distinct (source, options, name expressions) not yet cached, on `threads` at once
+    (default: the CPUs, at most COMPILE_THREADS), so the compiles that follow one by one find them;
+    how many compiled. A kernel that fails is left for its own compile to report (with its
+    diagnostics), and where no thread can start they all are."""
     if len(kernels) < 2:
         return 0
     arch = arch or current_arch()
@@ -637,8 +639,11 @@ def compile_many(kernels: list[tuple[str, tuple[str, ...], tuple[str, ...]]], ar
 
     from concurrent.futures import ThreadPoolExecutor
 
+    # Imported here first: threads importing cuda.core at once can see it half initialised.
+    from cuda.core import Program  # noqa: F401
+
     try:
-        with ThreadPoolExecutor(min(len(todo), COMPILE_THREADS, os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(min(len(todo), threads or min(COMPILE_THREADS, os.cpu_count() or 1))) as pool:
             return sum(pool.map(one, todo.values()))
     except RuntimeError:  # no thread could start (a process limit): each compiles as it is needed
         return 0
