@@ -320,6 +320,9 @@ def _load(stages):
     return stages
 
 
+# Each distinct kernel source once: a network's partition runs hundreds of stages over a few dozen
+# kernels, and written out per stage its module was megabytes (stored with every candidate).
+_KERNEL_SOURCES = {sources}
 _STAGES = _load([{stages}])
 # Per stage, where each of its inputs comes from: ("in", i) the forward's input i, ("stage", j) stage j's
 # output; None: the forward's inputs as they are.
@@ -370,13 +373,17 @@ class TorchGraph:
         compile(self.code, "<pytorch part>", "exec")  # a SyntaxError here, not when the module is imported
 
 
-def _stage_text(stage: tuple[str, LaunchSpec] | TorchCall | TorchGraph) -> str:
+def _stage_text(stage: tuple[str, LaunchSpec] | TorchCall | TorchGraph, sources: list[str]) -> str:
+    """A stage as the module constructs it; a kernel's source as its index in `sources` (added there
+    where it is new), the module's _KERNEL_SOURCES."""
     if isinstance(stage, TorchCall):
         return f"_TorchStage({stage.expr!r})"
     if isinstance(stage, TorchGraph):
         return f"_GraphStage({stage.code!r})"
     source, launch = stage
-    return (f"_Stage({source!r}, {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
+    if source not in sources:
+        sources.append(source)
+    return (f"_Stage(_KERNEL_SOURCES[{sources.index(source)}], {tuple(launch.options)!r}, {tuple(launch.name_expressions)!r}, {launch.entry!r}, "
             f"{[(entry, args) for entry, _, _, args in launch.pre]!r}, {launch_plan(launch)!r}, {launch_args(launch)!r})")
 
 
@@ -402,9 +409,11 @@ def wrap_stages(stages: list[tuple[str, LaunchSpec] | TorchCall | TorchGraph],
             return f"PyTorch ({stage.summary})"
         return repr(stage[1].entry)
 
-    rendered = ", ".join(_stage_text(stage) for stage in stages)
+    sources: list[str] = []
+    rendered = ", ".join(_stage_text(stage, sources) for stage in stages)
     entries = " then ".join(named(stage) for stage in stages)
-    return header + _WRAPPER.format(entries=f"kernel {entries}" if len(stages) == 1 else f"kernels {entries}",
+    return header + _WRAPPER.format(sources="(" + "".join(f"{src!r}, " for src in sources) + ")",
+                                    entries=f"kernel {entries}" if len(stages) == 1 else f"kernels {entries}",
                                     stages=rendered, feeds=[None if f is None else list(f) for f in feeds])
 
 

@@ -69,14 +69,15 @@ def kernel_sources(candidate: Any) -> list[KernelSource]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # a module no import would get through
         return []
+    table = _kernel_table(tree)
     out: list[KernelSource] = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_Stage"
                 and len(node.args) >= 3):
             continue
         try:
-            source, options, names = (ast.literal_eval(a) for a in node.args[:3])
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            source, options, names = (_from_table(a, table) for a in node.args[:3])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, IndexError):
             continue
         kernel = KernelSource.from_wire([source, options, names])
         if kernel is not None and kernel not in out:
@@ -84,6 +85,28 @@ def kernel_sources(candidate: Any) -> list[KernelSource]:
         if len(out) == MAX_KERNELS:
             break
     return out
+
+
+def _kernel_table(tree: ast.Module) -> tuple[Any, ...]:
+    """The module's `_KERNEL_SOURCES = (...)` (each distinct kernel source once; cuforge's wrapper writes
+    it), where a top-level statement assigns it a literal tuple; () otherwise."""
+    for stmt in tree.body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id == "_KERNEL_SOURCES"):
+            try:
+                value = ast.literal_eval(stmt.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return ()
+            return value if isinstance(value, tuple) else ()
+    return ()
+
+
+def _from_table(node: ast.expr, table: tuple[Any, ...]) -> Any:
+    """A literal, or `_KERNEL_SOURCES[i]` with a literal i read from the module's table."""
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "_KERNEL_SOURCES"
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
+        return table[node.slice.value]
+    return ast.literal_eval(node)
 
 
 def compile_kernels(items: list[Any]) -> dict[str, Any]:
