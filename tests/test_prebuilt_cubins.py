@@ -62,6 +62,12 @@ def test_the_kernels_a_module_compiles_are_read_from_its_source(relu):
     assert kernel_sources(Candidate("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")) == []
     assert kernel_sources(Candidate("src = make()\n_Stage(src, (), (), 'k')\n")) == []  # not literals
     assert kernel_sources(Candidate("_Stage('x', (), (), 'k'\n")) == []  # not Python
+    # Each distinct source is written once, in the module's literal table, and read from it.
+    twice = wrap_stages([(SCALE, SPEC), (SCALE, SPEC), (other, SPEC)], [None, [("stage", 0)], [("stage", 1)]])
+    assert twice.count("long long i = blockIdx.x") == 2 and "_KERNEL_SOURCES[1]" in twice
+    assert [k.source for k in kernel_sources(Candidate(twice))] == [SCALE, other]
+    assert kernel_sources(Candidate("_KERNEL_SOURCES = make()\n_Stage(_KERNEL_SOURCES[0], (), (), 'k')\n")) == []
+    assert kernel_sources(Candidate("_KERNEL_SOURCES = ('x',)\n_Stage(_KERNEL_SOURCES[3], (), (), 'k')\n")) == []
 
 
 def test_a_compile_only_worker_compiles_them_and_an_evaluation_finds_them(relu):
