@@ -1,4 +1,4 @@
-"""A kernel's launch arguments (runtime.converter, decided once per kernel): what cuda.core is passed for
+"""A kernel's launch arguments (kernel_args.converter, decided once per kernel): what cuda.core is passed for
 each parameter type, and the one-line refusals of values that do not fit. The launches themselves are
 the GPU tests'."""
 
@@ -11,7 +11,7 @@ def test_a_kernel_s_arguments_convert_as_its_parameters_say_and_bad_ones_are_nam
     import numpy as np
     import torch
 
-    from cuforge.runtime import LaunchError, Param, convert_arg
+    from cuforge.kernel_args import LaunchError, Param, convert_arg
 
     assert convert_arg(Param("n", "int", False), 123) == np.int32(123)
     assert convert_arg(Param("n", "int", False), 123).dtype == np.int32

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cuforge.problems.problem import Problem
-from cuforge.runtime import Param, kernel_signatures
+from cuforge.kernel_args import Param, kernel_signatures
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec
 
 FALLBACK_BASELINES = ("torch", "cublas")  # what the exported op calls where it has no kernel
