@@ -201,3 +201,43 @@ def test_cut_points_are_every_cut_the_graph_allows(tmp_path):
         points = cut_points(p)
         assert allowed and points == sorted(points, reverse=True)
         assert allowed == [k for k in points if not isinstance(cut_at(p, k), str)]
+
+
+def test_a_staged_forward_reads_the_parameters_named_parameters_gives_every_forward():
+    """The module tree is walked once, the tensors read each forward: a shared module and a tied
+    weight appear once, a None bias not at all, and a buffer replaced by .double() or a parameter
+    assigned anew is the one the next forward reads."""
+    import types
+
+    import torch
+    from torch import nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            shared = nn.Linear(3, 3, bias=False)
+            self.a, self.b = shared, nn.Sequential(shared, nn.BatchNorm1d(3))
+            self.c = nn.Linear(3, 3)
+            self.c.weight = self.a.weight  # tied
+            self.register_buffer("scale", torch.ones(3), persistent=False)
+
+    part = TorchGraph("def part(inputs, params):\n    return (inputs[0] * 2,)\n", "double")
+    ns = {"__cuforge_problem__": types.SimpleNamespace(Model=Model)}
+    exec(compile(wrap_stages([part], [None]), "<staged>", "exec"), ns)
+    model = ns["ModelNew"]()
+
+    def expected():
+        return list(model.ref.named_parameters()) + list(model.ref.named_buffers())
+
+    def got():
+        return list(ns["_model_params"](model))
+
+    def same(xs, ys):
+        return [n for n, _ in xs] == [n for n, _ in ys] and all(x is y for (_, x), (_, y) in zip(xs, ys))
+
+    assert same(got(), expected()) and "c.weight" not in dict(got()) and "b.1.running_mean" in dict(got())
+    model.double()  # buffers replaced by new tensors
+    assert same(got(), expected()) and dict(got())["scale"].dtype == torch.float64
+    model.ref.c.bias = nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    assert same(got(), expected()) and dict(got())["c.bias"] is model.ref.c.bias
+    assert model(torch.ones(2))[0].tolist() == [2.0, 2.0]

@@ -74,6 +74,11 @@ def kernel_signatures(source: str) -> dict[str, list[Param]]:
     return sigs
 
 
+def by_value_struct(param: Param) -> bool:
+    """A parameter passed as a struct's bytes (a tensor map): neither a pointer nor a scalar type."""
+    return not param.pointer and param.ctype not in _SCALAR_TYPES
+
+
 def convert_arg(param: Param, value: Any) -> Any:
     """A Python/torch value -> the ctypes/numpy object cuda.core passes as this parameter."""
     return converter(param)(value)

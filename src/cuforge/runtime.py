@@ -23,7 +23,8 @@ from typing import Any
 
 
 from cuforge.diagnostics import Diagnostic
-from cuforge.kernel_args import Param, converter, kernel_signatures
+from cuforge.cuda_stream import current_stream_handle
+from cuforge.kernel_args import Param, by_value_struct, converter, kernel_signatures
 from cuforge.tma import LaunchError, TensorMap, function_handle, launch_through_driver
 
 _LOCK = threading.Lock()
@@ -300,11 +301,10 @@ class _TorchStream:
 
 
 def _torch_stream() -> Any:
-    import torch
-
-    handle = torch.cuda.current_stream().cuda_stream
+    handle = current_stream_handle()
     stream = _STREAMS.get(handle)
     if stream is None:
+        import torch
         from cuda.core import Device
 
         stream = _STREAMS[handle] = Device(torch.cuda.current_device()).create_stream(_TorchStream(handle))
@@ -332,6 +332,12 @@ class CudaKernel:
         # kernel launched in a loop (a network's stages, a timing) reuses the one for its geometry.
         self._configs: dict[tuple[Any, ...], Any] = {}
         self._converters = None if params is None else [converter(p) for p in params]
+        # Whether an argument can be a tensor map (launched through the driver): checked per launch only
+        # for a kernel whose signature is unknown or has a by-value struct.
+        self._maybe_struct = params is None or any(by_value_struct(p) for p in params)
+        from cuda.core import launch
+
+        self._launch = launch
         attrs = kernel.attributes
         # Without the opt-in, static and dynamic shared memory together stay within 48 KB: a 33 KB static
         # histogram leaves 15 KB of dynamic, however much the device has.
@@ -390,8 +396,6 @@ class CudaKernel:
                  cooperative: bool = False) -> None:
         """Launch on torch's current stream. cooperative: every block resident at once (the driver refuses
         a grid that cannot be), for kernels whose blocks wait on each other."""
-        from cuda.core import launch
-
         if self.params is not None:
             if len(args) != len(self.params):
                 raise LaunchError(f"{self.name} takes {len(self.params)} arguments, got {len(args)}")
@@ -402,7 +406,7 @@ class CudaKernel:
             self._allow_compiled_cluster()
         grid_t = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
         block_t = tuple(block) if isinstance(block, (tuple, list)) else (int(block),)
-        if any(isinstance(a, TensorMap) for a in args):
+        if self._maybe_struct and any(isinstance(a, TensorMap) for a in args):
             if cooperative:
                 raise LaunchError(f"{self.name}: a cooperative launch with tensor-map arguments is not supported")
             self._launch_with_structs(grid_t, block_t, int(shared_mem), args)
@@ -413,7 +417,7 @@ class CudaKernel:
                 if len(self._configs) >= 64:  # a kernel launched over many geometries keeps the latest
                     self._configs.clear()
                 config = self._configs[key] = launch_config(grid_t, block_t, int(shared_mem), cluster, cooperative)
-            launch(_torch_stream(), config, self._kernel, *args)
+            self._launch(_torch_stream(), config, self._kernel, *args)
         rec = self.record
         rec.launches += 1
         rec.last_dynamic_shared, rec.last_block, rec.last_grid = int(shared_mem), block_t, grid_t

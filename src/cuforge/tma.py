@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from cuforge.cuda_stream import current_stream_handle
+
 
 class LaunchError(RuntimeError):
     """A kernel launch the driver refused (runtime.py raises it too and exports it under its name)."""
@@ -143,20 +145,18 @@ def function_handle(handle: Any, name: str) -> int:
 def launch_through_driver(function: int, name: str, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int,
                           args: tuple[Any, ...]) -> None:
     """cuLaunchKernel on torch's current stream; args are TensorMaps or numpy scalars (pointers as uint64)."""
-    import torch
-
     holders: list[Any] = []
     addresses = []
     for a in args:
         if isinstance(a, TensorMap):
             addresses.append(a.address)  # cuLaunchKernel copies the 128 bytes at launch
         else:
-            c = _NUMPY_TO_CTYPES[np.asarray(a).dtype.str](a)
+            c = _NUMPY_TO_CTYPES[(a.dtype if isinstance(a, np.generic) else np.asarray(a).dtype).str](a)
             holders.append(c)
             addresses.append(ctypes.addressof(c))
     params = (ctypes.c_void_p * len(addresses))(*addresses)
     g, b = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
-    stream = torch.cuda.current_stream().cuda_stream
+    stream = current_stream_handle()
     err = _libcuda().cuLaunchKernel(ctypes.c_void_p(function), *(ctypes.c_uint(x) for x in g),
                                     *(ctypes.c_uint(x) for x in b), ctypes.c_uint(shared_mem),
                                     ctypes.c_void_p(stream), params, None)

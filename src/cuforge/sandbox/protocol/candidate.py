@@ -240,6 +240,25 @@ class _Params(list):
         self.tensors = [t for _, t in pairs]
 
 
+def _model_params(model):
+    # The pairs named_parameters() and then named_buffers() of model.ref give, in their order, read
+    # from each module's own tables every forward (a tensor .cuda() or load_state_dict replaced is
+    # seen); only the module tree is walked once: walking it with named_modules' generators cost
+    # about a millisecond a forward on a network.
+    tree = model.__dict__.get("_tree")
+    if tree is None:
+        tree = model.__dict__["_tree"] = [(p + "." if p else "", m) for p, m in model.ref.named_modules()]
+    pairs = []
+    for table in ("_parameters", "_buffers"):
+        seen = set()
+        for prefix, module in tree:
+            for name, t in module.__dict__[table].items():
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    pairs.append((prefix + name, t))
+    return _Params(pairs)
+
+
 class _Stage:
     # The launch expressions run as two compiled blocks per call (bindings, output shapes, grid, block
     # and shared memory; then the arguments, once the outputs exist) instead of one eval each. Outputs
@@ -275,12 +294,12 @@ class _Stage:
             ns[key] = params[i][1]
         g = {{"__builtins__": {{}}}}
         exec(self.plan, g, ns)
-        outs = []
+        outs, device = [], inputs[0].device
         for i, (shape, dtype, init) in enumerate(ns["_out_specs"]):
-            outs.append(getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device))
+            outs.append(getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=device))
             ns[f"out{{i}}"] = outs[-1]
         for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
-            ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=inputs[0].device)
+            ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=device)
         for (pre, pre_args), pre_grid, pre_block in zip(self.pre, ns["_pre_grids"], ns["_pre_blocks"]):
             pre(pre_grid, pre_block, *eval(pre_args, g, ns))
         self.kernel(ns["_grid"], ns["_block"], *eval(self.args, g, ns), shared_mem=int(ns["_shared"]),
@@ -336,7 +355,7 @@ class ModelNew(torch.nn.Module):
         self.ref = __cuforge_problem__.Model(*init_inputs)
 
     def forward(self, *inputs):
-        params = _Params(list(self.ref.named_parameters()) + list(self.ref.named_buffers()))
+        params = _model_params(self)
         results = []
         for stage, feed in zip(_STAGES, _FEEDS):
             # ("in", i): the forward's input i; ("stage", j): stage j's output; ("stage", j, k): the k-th

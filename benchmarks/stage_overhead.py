@@ -1,0 +1,132 @@
+"""Where a partition's forward spends host time, on the GPU: for each file, the offline partition with
+every kernel (the search's first seed) and eager PyTorch, each forward's host time to issue its work
+(the call's return, before any synchronize) and its wall time with the synchronize, the kernels it
+launches, and a profile of the Python functions the kernel forward runs (cProfile over several
+forwards: calls and microseconds per forward). A forward whose issue time is close to its wall time
+is bound by its host code, not by its kernels. The kernels are cuforge's templates run outside the
+sandbox: a probe of the launch path, not an evaluation.
+
+    python benchmarks/stage_overhead.py ../shared/kernelbench/level3/9_ResNet18.py --name NAME
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import parser, write_result
+from partition_parts import candidate_module
+
+FORWARDS = 30
+PROFILED = 10
+TOP = 25
+
+
+def synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def issue_and_wall(model: Any, inputs: list[Any]) -> dict[str, float]:
+    """Median ms of a forward's issue (host, no synchronize) and of its wall time (synchronized)."""
+    issue, wall = [], []
+    for _ in range(FORWARDS):
+        synchronize()
+        t0 = time.perf_counter()
+        model(*inputs)
+        t1 = time.perf_counter()
+        synchronize()
+        t2 = time.perf_counter()
+        issue.append((t1 - t0) * 1e3)
+        wall.append((t2 - t0) * 1e3)
+    return {"issue_ms": statistics.median(issue), "wall_ms": statistics.median(wall)}
+
+
+def profile_rows(model: Any, inputs: list[Any]) -> list[dict[str, Any]]:
+    """The functions a forward spends its host time in, most first: calls and microseconds per forward."""
+    synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(PROFILED):
+        model(*inputs)
+    prof.disable()
+    synchronize()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, fn), (_, calls, tottime, cumtime, _) in stats.items():
+        rows.append({"function": f"{Path(file).name}:{line}:{fn}", "calls": calls / PROFILED,
+                     "self_us": tottime / PROFILED * 1e6, "cumulative_us": cumtime / PROFILED * 1e6})
+    return sorted(rows, key=lambda r: -r["self_us"])[:TOP]
+
+
+def launches_per_forward(model: Any, inputs: list[Any]) -> int:
+    from cuforge.runtime import LAUNCHED
+
+    before = sum(r.launches for r in LAUNCHED.values())
+    model(*inputs)
+    return sum(r.launches for r in LAUNCHED.values()) - before
+
+
+def probe(path: Path) -> dict[str, Any]:
+    import torch
+
+    from cuforge.kernels.families import PARTITION
+    from cuforge.problems.loader import load_files
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    problems, skipped = load_files([path], timeout_s=600)
+    if skipped:
+        return {"file": path.name, "outcome": "not loaded", "why": skipped[0].reason.splitlines()[0]}
+    problem = problems[0]
+    source = PARTITION.render(PARTITION.seeds(problem)[0], problem).source
+    ns: dict = {"__name__": "problem"}
+    exec(compile(path.read_text(), str(path), "exec"), ns)
+    init = ns["get_init_inputs"]()
+    torch.manual_seed(0)
+    eager = ns["Model"](*init).cuda()
+    torch.manual_seed(0)
+    kernels = candidate_module(source, ns["Model"], "kernels").ModelNew(*init).cuda()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    with torch.no_grad():
+        for model in (eager, kernels):
+            for _ in range(3):
+                model(*inputs)
+        torch.cuda.synchronize()
+        row = {"file": path.name, "outcome": "probed", "eager": issue_and_wall(eager, inputs),
+               "kernels": issue_and_wall(kernels, inputs), "launches": launches_per_forward(kernels, inputs),
+               "profile": profile_rows(kernels, inputs)}
+    row["host_us_per_launch"] = row["kernels"]["issue_ms"] * 1e3 / max(row["launches"], 1)
+    return row
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--name", default="stage_overhead")
+    a = ap.parse_args()
+    out = []
+    for path in a.files:
+        try:
+            row = probe(path)
+        except Exception as e:  # noqa: BLE001 - one file's failure is its row, and the others still run
+            row = {"file": path.name, "outcome": "error", "why": f"{type(e).__name__}: {str(e)[:500]}"}
+        out.append(row)
+        if row["outcome"] == "probed":
+            print(f"{path.name}: eager {row['eager']}, kernels {row['kernels']}, {row['launches']} launches, "
+                  f"{row['host_us_per_launch']:.1f} us of host per launch", flush=True)
+            for r in row["profile"][:15]:
+                print(f"  {r['self_us']:9.1f} us self {r['cumulative_us']:9.1f} cum {r['calls']:7.1f} calls  {r['function']}")
+        else:
+            print(f"{path.name}: {row['outcome']} {row.get('why', '')}", flush=True)
+        write_result(a.name, {"forwards": FORWARDS, "profiled": PROFILED, "files": out}, echo=False)
+
+
+if __name__ == "__main__":
+    main()
