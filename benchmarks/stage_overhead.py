@@ -7,6 +7,7 @@ is bound by its host code, not by its kernels. The kernels are cuforge's templat
 sandbox: a probe of the launch path, not an evaluation.
 
     python benchmarks/stage_overhead.py ../shared/kernelbench/level3/9_ResNet18.py --name NAME
+    python benchmarks/stage_overhead.py --table NAME,NAME2    # records as docs/benchmarks.md's table
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import parser, write_result
+from _common import ROOT, parser, write_result
 from partition_parts import candidate_module
 
 FORWARDS = 30
@@ -106,11 +107,39 @@ def probe(path: Path) -> dict[str, Any]:
     return row
 
 
+def table(names: list[str]) -> None:
+    """Records as markdown: per file and record, each forward's issue and wall time, the kernels' host
+    time per launch, and the ratio of the two forwards' wall times (measured in the same run)."""
+    import json
+
+    print("| file | record | eager issue ms | eager wall ms | kernels issue ms | kernels wall ms | launches | "
+          "host us per launch | kernels / eager, wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    gpus = set()
+    for name in names:
+        record = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+        gpus.add(record.get("gpu", "unknown GPU"))
+        for f in record["files"]:
+            if f.get("outcome") != "probed":
+                continue
+            e, k = f["eager"], f["kernels"]
+            print(f"| {f['file']} | {name} | {e['issue_ms']:.2f} | {e['wall_ms']:.2f} | {k['issue_ms']:.2f} | "
+                  f"{k['wall_ms']:.2f} | {f['launches']} | {f['host_us_per_launch']:.1f} | {k['wall_ms'] / e['wall_ms']:.2f} |")
+    print(f"\n{', '.join(sorted(gpus))}; medians of {FORWARDS} forwards; issue: the forward's return before any "
+          "synchronize.")
+
+
 def main() -> None:
     ap = parser(__doc__)
-    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--name", default="stage_overhead")
+    ap.add_argument("--table", metavar="NAMES", help="print records NAMES (comma-separated) as a markdown table (no GPU)")
     a = ap.parse_args()
+    if a.table:
+        table([n for n in a.table.split(",") if n])
+        return
+    if not a.files:
+        ap.error("name the problem files to probe (or --table NAMES)")
     out = []
     for path in a.files:
         try:
