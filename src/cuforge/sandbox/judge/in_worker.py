@@ -204,17 +204,22 @@ def time_contenders(ctx: Context, models: Models) -> None:
         ctx.timings = timing.measure_interleaved(timers, tcfg)
         _verify_timed_outputs(ctx, models, sets, timers)
         return
-    flush = timing.L2Flusher(ctx.device)
-    # Inputs bigger than the L2 cannot be served from it: one set suffices and saves device memory.
-    first = timing_sets(ctx, 1)
-    per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor))
-    sets = first if per_set > flush.nbytes // 2 else first + [tensors.make_inputs(
-        ctx.module, ctx.seed + 7 + 31 * k, ctx.device, gaussian=False) for k in (1, 2)]
+    # Sub-steps of "timing" in the record: where a whole network's evaluation spends its time.
+    phase = ctx.phase or core.Phases({})
+    with phase("timing.inputs"):
+        flush = timing.L2Flusher(ctx.device)
+        # Inputs bigger than the L2 cannot be served from it: one set suffices and saves device memory.
+        first = timing_sets(ctx, 1)
+        per_set = sum(x.nbytes for x in first[0] if isinstance(x, torch.Tensor))
+        sets = first if per_set > flush.nbytes // 2 else first + [tensors.make_inputs(
+            ctx.module, ctx.seed + 7 + 31 * k, ctx.device, gaussian=False) for k in (1, 2)]
     ctx.correctness["timing_input_sets"] = len(sets)
     cand_fn = steps.call_on_sets(models.candidate, sets)
-    estimate = timing.estimate_ms(cand_fn, len(sets), flush)
-    escape, msg, runs = timing.confirmed_escape(lambda: timing.escape_check(cand_fn, len(sets), estimate),
-                                                int(ctx.correctness.get("kernels_per_call", 0)))
+    with phase("timing.estimate"):
+        estimate = timing.estimate_ms(cand_fn, len(sets), flush)
+    with phase("timing.escape"):
+        escape, msg, runs = timing.confirmed_escape(lambda: timing.escape_check(cand_fn, len(sets), estimate),
+                                                    int(ctx.correctness.get("kernels_per_call", 0)))
     if msg:
         raise Stop(cheat("escaped_work"), f"{msg} (in each of {runs} checks)")
     ctx.correctness["escape_check"] = {**vars(escape), "runs": runs}
@@ -222,14 +227,18 @@ def time_contenders(ctx: Context, models: Models) -> None:
     # call decides instead when it is known.
     device_ms = ctx.correctness.get("device_us_first_call", estimate * 1e3) / 1e3
     if min(estimate, device_ms) < timing.GRAPH_THRESHOLD_MS:
-        timers = graph_timers(ctx, models, flush)
+        with phase("timing.graph"):
+            timers = graph_timers(ctx, models, flush)
     else:
-        timers = {"candidate": timing.EventTimer(cand_fn, len(sets), flush)}
-        for name, fn in steps.baseline_callables(ctx, models.reference, sets, flush).items():
-            timers[name] = timing.EventTimer(fn, len(sets), flush)
-        # Poison between batches: no contender may find another's freed results.
-        ctx.timings = timing.measure_interleaved(timers, tcfg, _between_batches(ctx, tcfg))
-        _verify_timed_outputs(ctx, models, sets, timers)
+        with phase("timing.baselines"):
+            timers = {"candidate": timing.EventTimer(cand_fn, len(sets), flush)}
+            for name, fn in steps.baseline_callables(ctx, models.reference, sets, flush).items():
+                timers[name] = timing.EventTimer(fn, len(sets), flush)
+        with phase("timing.measure"):
+            # Poison between batches: no contender may find another's freed results.
+            ctx.timings = timing.measure_interleaved(timers, tcfg, _between_batches(ctx, tcfg))
+        with phase("timing.verify"):
+            _verify_timed_outputs(ctx, models, sets, timers)
     steps.check_roofline(ctx)
     if cfg.profile:
         ceilings = ceilings_for(ctx.device)
