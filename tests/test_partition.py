@@ -438,3 +438,22 @@ def test_every_level2_convolution_gets_the_library_s_plan_with_seeds_that_render
         seeds = LIBRARY_AROUND.seeds(q)
         assert seeds and all(LIBRARY_AROUND.valid(c, q) for c in seeds), q.id
         compile(LIBRARY_AROUND.render(seeds[0], q).module_source(), q.id, "exec")
+
+
+def test_a_network_s_library_seed_comes_second_in_fp32(tmp_path):
+    """Eight kernel parts or more (a network): the seed with the convolutions run by PyTorch is the
+    second guess in fp32 too, where a small graph's is the last."""
+    from cuforge.kernels.partition import TORCH_KNOB
+    from cuforge.kernels.partition_family import NETWORK_PARTS
+
+    layers = ", ".join("nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()" for _ in range(4))
+    p = problem_from_expr(tmp_path, "self.net(a)", "torch.randn(2, 8, 12, 12)", args="a", cuforge=ANY,
+                          init=f"        self.net = nn.Sequential({layers})")
+    kernels = [q for q in partition(p) if q.family is not None]
+    assert len(kernels) >= NETWORK_PARTS and p.meta.dtype == "float32"
+    seeds = FAM.seeds(p)
+    convs = {i for i, q in enumerate(partition(p)) if q.family is not None and q.family.name.startswith("conv")}
+    assert {int(k.split(".")[0][1:]) for k in seeds[1] if k.endswith(TORCH_KNOB)} == convs and len(convs) == 4
+    assert not any(k.endswith(TORCH_KNOB) for s in seeds[2:] for k in s) and FAM.valid(seeds[1], p)
+    small = mixed(tmp_path)
+    assert any(k.endswith(TORCH_KNOB) for k in FAM.seeds(small)[-1]) and not any(k.endswith(TORCH_KNOB) for k in FAM.seeds(small)[1])

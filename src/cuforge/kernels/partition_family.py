@@ -14,6 +14,12 @@ from cuforge.problems.problem import Problem
 from cuforge.sandbox.protocol.candidate import Candidate, LaunchSpec
 
 
+# A partition of this many kernel parts or more is a network: its library seed is tried second. Timed
+# part by part on an H200 (benchmarks/partition_parts.py, five level3 CNNs at their batches), the
+# 3xTF32 convolution parts beat cuDNN's fp32 in 7 of 180, and each kernel stage adds its Python launch.
+NETWORK_PARTS = 8
+
+
 class Partition(GraphFamily):
     """A graph as kernel and PyTorch parts: with `one_kernel` as its cover, the last resort of the offline
     search; with a cover that refuses GEMMs and convolutions, the vendor library's products with the
@@ -99,7 +105,9 @@ class Partition(GraphFamily):
         with the others' first (at most MAX_VARIANTS); and the first seeds with the GEMMs and
         convolutions run by PyTorch where another kernel stays (the library's product with the fusion
         around it). That one comes second in half precision, where cuBLAS's and cuDNN's tensor-core
-        kernels are hard to beat, and last in fp32, where the 3xTF32 kernels usually beat fp32's."""
+        kernels are hard to beat, and in a network (NETWORK_PARTS kernel parts or more), whose
+        convolutions at small batches are small; last in fp32 otherwise, where the 3xTF32 kernels
+        usually beat fp32's."""
         parts = self.matched(problem)
         per = {i: p.family.seeds(p.problem) for i, p in enumerate(parts) if p.family is not None and p.problem is not None}
         first = {f"p{i}.{k}": v for i, seeds in per.items() for k, v in (seeds[0] if seeds else {}).items()}
@@ -114,7 +122,8 @@ class Partition(GraphFamily):
         if library and library != set(per):
             seed = {**{k: v for k, v in first.items() if int(k.split(".")[0][1:]) not in library},
                     **{f"p{i}.{TORCH_KNOB}": 1 for i in sorted(library)}}
-            out.insert(1 if problem.meta.dtype in ("float16", "bfloat16") else len(out), seed)
+            second = problem.meta.dtype in ("float16", "bfloat16") or len(per) >= NETWORK_PARTS
+            out.insert(1 if second else len(out), seed)
         return out
 
     def launch(self, config: dict[str, Any], problem: Problem) -> LaunchSpec:
