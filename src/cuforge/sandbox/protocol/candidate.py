@@ -242,9 +242,9 @@ class _Params(list):
 
 def _model_params(model):
     # The pairs named_parameters() and then named_buffers() of model.ref give, in their order, read
-    # from each module's own tables every forward (a tensor .cuda() or load_state_dict replaced is
-    # seen); only the module tree is walked once: walking it with named_modules' generators cost
-    # about a millisecond a forward on a network.
+    # from each module's own tables every forward (a buffer .cuda() replaced, a parameter assigned
+    # anew, is seen); only the module tree is walked once: walking it with named_modules' generators
+    # cost about a millisecond a forward on a network.
     tree = model.__dict__.get("_tree")
     if tree is None:
         tree = model.__dict__["_tree"] = [(p + "." if p else "", m) for p, m in model.ref.named_modules()]
