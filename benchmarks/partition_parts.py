@@ -63,36 +63,50 @@ def as_double(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-def probe(path: Path, precision: str) -> dict:
+def loaded(path: Path, precision: str) -> dict | types.SimpleNamespace:
+    """A file as the probes take it, on the GPU: its problem, the partition's first seed and its module
+    source, the file's namespace, init and inputs (seed 1), and eager under seed 0; or the row of a
+    file that did not load. Flags as the contract says (fp32: TF32 off everywhere)."""
     import torch
 
     from cuforge.kernels.families import PARTITION
-    from cuforge.kernels.partition import TORCH_KNOB
     from cuforge.problems.loader import load_files
 
-    strict = precision == "fp32"
-    torch.backends.cudnn.allow_tf32 = not strict
+    torch.backends.cudnn.allow_tf32 = precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = False
     problems, skipped = load_files([path], timeout_s=600)
     if skipped:
         return {"file": path.name, "outcome": "not loaded", "why": skipped[0].reason.splitlines()[0]}
     problem = problems[0]
-    parts = PARTITION.matched(problem)
     seed = PARTITION.seeds(problem)[0]
-    kernels_src = PARTITION.render(seed, problem).source
     ns: dict = {"__name__": "problem"}
     exec(compile(path.read_text(), str(path), "exec"), ns)
-    k_mod = candidate_module(kernels_src, ns["Model"], "kernels")
-    t_mod = candidate_module(PARTITION.in_pytorch(problem), ns["Model"], "pytorch")
     init = ns["get_init_inputs"]()
     torch.manual_seed(0)
     eager = ns["Model"](*init).cuda()
-    torch.manual_seed(0)
-    holder = t_mod.ModelNew(*init).cuda()
     torch.manual_seed(1)
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    return types.SimpleNamespace(problem=problem, seed=seed, source=PARTITION.render(seed, problem).source,
+                                 Model=ns["Model"], init=init, inputs=inputs, eager=eager)
+
+
+def probe(path: Path, precision: str) -> dict:
+    import torch
+
+    from cuforge.kernels.families import PARTITION
+    from cuforge.kernels.partition import TORCH_KNOB
+
+    f = loaded(path, precision)
+    if isinstance(f, dict):
+        return f
+    problem, seed, kernels_src, init, inputs, eager = f.problem, f.seed, f.source, f.init, f.inputs, f.eager
+    parts = PARTITION.matched(problem)
+    k_mod = candidate_module(kernels_src, f.Model, "kernels")
+    t_mod = candidate_module(PARTITION.in_pytorch(problem), f.Model, "pytorch")
+    torch.manual_seed(0)
+    holder = t_mod.ModelNew(*init).cuda()
     inputs64 = [as_double(x) for x in inputs]
-    params = t_mod._Params(list(holder.ref.named_parameters()) + list(holder.ref.named_buffers()))
+    params = t_mod._model_params(holder)
     params64 = t_mod._Params([(n, as_double(t.detach().clone())) for n, t in params])
 
     rows, results, results64 = [], [], []
@@ -121,10 +135,10 @@ def probe(path: Path, precision: str) -> dict:
         faster_src = PARTITION.render({**seed, **slower}, problem).source if len(slower) < len(rows) else None
         whole = {"eager": eager, "kernels": None, "faster_parts": None}
         torch.manual_seed(0)
-        whole["kernels"] = candidate_module(kernels_src, ns["Model"], "kernels_whole").ModelNew(*init).cuda()
+        whole["kernels"] = candidate_module(kernels_src, f.Model, "kernels_whole").ModelNew(*init).cuda()
         if faster_src is not None:
             torch.manual_seed(0)
-            whole["faster_parts"] = candidate_module(faster_src, ns["Model"], "faster").ModelNew(*init).cuda()
+            whole["faster_parts"] = candidate_module(faster_src, f.Model, "faster").ModelNew(*init).cuda()
         forward = {}
         for name, model in whole.items():
             if model is None:

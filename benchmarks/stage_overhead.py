@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import ROOT, parser, write_result
-from partition_parts import candidate_module
+from partition_parts import candidate_module, loaded
 
 FORWARDS = 30
 PROFILED = 10
@@ -77,24 +77,12 @@ def launches_per_forward(model: Any, inputs: list[Any]) -> int:
 def probe(path: Path) -> dict[str, Any]:
     import torch
 
-    from cuforge.kernels.families import PARTITION
-    from cuforge.problems.loader import load_files
-
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    problems, skipped = load_files([path], timeout_s=600)
-    if skipped:
-        return {"file": path.name, "outcome": "not loaded", "why": skipped[0].reason.splitlines()[0]}
-    problem = problems[0]
-    source = PARTITION.render(PARTITION.seeds(problem)[0], problem).source
-    ns: dict = {"__name__": "problem"}
-    exec(compile(path.read_text(), str(path), "exec"), ns)
-    init = ns["get_init_inputs"]()
+    f = loaded(path, "fp32")
+    if isinstance(f, dict):
+        return f
+    eager, inputs = f.eager, f.inputs
     torch.manual_seed(0)
-    eager = ns["Model"](*init).cuda()
-    torch.manual_seed(0)
-    kernels = candidate_module(source, ns["Model"], "kernels").ModelNew(*init).cuda()
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+    kernels = candidate_module(f.source, f.Model, "kernels").ModelNew(*f.init).cuda()
     with torch.no_grad():
         for model in (eager, kernels):
             for _ in range(3):

@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from cuforge.diagnostics import Diagnostic
 from cuforge.cuda_stream import current_stream_handle
+from cuforge.diagnostics import Diagnostic
 from cuforge.kernel_args import Param, by_value_struct, converter, kernel_signatures
 from cuforge.tma import LaunchError, TensorMap, function_handle, launch_through_driver
 

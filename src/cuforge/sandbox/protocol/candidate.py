@@ -316,7 +316,7 @@ class _GraphStage:
         self.part = ns["part"]
 
     def __call__(self, inputs, params):
-        return self.part(inputs, params.tensors if isinstance(params, _Params) else [t for _, t in params])
+        return self.part(inputs, params.tensors)
 
 
 class _TorchStage:
