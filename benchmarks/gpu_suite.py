@@ -16,6 +16,10 @@ test passed" in one record means at one tree of the code.
 rest: a test that failed for want of the GPU memory other test processes held is told from one that
 fails on its own.
 
+A record keeps the test paths it was started over, and a call over other paths under its name is
+refused: counting against fewer tests would make part of the suite read as all of it. A call over a few
+files gets its own --name, and --take counts it toward the whole suite's record.
+
 --take NAME counts the outcomes of another record of the same tree (a call over a few test files) in
 this one, as a call of its own whose runs name the call they came from.
 
@@ -227,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     path = results / f"{a.name}.json"
     tree = tree_digest(root)
     record = load_record(path, tree)
+    if record and record.get("paths", ["tests"]) != a.paths:
+        refuse(f"{path.name} records the tests under {' '.join(record.get('paths', ['tests']))}, not "
+               f"{' '.join(a.paths)}: a call over other files gets its own --name, and --take counts it here")
     collected = collect(root, a.marker, a.paths)
     if not collected:
         refuse(f"no test under {', '.join(a.paths)} is marked {a.marker!r}")
@@ -264,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                       **({"alone": len(alone)} if alone else {}),
                       "drain_s": round(drain_s, 1), "wall_s": round(wall, 1), "cut_at_limit": cut})
     done = {t for t, runs in tests.items() if runs}
-    merged = {"tree": tree, "marker": a.marker, "collected": len(collected), "calls": calls, "tests": tests,
+    merged = {"tree": tree, "marker": a.marker, "paths": a.paths, "collected": len(collected), "calls": calls, "tests": tests,
               "left": [t for t in collected if t not in done]}
     counts, status = summary(merged, collected)
     merged["counts"] = counts

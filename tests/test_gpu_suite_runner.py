@@ -231,6 +231,25 @@ def test_a_record_of_a_few_files_at_the_same_tree_counts_toward_the_suite(tmp_pa
     assert not (root / "results" / "fresh.json").exists()
 
 
+def test_a_call_over_other_files_is_refused_by_the_records_scope(tmp_path):
+    """A record counts what is left of the tests it was started over; a call naming other files would
+    change that count and make a part of the suite look like all of it."""
+    root = project(tmp_path)
+
+    def call(*paths: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(RUNNER), "--name", "few", "--root", str(root), "--results",
+                               str(root / "results"), "--marker", "sample and not other", "--processes", "0",
+                               "--limit-s", "60", *paths], capture_output=True, text=True, timeout=300)
+
+    assert call("tests/test_sample.py::test_a_passes").returncode == 0
+    before = (root / "results" / "few.json").read_text()
+    assert json.loads(before)["paths"] == ["tests/test_sample.py::test_a_passes"]
+    wider = call("tests")
+    assert wider.returncode == 2 and wider.stderr.strip().count("\n") == 0, wider.stderr
+    assert "records the tests under tests/test_sample.py::test_a_passes, not tests" in wider.stderr
+    assert (root / "results" / "few.json").read_text() == before
+
+
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is visible here")
 def test_the_gpu_suite_is_not_recorded_where_no_gpu_would_run_it(tmp_path):
     root = project(tmp_path)
