@@ -241,3 +241,55 @@ def test_a_staged_forward_reads_the_parameters_named_parameters_gives_every_forw
     model.ref.c.bias = nn.Parameter(torch.zeros(3, dtype=torch.float64))
     assert same(got(), expected()) and dict(got())["c.bias"] is model.ref.c.bias
     assert model(torch.ones(2))[0].tolist() == [2.0, 2.0]
+
+
+def _bare_stage(plan, args):
+    """A kernel stage of a real wrapped module with its kernel replaced by a recorder of its launches
+    (nothing compiled): (stage, launches)."""
+    import types
+
+    import torch
+
+    part = TorchGraph("def part(inputs, params):\n    return (inputs[0],)\n", "same")
+    ns = {"__cuforge_problem__": types.SimpleNamespace(Model=torch.nn.Identity)}
+    exec(compile(wrap_stages([part], [None]), "<staged>", "exec"), ns)
+    stage = ns["_Stage"]("", (), (), "k", [], plan, args)
+    launches = []
+    stage.kernel = lambda grid, block, *a, shared_mem, cooperative: launches.append((grid, block, a, shared_mem))
+    stage.pre = []
+    return stage, launches
+
+
+PLAN_TAIL = "_scratch_specs = []\n_block = (128,)\n_shared = 0\n_cooperative = False\n_pre_grids = []\n_pre_blocks = []\n"
+
+
+def test_a_stage_plans_once_per_layout_it_reads_and_never_keeps_a_tensor():
+    """A kernel stage's launch plan (bindings, outputs, grid) is evaluated once per layout of the
+    tensors it reads: the same layout reuses it, another shape or dtype plans afresh; a plan that
+    reads more than layouts (a data pointer) or binds a tensor is evaluated every call."""
+    import torch
+
+    plan = "n = in0.shape[0] * in0.shape[1]\n_out_specs = [((n,), 'float32', 'empty')]\n_grid = (cdiv(n, 128),)\n" + PLAN_TAIL
+    stage, launches = _bare_stage(plan, "(in0, out0, n, )")
+    a, b = torch.ones(4, 100), torch.zeros(4, 100)
+    out = stage([a], [])
+    out2 = stage([b], [])
+    assert len(stage.plans) == 1 and out is not out2 and out.shape == (400,)  # outputs are new every call
+    (g1, _, args1, _), (g2, _, args2, _) = launches
+    assert g1 == g2 == (4,) and args1[0] is a and args2[0] is b and args2[1] is out2 and args2[2] == 400
+    stage([torch.ones(2, 100)], [])
+    stage([torch.ones(4, 100, dtype=torch.float64)], [])
+    stage([torch.ones(100, 4).t()], [])  # the same shape, other strides
+    assert len(stage.plans) == 4 and launches[2][0] == (2,) and launches[2][2][2] == 200
+
+    alias = "x = in0\n_out_specs = [(x.shape, 'float32', 'empty')]\n_grid = (1,)\n" + PLAN_TAIL
+    stage, launches = _bare_stage(alias, "(x, out0, )")
+    stage([a], [])
+    stage([b], [])
+    assert stage.plans == {} and launches[0][2][0] is a and launches[1][2][0] is b
+
+    pointer = "ptr = in0.data_ptr()\n_out_specs = [((1,), 'float32', 'empty')]\n_grid = (1,)\n" + PLAN_TAIL
+    stage, launches = _bare_stage(pointer, "(ptr, out0, )")
+    stage([a], [])
+    stage([b], [])
+    assert stage.plans is None and [x[2][0] for x in launches] == [a.data_ptr(), b.data_ptr()]

@@ -214,6 +214,9 @@ def launch_args(launch: LaunchSpec) -> str:
 
 _WRAPPER = '''"""Format-B candidate wrapped by cuforge: {entries} launched from ModelNew.forward, one after another,
 each stage's launch spec evaluated over its own inputs (the forward's inputs or an earlier stage's output)."""
+import ast
+import re
+
 import torch
 from cuforge.runtime import compile_cuda, compile_many
 from cuforge.tma import tma_2d, tma_nd
@@ -259,11 +262,54 @@ def _model_params(model):
     return _Params(pairs)
 
 
+# What a launch plan may read and still be remembered per input shapes: shapes, strides, dtypes and
+# devices of the tensors it names and the device's SM count. A plan that reads anything else (a tensor
+# map, a data pointer, a value) runs every call.
+_PLAN_PURE = frozenset(("cdiv", "min", "max", "torch", "int", "len", "tuple", "cuda", "get_device_properties",
+                        "multi_processor_count", "shape", "stride", "dtype", "device", "size", "dim", "ndim", "numel"))
+_TENSOR_NAME = re.compile(r"in[0-9]+|param[0-9]+|p_[A-Za-z0-9_]+")
+_NO_BUILTINS = {{"__builtins__": {{}}}}
+_PLANS_KEPT = 64  # plans remembered per stage; a model called with ever new shapes starts over past it
+
+
+def _spec(x):
+    # What a pure plan can see of a value: a tensor's layout, a hashable value itself.
+    if isinstance(x, torch.Tensor):
+        return (x.shape, x.stride(), x.dtype, x.device)
+    hash(x)  # an unhashable value (a list) makes the call plan afresh
+    return (type(x), x)
+
+
+def _holds_tensor(v):
+    if isinstance(v, torch.Tensor):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_holds_tensor(x) for x in v)
+    if isinstance(v, dict):
+        return any(_holds_tensor(x) for x in v.values())
+    return False
+
+
+class _Plan:
+    # One evaluation of a stage's launch plan: the names it binds for the argument expressions, and
+    # the grid, block, shared memory and the outputs and scratch to allocate, as the launch needs them.
+    __slots__ = ("bound", "outs", "scratch", "grid", "block", "shared", "cooperative", "pre_grids", "pre_blocks")
+
+    def __init__(self, ns, bound):
+        self.bound = {{k: ns[k] for k in bound if k in ns}}
+        self.outs = [(shape, getattr(torch, dtype), getattr(torch, init)) for shape, dtype, init in ns["_out_specs"]]
+        self.scratch = [(shape, getattr(torch, dtype), getattr(torch, init)) for shape, dtype, init in ns["_scratch_specs"]]
+        self.grid, self.block, self.shared = ns["_grid"], ns["_block"], int(ns["_shared"])
+        self.cooperative, self.pre_grids, self.pre_blocks = ns["_cooperative"], ns["_pre_grids"], ns["_pre_blocks"]
+
+
 class _Stage:
-    # The launch expressions run as two compiled blocks per call (bindings, output shapes, grid, block
-    # and shared memory; then the arguments, once the outputs exist) instead of one eval each. Outputs
-    # are allocated here, in a frame with normal builtins: torch may import lazily. The kernel is
-    # compiled by load(), once every stage exists, so a module's kernels compile at once (_load).
+    # The launch expressions run as two compiled blocks (bindings, output shapes, grid, block and shared
+    # memory; then the arguments, once the outputs exist) instead of one eval each; the first block's
+    # result is remembered per layout of what it reads where it reads only layouts (_PLAN_PURE), since
+    # evaluating it every call cost as much host time as the launch. Outputs are allocated here, in a
+    # frame with normal builtins: torch may import lazily. The kernel is compiled by load(), once every
+    # stage exists, so a module's kernels compile at once (_load).
     def __init__(self, source, options, names, entry, pre, plan, args):
         self.kernel_spec = (source, tuple(options), tuple(names))
         self.entry = entry
@@ -272,6 +318,11 @@ class _Stage:
         self.args = compile(args, "<launch args>", "eval")
         self.wanted = set().union(*(_names(c) for c in [self.plan, self.args] + [a for _, a in self.pre_spec]))
         self.picks = None  # (name in the launch spec, index in params) of the parameters it reads
+        bound = {{n.id for n in ast.walk(ast.parse(plan)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}}
+        names = _names(self.plan)
+        self.bound = bound
+        self.plan_reads = sorted(n for n in names if _TENSOR_NAME.fullmatch(n))
+        self.plans = {{}} if names - bound <= _PLAN_PURE | set(self.plan_reads) else None
 
     def load(self):
         source, options, names = self.kernel_spec
@@ -285,25 +336,46 @@ class _Stage:
             picks += [(key, i) for key in ("p_" + name.replace(".", "_"), f"param{{i}}") if key in self.wanted]
         return picks
 
+    def _plan(self, ns):
+        key = None
+        if self.plans is not None:
+            try:
+                key = tuple(_spec(ns.get(n)) for n in self.plan_reads)
+                plan = self.plans.get(key)
+            except TypeError:
+                key = plan = None
+            if plan is not None:
+                return plan
+        scope = dict(ns)
+        exec(self.plan, {{"__builtins__": {{}}}}, scope)
+        plan = _Plan(scope, self.bound)
+        if key is not None and not any(_holds_tensor(v) for v in plan.bound.values()):  # a bound tensor is this call's
+            if len(self.plans) >= _PLANS_KEPT:
+                self.plans.clear()
+            self.plans[key] = plan
+        return plan
+
     def __call__(self, inputs, params):
         ns = {{"cdiv": cdiv, "min": min, "max": max, "torch": torch, "tma_2d": tma_2d, "tma_nd": tma_nd}}
-        ns.update({{f"in{{i}}": x for i, x in enumerate(inputs)}})
+        for i, x in enumerate(inputs):
+            ns[f"in{{i}}"] = x
         if self.picks is None or self.picks[0] != len(params):
             self.picks = (len(params), self._pick(params))
         for key, i in self.picks[1]:
             ns[key] = params[i][1]
-        g = {{"__builtins__": {{}}}}
-        exec(self.plan, g, ns)
-        outs, device = [], inputs[0].device
-        for i, (shape, dtype, init) in enumerate(ns["_out_specs"]):
-            outs.append(getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=device))
+        plan = self._plan(ns)
+        ns.update(plan.bound)
+        device = inputs[0].device
+        outs = []
+        for i, (shape, dtype, make) in enumerate(plan.outs):
+            outs.append(make(shape, dtype=dtype, device=device))
             ns[f"out{{i}}"] = outs[-1]
-        for i, (shape, dtype, init) in enumerate(ns["_scratch_specs"]):
-            ns[f"scratch{{i}}"] = getattr(torch, init)(shape, dtype=getattr(torch, dtype), device=device)
-        for (pre, pre_args), pre_grid, pre_block in zip(self.pre, ns["_pre_grids"], ns["_pre_blocks"]):
-            pre(pre_grid, pre_block, *eval(pre_args, g, ns))
-        self.kernel(ns["_grid"], ns["_block"], *eval(self.args, g, ns), shared_mem=int(ns["_shared"]),
-                    cooperative=ns["_cooperative"])
+        for i, (shape, dtype, make) in enumerate(plan.scratch):
+            ns[f"scratch{{i}}"] = make(shape, dtype=dtype, device=device)
+        for (pre, pre_args), pre_grid, pre_block in zip(self.pre, plan.pre_grids, plan.pre_blocks):
+            pre(pre_grid, pre_block, *eval(pre_args, _NO_BUILTINS, ns))
+        self.kernel(plan.grid, plan.block, *eval(self.args, _NO_BUILTINS, ns), shared_mem=plan.shared,
+                    cooperative=plan.cooperative)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
