@@ -149,6 +149,7 @@ class Bracket:
         self.batches = 0
         self.enqueue_s = 0.0
         self.lates = 0
+        self.late_kept = 0  # brackets kept late: host time may show in them (TimingStats.late)
 
     def hold(self) -> None:
         if self.gate is not None:
@@ -171,7 +172,9 @@ class Bracket:
         ahead of them) makes later holds short, since holding longer only idles the GPU."""
         if not late:
             self.lates = 0
-        elif self.gate is not None:
+            return
+        self.late_kept += 1
+        if self.gate is not None:
             self.spin = SPIN_CYCLES
 
     def fit_spin(self, enqueue_s: float) -> None:

@@ -31,6 +31,13 @@ _perf_counter = time.perf_counter
 # event and the contender, so host launch latency never shows up inside the events (about 100 us
 # at H100 clocks; the flush alone, ~35 us, is shorter than a Python launch path).
 SPIN_CYCLES = 200_000
+# The longest spin (the split judge's brackets' too): a network's forward of a hundred Python
+# launches takes milliseconds of host time, and a 5 ms cap let that host time into its events while
+# eager's shorter host path stayed hidden. How many samples in a row may be dropped because the device
+# reached the start event before the host had enqueued the call: few, since a call that waits for the
+# device, or blocks on a full launch queue (a few hundred kernels), is late under any spin.
+MAX_SPIN_CYCLES = 400_000_000  # ~200 ms at 2 GHz
+MAX_LATE_RETRIES = 3
 
 GRAPH_THRESHOLD_MS = 0.020  # kernels shorter than this are timed by graph replay
 MIN_SAMPLES = 30
@@ -47,14 +54,14 @@ class TimingConfig:
     batch: int = 10  # samples per contender per interleaving round
 
 
-def stats_of(samples_ms: Sequence[float], method: str) -> TimingStats:
+def stats_of(samples_ms: Sequence[float], method: str, late: int = 0) -> TimingStats:
     xs = sorted(samples_ms)
     n = len(xs)
     mean = statistics.fmean(xs)
     sd = statistics.stdev(xs) if n > 1 else 0.0
     rse = (sd / math.sqrt(n)) / mean if mean > 0 and n > 1 else 0.0
     return TimingStats(median_ms=statistics.median(xs), p20_ms=_quantile(xs, 0.2), p80_ms=_quantile(xs, 0.8),
-                       n=n, rse=rse, method=method)
+                       n=n, rse=rse, method=method, late=late)
 
 
 def _quantile(sorted_xs: Sequence[float], q: float) -> float:
@@ -83,7 +90,11 @@ Contender = Callable[[int], Any]
 
 class EventTimer:
     """One sample = one launch between two events, after an L2 flush and a device-side spin, on the
-    current stream."""
+    current stream. The spin grows until the host enqueues the whole call before the device reaches
+    the start event, so the events hold device time only; a sample where the device got there first
+    (it idled waiting for the host inside the events) is dropped and taken again with a longer spin,
+    up to MAX_LATE_RETRIES in a row. One kept anyway (a call that waits for the device can never be
+    enqueued ahead of it, so its spin goes back to the shortest) is counted in `late_kept`."""
 
     method = "events+l2flush"
 
@@ -91,11 +102,13 @@ class EventTimer:
         self.fn, self.n_sets, self.flush = fn, n_sets, flush
         self.calls = 0
         self.spin_cycles = SPIN_CYCLES
+        self.lates = 0  # samples dropped in a row
+        self.late_kept = 0
         self.outputs: dict[int, Any] = {}  # the latest output for each of the first two sets
 
     def samples(self, count: int) -> list[float]:
-        pairs = []
-        for _ in range(count):
+        pairs: list[tuple[Any, Any]] = []
+        while len(pairs) < count:
             self.flush()
             _sleep(self.spin_cycles)
             k = self.calls % self.n_sets
@@ -103,22 +116,36 @@ class EventTimer:
             t0 = _perf_counter()
             start.record()
             out = self.fn(k)
+            host_s = _perf_counter() - t0
+            late = start.query()  # the spin ended before the call was enqueued
             end.record()
-            self._fit_spin(_perf_counter() - t0)
             if k < 2:
                 self.outputs[k] = out
             self.calls += 1
+            if late and self.spin_cycles < MAX_SPIN_CYCLES and self.lates < MAX_LATE_RETRIES:
+                self.lates += 1
+                self._fit_spin(host_s, longer=True)
+                continue
+            if not late:
+                self.lates = 0
+                self._fit_spin(host_s)
+            else:
+                self.late_kept += 1
+                if self.spin_cycles < MAX_SPIN_CYCLES:  # the call waits for the device: a spin only idles it
+                    self.spin_cycles = SPIN_CYCLES
             pairs.append((start, end))
         synchronize()
         return [s.elapsed_time(e) for s, e in pairs]
 
-
-    def _fit_spin(self, host_s: float) -> None:
+    def _fit_spin(self, host_s: float, longer: bool = False) -> None:
         """A contender whose host side takes longer than the spin would leave the GPU idle inside
-        its events: lengthen the spin to 1.5x its host time (counted at 2 GHz, above any boost)."""
+        its events: lengthen the spin to 1.5x its host time (counted at 2 GHz, above any boost), and
+        at least double it after a late sample (the device's clock may run slower than that)."""
         need = int(host_s * 2.0e9 * 1.5)
+        if longer:
+            need = max(need, 2 * self.spin_cycles)
         if need > self.spin_cycles:
-            self.spin_cycles = min(need, 50 * SPIN_CYCLES)
+            self.spin_cycles = min(need, MAX_SPIN_CYCLES)
 
 
 class GraphTimer:
@@ -187,6 +214,7 @@ def measure_interleaved(
     spent: dict[str, float] = {name: 0.0 for name in timers}
     for t in timers.values():
         t.samples(config.warmup)
+    late_before = {name: getattr(t, "late_kept", 0) for name, t in timers.items()}
     names = list(timers)
     rnd = 0
     while True:
@@ -202,7 +230,8 @@ def measure_interleaved(
         rnd += 1
         if all(_done(samples[n], spent[n], config) for n in names):
             break
-    return {name: stats_of(samples[name], timers[name].method) for name in names}
+    return {name: stats_of(samples[name], timers[name].method, getattr(timers[name], "late_kept", 0) - late_before[name])
+            for name in names}
 
 
 def _done(xs: list[float], spent_s: float, config: TimingConfig) -> bool:

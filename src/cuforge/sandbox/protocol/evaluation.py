@@ -51,6 +51,10 @@ class TimingStats:
     n: int
     rse: float  # relative standard error of the mean of the samples
     method: str  # "events+l2flush", "graph+rotating", or "cpu-wallclock" (CPU test mode only)
+    # Samples kept although the device reached their start before the host had enqueued the call
+    # (the call waits for the device, or its host time outlasted the longest spin): host time may
+    # show in them. 0 where every sample is device time.
+    late: int = 0
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TimingStats:
