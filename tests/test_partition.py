@@ -406,7 +406,7 @@ def test_after_its_seeds_the_library_s_plan_is_tuned_by_its_kernels_knobs(tmp_pa
     p = problem_from_expr(tmp_path, CONV_TAIL, "torch.randn(4, 16, 32, 32)", args="a", init=CONV_INIT).under("pytorch")
     knobs = LIBRARY_AROUND.knobs_for(p)
     parts = LIBRARY_AROUND.match(p)
-    assert set(knobs) == {f"p1.{k}" for k in parts[1].family.knobs} and parts[0].family is None
+    assert set(knobs) == {f"p1.{k}" for k in parts[1].family.knobs} | {"REPLAY"} and parts[0].family is None
     seed = LIBRARY_AROUND.seeds(p)[0]
     source = LIBRARY_AROUND.render(seed, p).source
     assert LIBRARY_AROUND.complete(config_of(source)) == LIBRARY_AROUND.complete(seed)
@@ -452,6 +452,9 @@ def test_a_network_s_library_seed_comes_second_in_fp32(tmp_path):
     kernels = [q for q in partition(p) if q.family is not None]
     assert len(kernels) >= NETWORK_PARTS and p.meta.dtype == "float32"
     seeds = FAM.seeds(p)
+    # A network's first two seeds come first again replayed from a CUDA graph.
+    assert [s.get("REPLAY") for s in seeds[:4]] == [1, 1, None, None] and seeds[:2] == [{**s, "REPLAY": 1} for s in seeds[2:4]]
+    seeds = seeds[2:]
     convs = {i for i, q in enumerate(partition(p)) if q.family is not None and q.family.name.startswith("conv")}
     assert {int(k.split(".")[0][1:]) for k in seeds[1] if k.endswith(TORCH_KNOB)} == convs and len(convs) == 4
     assert not any(k.endswith(TORCH_KNOB) for s in seeds[2:] for k in s) and FAM.valid(seeds[1], p)

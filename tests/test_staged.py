@@ -293,3 +293,20 @@ def test_a_stage_plans_once_per_layout_it_reads_and_never_keeps_a_tensor():
     stage([a], [])
     stage([b], [])
     assert stage.plans is None and [x[2][0] for x in launches] == [a.data_ptr(), b.data_ptr()]
+
+
+def test_a_replayed_module_runs_its_stages_eagerly_where_there_is_no_gpu():
+    """REPLAY's module on CPU tensors: no graph is made, the stages run as written, every call."""
+    import types
+
+    import torch
+
+    part = TorchGraph("def part(inputs, params):\n    return (inputs[0] * 2,)\n", "double")
+    ns = {"__cuforge_problem__": types.SimpleNamespace(Model=torch.nn.Identity)}
+    exec(compile(wrap_stages([part], [None], replay=True), "<staged>", "exec"), ns)
+    model = ns["ModelNew"]()
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(5)
+            assert torch.equal(model(x)[0], x * 2)  # a PyTorch part returns a tuple
+    assert model.__dict__["_replay"].graph is None and ns["_REPLAY"] is True

@@ -457,7 +457,7 @@ def as_pytorch(parts: list[Part]) -> list[Part]:
     return [replace(p, family=None, problem=None) for p in parts]
 
 
-def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: dict[str, Any]) -> str:
+def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: dict[str, Any], replay: bool = False) -> str:
     """The candidate module: kernels[i], a rendered stage, runs kernel part i; PyTorch runs the others."""
     stages: list[Any] = []
     feeds: list[list[tuple[Any, ...]]] = []
@@ -479,7 +479,7 @@ def parts_module(problem: Problem, parts: list[Part], kernels: list[Any], tag: d
         feeds.append([where[base_ref(o)] for o in problem.graph_outputs if o is not None])
     names = "+".join("torch" if p.family is None else p.family.name for p in parts)
     header = PY_CONFIG_TAG + json.dumps({**tag, "parts": names}, sort_keys=True) + "\n"
-    return wrap_stages(stages, feeds, header)
+    return wrap_stages(stages, feeds, header, replay=replay)
 
 
 def _return_code(problem: Problem) -> str:
