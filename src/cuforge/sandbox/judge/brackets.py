@@ -12,10 +12,9 @@ from typing import Any
 import torch
 
 from cuforge.sandbox.judge.hosts import HostClient
+from cuforge.sandbox.judge.timing import MAX_SPIN_CYCLES, SPIN_CYCLES
 from cuforge.sandbox.protocol.stop import Stop
 
-SPIN_CYCLES = 200_000
-MAX_SPIN_CYCLES = 400_000_000
 BATCH_TARGET_MS = 1.0
 MAX_LATE_RETRIES = 8
 BUSY_AFTER_MS = 0.75  # an H100's time slice between contexts measured ~2 ms; an idle GPU answers in us

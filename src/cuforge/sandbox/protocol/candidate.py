@@ -306,8 +306,9 @@ class _Plan:
 class _Stage:
     # The launch expressions run as two compiled blocks (bindings, output shapes, grid, block and shared
     # memory; then the arguments, once the outputs exist) instead of one eval each; the first block's
-    # result is remembered per layout of what it reads where it reads only layouts (_PLAN_PURE), since
-    # evaluating it every call cost as much host time as the launch. Outputs are allocated here, in a
+    # result is remembered per layout of what it reads where it reads only layouts (_PLAN_PURE): a
+    # network runs a hundred stages a forward, and evaluating it every call was about a sixth of a
+    # stage's host time in Python (the launch and allocations are the rest). Outputs are allocated here, in a
     # frame with normal builtins: torch may import lazily. The kernel is compiled by load(), once every
     # stage exists, so a module's kernels compile at once (_load).
     def __init__(self, source, options, names, entry, pre, plan, args):
