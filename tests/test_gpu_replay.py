@@ -79,6 +79,31 @@ def test_a_forward_that_waits_for_the_device_stays_eager():
     assert replay.off and replay.graph is None
 
 
+def test_inside_a_callers_capture_the_stages_are_recorded_as_they_are():
+    # A judge times small calls by capturing them in a graph of its own: the forward must record
+    # into that graph (neither capture nor replay its own meanwhile) and compute right when replayed.
+    model = module([CONV, NORM], [None, [("stage", 0, 0)]])
+    replay = model.__dict__["_replay"]
+    x = torch.randn(2, 8, 12, 12, device="cuda")
+    with torch.no_grad():
+        model(x), model(x)  # eager, then captured by the forward itself
+        assert replay.graph is not None
+        mine = replay.graph
+        outer = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            static = torch.randn_like(x)
+            with torch.cuda.graph(outer, stream=stream):
+                out = model(static)[0]
+        torch.cuda.current_stream().wait_stream(stream)
+        for _ in range(2):
+            static.copy_(torch.randn_like(x))
+            outer.replay()
+            torch.testing.assert_close(out, reference(model, static))
+    assert replay.graph is mine and not replay.off
+
+
 @pytest.mark.parametrize("expr, inputs, init", CASES[:2])
 def test_a_replayed_partition_is_judged_ok(sup, tmp_path, expr, inputs, init):
     skip_unless_sm90(sup, "most kernel parts are wgmma kernels: sm_90a")
