@@ -216,6 +216,7 @@ _WRAPPER = '''"""Format-B candidate wrapped by cuforge: {entries} launched from 
 each stage's launch spec evaluated over its own inputs (the forward's inputs or an earlier stage's output)."""
 import ast
 import re
+import warnings
 
 import torch
 from cuforge.runtime import compile_cuda, compile_many
@@ -443,6 +444,15 @@ def _fresh(out):
     return out
 
 
+def _clear_capture_mark():
+    # A capture that failed part way leaves PyTorch's CUDA generator marked as capturing, and every
+    # later random draw then fails; an empty capture that succeeds clears the mark.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the CUDA graph is empty"
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), capture_error_mode="thread_local"):
+            pass
+
+
 class _Replay:
     # The forward's stages captured in one CUDA graph and replayed, the inputs copied into the graph's
     # own first: a network's partition issues hundreds of Python launches, whose host time exceeds
@@ -471,6 +481,7 @@ class _Replay:
                 self._capture(inputs, params, key)
             except Exception:  # noqa: BLE001 - whatever stops capture, the stages run eagerly
                 self.off, self.graph, self.key = True, None, None
+                _clear_capture_mark()
                 return _run(inputs, params)
         for mine, x in zip(self.inputs, inputs):
             mine.copy_(x)
