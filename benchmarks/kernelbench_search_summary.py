@@ -65,13 +65,13 @@ def search_tables(rows: list[dict[str, Any]], searched_as: dict[str, str] | None
               "(counted above as not correct; 'not reached' below).")
     # Records that re-timed eager under the other contract's flags too (TF32 off under `pytorch`, PyTorch's
     # defaults under `fp32`) show that ratio beside the contract's own.
-    other = next((k for k in ("vs_torch.strict", "vs_torch.default_flags") if any(k in r.get("recheck", {}) for r in rows)), None)
+    other = next((k for k in ("vs_torch.strict", "vs_torch.default_flags") if any(k in r.get("recheck", {}) or k in r for r in rows)), None)
     if other is None and flags_change_nothing is not None:
         other = "vs_torch.default_flags"
     label = {"vs_torch.strict": "vs eager, TF32 off", "vs_torch.default_flags": "vs eager, default flags"}.get(other or "")
 
     def other_ratio(r: dict[str, Any]) -> float | None:
-        got = r.get("recheck", {}).get(other)
+        got = r.get("recheck", {}).get(other, r.get(other))
         if got is None and other == "vs_torch.default_flags" and r["problem"] in (flags_change_nothing or ()):
             return r["vs_torch"]
         return got
@@ -108,9 +108,9 @@ def records(precision: str) -> list[str]:
 
 def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
     """Each file's row from the last of `names` that searched it, of `level`'s files (all where empty),
-    with the GPU its record was measured on (`gpu`). A row whose best kernel was not re-timed (its
-    record's recheck deadline passed) has no side-by-side torch.compile ratio, so it does not replace
-    an earlier row that has one; nor does a row the search never reached replace one it did."""
+    with the GPU its record was measured on (`gpu`). A row without a side-by-side torch.compile ratio
+    (an older search that timed torch.compile only in its recheck, and the recheck deadline passed)
+    does not replace an earlier row that has one; nor does a row the search never reached replace one it did."""
     final: dict[str, dict[str, Any]] = {}
     for name in names:
         record = load(name)
@@ -118,15 +118,16 @@ def rows_of(names: list[str], level: str) -> dict[str, dict[str, Any]]:
             if level and not r["problem"].split("/", 1)[1].startswith(f"l{level}_"):
                 continue
             earlier = final.get(r["problem"])
-            if earlier is not None and ((retimed(earlier) and not retimed(r)) or (reached(earlier) and not reached(r))):
+            if earlier is not None and ((compared(earlier) and not compared(r)) or (reached(earlier) and not reached(r))):
                 continue
             final[r["problem"]] = {**r, "gpu": record.get("gpu", "unknown GPU")}
     return final
 
 
-def retimed(row: dict[str, Any]) -> bool:
-    """Whether the row's best kernel was re-timed side by side after its search."""
-    return row.get("recheck", {}).get("status") == "ok"
+def compared(row: dict[str, Any]) -> bool:
+    """Whether the row's best kernel was timed beside torch.compile: in its search (which times it
+    beside every candidate on a GPU) or in the side-by-side recheck after it."""
+    return row.get("vs_torch_compile") is not None or row.get("recheck", {}).get("status") == "ok"
 
 
 def gpus_line(rows: list[dict[str, Any]]) -> str:

@@ -175,6 +175,22 @@ def test_a_row_that_was_not_re_timed_keeps_the_earlier_re_timed_one(tmp_path, mo
     assert rows["kernelbench/l2_2_B"]["vs_torch_compile"] == 1.1  # a re-timed row replaces one that was not
 
 
+def test_a_later_row_timed_beside_torch_compile_in_its_search_replaces_a_re_timed_one(tmp_path, monkeypatch):
+    import json
+
+    def record(name, date, rows):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"date": date, "search": {"precision": "fp32", "rows": rows}}))
+
+    record("kb_search_a", "2026-01-01", [{"problem": "kernelbench/l3_9_R", "vs_torch": 0.14, "vs_torch_compile": 0.2,
+                                          "correct": 1, "evaluations": 1, "recheck": {"status": "ok"}}])
+    record("kb_search_b", "2026-01-02", [{"problem": "kernelbench/l3_9_R", "vs_torch": 1.31, "vs_torch_compile": 1.33,
+                                          "correct": 1, "evaluations": 1,
+                                          "recheck": {"status": "not re-timed: the run ended before its recheck"}}])
+    monkeypatch.setattr(summary, "RESULTS", tmp_path)
+    rows = summary.rows_of(summary.records("fp32"), "3")
+    assert (rows["kernelbench/l3_9_R"]["vs_torch"], rows["kernelbench/l3_9_R"]["vs_torch_compile"]) == (1.31, 1.33)
+
+
 @needs_kb
 def test_the_rows_a_recheck_left_un_timed_render_back_to_their_configs(tmp_path):
     import json
