@@ -361,6 +361,16 @@ def skinny_table(name: str = "skinny_gemm") -> list[str]:
     return out + ["", f"copy bandwidth {d['copy_gbs']:.0f} GB/s ({stamp(d)})"]
 
 
+def l2_flush_table(name: str = "l2_flush") -> list[str]:
+    """l2_flush.py: eager launches timed after a written and after a read L2 flush, interleaved."""
+    d = load(name)
+    out = header("launch", "MB moved", "after a written flush: us (GB/s)", "after a read flush: us (GB/s)", "written / read")
+    for r in d["rows"]:
+        cells = [f"{1e3 * r[f]['median_ms']:.1f} ({r[f]['gbs']:.0f})" for f in ("write", "read")]
+        out.append(row(r["launch"], f"{r['bytes'] / 1e6:.0f}", *cells, f"{r['write_over_read']:.2f}"))
+    return out + ["", f"L2 {d['l2_bytes'] / 2**20:.0f} MiB, flush buffer twice that ({stamp(d)})"]
+
+
 def configs_table(name: str) -> list[str]:
     """family_configs.py's record: each config timed beside eager and torch.compile in one worker."""
     d = load(name)
@@ -400,7 +410,7 @@ TABLES: dict[str, Callable[..., list[str]]] = {
     "jail": jail_table, "hgemm": hgemm_table, "compile_ahead": compile_ahead_table, "level3": level3_table, "gpu_checks": gpu_checks_table,
     "gpu_suite": gpu_suite_table,
     "models": models_table, "dtype_coverage": dtype_coverage_table, "conv_tf32": conv_tf32_table,
-    "replay": replay_table, "skinny": skinny_table, "conv_half": conv_half_table,
+    "replay": replay_table, "skinny": skinny_table, "l2_flush": l2_flush_table, "conv_half": conv_half_table,
     "models_search": models_search_table, "both_flags": both_flags_table, "attention": attention_table, "configs": configs_table,
 }
 
